@@ -1,0 +1,58 @@
+# memora — the two set-up commands are `make demo` and `make test`; both install what they need.
+# Only Python 3.11+ and pip are assumed: uv is bootstrapped into .tools/ when it is not on PATH.
+
+PYTHON ?= python3
+UV_ON_PATH := $(shell command -v uv 2>/dev/null)
+ifeq ($(UV_ON_PATH),)
+UV := $(CURDIR)/.tools/bin/uv
+else
+UV := $(UV_ON_PATH)
+endif
+
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON ?= $(shell command -v $(PYTHON))
+export UV_LINK_MODE := copy
+RUN := $(UV) run --no-sync
+
+.PHONY: help install demo test pytest lint typecheck bench format clean
+
+help:
+	@echo "make demo       install and run the demo on embedded defaults"
+	@echo "make test       install, lint, type-check and run the whole test suite"
+	@echo "make lint       ruff check + format check"
+	@echo "make typecheck  mypy --strict over core/ and plugins/"
+	@echo "make bench      run the benchmarks in bench/ (prints ratios)"
+
+$(CURDIR)/.tools/bin/uv:
+	$(PYTHON) -m venv $(CURDIR)/.tools
+	$(CURDIR)/.tools/bin/pip install --quiet --disable-pip-version-check uv
+
+install: $(UV)
+	$(UV) sync --all-packages --quiet
+
+demo: install
+	$(RUN) python -m memora.cli.demo
+
+test: install lint typecheck pytest
+
+pytest:
+	@$(RUN) pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating that as a failure" >&2; exit 1; fi; \
+	exit $$rc
+
+lint:
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+format:
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+typecheck:
+	$(RUN) mypy
+
+bench: install
+	$(RUN) python bench/run_all.py
+
+clean:
+	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .benchmarks

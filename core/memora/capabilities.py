@@ -1,0 +1,126 @@
+"""The capability map: role-pack capabilities x installed plugins -> the exposed tool set.
+
+Resident tools (files, project search, memory recall, the task table, skills, commands, works)
+are always exposed and need no declaration; ``file:*``, ``memory:recall`` and ``task:plan`` are
+accepted as declarations for documentation's sake.  *Privileged* tools are exposed only when the
+active role pack declares the capability **and** an installed plugin provides the service:
+
+==================  ======================  =================
+capability          service kind            tool
+==================  ======================  =================
+``web:search``      ``web_search``          ``web_search``
+``web:fetch``       ``web_fetch``           ``web_fetch``
+``code:execute``    ``code_executor``       ``run_code``
+==================  ======================  =================
+
+Unknown capabilities are skipped with a warning naming the pack.  The map is a pure function of
+(declared capabilities, installed services), recomputed whenever the role pack is switched.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CAPABILITY_PATTERN",
+    "PRIVILEGED",
+    "RESIDENT_CAPABILITIES",
+    "CapabilityMap",
+    "Privileged",
+    "compute_capability_map",
+]
+
+logger = logging.getLogger("memora.capabilities")
+
+CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:(\*|[a-z][a-z0-9_-]*)$")
+"""``domain:action``, lowercase; ``domain:*`` declares every action of a domain."""
+
+
+@dataclass(frozen=True, slots=True)
+class Privileged:
+    capability: str
+    service_kind: str
+    tool: str
+
+
+PRIVILEGED: dict[str, Privileged] = {
+    p.capability: p
+    for p in (
+        Privileged("web:search", "web_search", "web_search"),
+        Privileged("web:fetch", "web_fetch", "web_fetch"),
+        Privileged("code:execute", "code_executor", "run_code"),
+    )
+}
+
+RESIDENT_CAPABILITIES: frozenset[str] = frozenset(
+    {
+        "file:*",
+        "file:read",
+        "file:write",
+        "memory:recall",
+        "task:plan",
+        "skill:read",
+        "command:run",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityMap:
+    """The result for one role pack."""
+
+    role_pack: str | None
+    enabled: Mapping[str, Privileged] = field(default_factory=dict)
+    """Privileged capability -> what it enables, for the capabilities that are on."""
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    """Declared privileged capability -> why it is off (no plugin provides it)."""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def privileged_tools(self) -> frozenset[str]:
+        return frozenset(p.tool for p in self.enabled.values())
+
+    def allows_tool(self, name: str, resident: Iterable[str]) -> bool:
+        return name in self.privileged_tools or name in set(resident)
+
+
+def compute_capability_map(
+    role_pack: str | None,
+    declared: Sequence[str],
+    available_services: Mapping[str, Sequence[str]],
+) -> CapabilityMap:
+    """Compute which privileged tools the pack may see.
+
+    ``available_services`` maps a service kind (``web_search``...) to the names of installed
+    implementations.  Warnings are logged under ``memora.capabilities`` and returned.
+    """
+    pack = role_pack or "(none)"
+    enabled: dict[str, Privileged] = {}
+    unavailable: dict[str, str] = {}
+    warnings: list[str] = []
+    for cap in declared:
+        if cap in RESIDENT_CAPABILITIES:
+            continue
+        spec = PRIVILEGED.get(cap)
+        if spec is None:
+            known = sorted(PRIVILEGED) + sorted(RESIDENT_CAPABILITIES)
+            warnings.append(
+                f"role pack {pack!r} declares unknown capability {cap!r}; skipped "
+                f"(known: {', '.join(known)})"
+            )
+            continue
+        if available_services.get(spec.service_kind):
+            enabled[cap] = spec
+        else:
+            reason = (
+                f"role pack {pack!r} declares {cap!r} but no installed plugin provides "
+                f"{spec.service_kind!r}; tool {spec.tool!r} stays hidden"
+            )
+            unavailable[cap] = reason
+            warnings.append(reason)
+    for w in warnings:
+        logger.warning(w)
+    return CapabilityMap(pack if role_pack else None, enabled, unavailable, tuple(warnings))

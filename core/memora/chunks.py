@@ -1,0 +1,248 @@
+"""The chunk stream of ``agent.chat()``: one tagged union, discriminated by ``type``.
+
+Every chunk may carry ``round_id`` so a host can group what it shows and persists.  Chunks are
+pydantic models so they serialise to JSON (``chunk.model_dump_json()``) and parse back with
+:data:`chunk_adapter` (``chunk_adapter.validate_json(line)``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "AbortedChunk",
+    "AgentChunk",
+    "ApprovalPendingChunk",
+    "DoneChunk",
+    "ErrorChunk",
+    "NarrateChunk",
+    "PausedChunk",
+    "PlanItemBoundaryChunk",
+    "QuestionPendingChunk",
+    "QuestionSpec",
+    "RetryChunk",
+    "SelfReviewChunk",
+    "StepBoundaryChunk",
+    "TextChunk",
+    "ThinkingChunk",
+    "ThoughtChunk",
+    "ToolPendingChunk",
+    "ToolProgressChunk",
+    "ToolResultChunk",
+    "ToolStartChunk",
+    "Usage",
+    "chunk_adapter",
+]
+
+
+class _Chunk(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    round_id: str | None = None
+    """The round (one user question and its answer) this chunk belongs to."""
+
+
+class Usage(BaseModel):
+    """Token usage, summed over every LLM call of a turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    llm_calls: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.llm_calls += other.llm_calls
+
+
+class ThinkingChunk(_Chunk):
+    """Progress phase of the kernel (not model output)."""
+
+    type: Literal["thinking"] = "thinking"
+    phase: Literal["assembling", "processing", "archiving", "llm_calling"]
+
+
+class TextChunk(_Chunk):
+    """Answer text, streamed.  ``stage="self_review"`` marks the final self-review pass."""
+
+    type: Literal["text"] = "text"
+    content: str
+    stage: Literal["answer", "self_review"] = "answer"
+
+
+class ThoughtChunk(_Chunk):
+    """Model reasoning (``reasoning_content``): shown folded, never stored as answer or memory."""
+
+    type: Literal["thought"] = "thought"
+    content: str
+    step_index: int = 0
+
+
+class ToolPendingChunk(_Chunk):
+    """A tool call is being generated: its name is known, its arguments are still streaming."""
+
+    type: Literal["tool_pending"] = "tool_pending"
+    tool_call_id: str | None = None
+    name: str
+
+
+class ToolStartChunk(_Chunk):
+    """The runtime decided to execute a tool call with exactly these arguments."""
+
+    type: Literal["tool_start"] = "tool_start"
+    tool_call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    step_index: int = 0
+
+
+class ToolProgressChunk(_Chunk):
+    """Output of a long-running tool (a command, a fetch) while it runs."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    tool_call_id: str
+    name: str
+    content: str
+
+
+class ToolResultChunk(_Chunk):
+    """A tool call's result.  ``blocked`` means a policy refused it and it never ran."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    name: str
+    ok: bool
+    summary: str = ""
+    blocked: bool = False
+    error_code: str | None = None
+
+
+class NarrateChunk(_Chunk):
+    """Text the model wrote before calling tools ("let me read the files").
+
+    ``withdrawn`` is the suffix of it that had already been streamed as ``text`` and must be taken
+    back by the host.
+    """
+
+    type: Literal["narrate"] = "narrate"
+    content: str
+    withdrawn: str | None = None
+
+
+class AbortedChunk(_Chunk):
+    type: Literal["aborted"] = "aborted"
+    reason: str
+    stop_reason: Literal["user", "timeout", "interrupted", "connection"]
+    usage: Usage | None = None
+
+
+class ErrorChunk(_Chunk):
+    """An error as data: the iterator never raises."""
+
+    type: Literal["error"] = "error"
+    message: str
+    category: Literal["connection", "timeout", "unknown"] = "unknown"
+    code: str | None = None
+
+
+class RetryChunk(_Chunk):
+    """A transient LLM failure is being retried after ``delay_ms``."""
+
+    type: Literal["retry"] = "retry"
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    error: str
+
+
+class PausedChunk(_Chunk):
+    """The turn is paused (waiting for an answer or an approval)."""
+
+    type: Literal["paused"] = "paused"
+
+
+class QuestionSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slot: str
+    question: str
+    options: list[str] | None = None
+    allow_custom: bool = True
+
+
+class QuestionPendingChunk(_Chunk):
+    """``ask_user`` asked; answer with ``agent.answer_question`` then ``continue_after_pause``."""
+
+    type: Literal["question_pending"] = "question_pending"
+    questions: list[QuestionSpec]
+
+
+class ApprovalPendingChunk(_Chunk):
+    """A pre-execution check asked for approval of exactly this call."""
+
+    type: Literal["approval_pending"] = "approval_pending"
+    tool_call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    reason: str = ""
+
+
+class SelfReviewChunk(_Chunk):
+    """The single final self-review pass is starting."""
+
+    type: Literal["self_review"] = "self_review"
+
+
+class PlanItemBoundaryChunk(_Chunk):
+    """The active task-table item advanced (emitted at iteration start)."""
+
+    type: Literal["plan_item_boundary"] = "plan_item_boundary"
+    plan_item_id: str
+    title: str
+
+
+class StepBoundaryChunk(_Chunk):
+    """One LLM iteration ended: the host's moment to persist."""
+
+    type: Literal["step_boundary"] = "step_boundary"
+    step_index: int = 0
+
+
+class DoneChunk(_Chunk):
+    """The turn finished; ``usage`` sums every LLM call of the turn."""
+
+    type: Literal["done"] = "done"
+    usage: Usage | None = None
+
+
+AgentChunk = Annotated[
+    ThinkingChunk
+    | TextChunk
+    | ThoughtChunk
+    | ToolPendingChunk
+    | ToolStartChunk
+    | ToolProgressChunk
+    | ToolResultChunk
+    | NarrateChunk
+    | AbortedChunk
+    | ErrorChunk
+    | RetryChunk
+    | PausedChunk
+    | QuestionPendingChunk
+    | ApprovalPendingChunk
+    | SelfReviewChunk
+    | PlanItemBoundaryChunk
+    | StepBoundaryChunk
+    | DoneChunk,
+    Field(discriminator="type"),
+]
+"""Any chunk of the stream."""
+
+chunk_adapter: TypeAdapter[AgentChunk] = TypeAdapter(AgentChunk)
+"""Validate or parse chunks: ``chunk_adapter.validate_json(line)``."""

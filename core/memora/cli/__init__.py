@@ -1,0 +1,1 @@
+"""The ``memora`` command: a host of the kernel, not part of it."""

@@ -1,0 +1,142 @@
+"""Every extension point of memora, one hook each.
+
+Hooks are cheap and synchronous: they hand over objects or factories; all I/O (async included)
+lives in those objects' methods.  Register-style hooks receive a ``register`` callable and call it
+once per thing they provide.  A *factory* is called once when an Agent is assembled, with the
+options the host gave for that name (``config["plugins"][name]`` or explicit Agent options) as a
+plain ``dict``.
+
+Names are short ids users see (``sqlite``, ``openai``, ``ddgs``).  Two plugins registering the same
+name for the same kind fail at start-up, naming both.
+
+Implement a hook in a plugin module with :data:`memora.hookimpl`::
+
+    from memora import hookimpl
+
+    @hookimpl
+    def register_web_fetch(register):
+        register("httpx", lambda options: MyFetcher(**options))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .checks import CheckContext, CheckDecision, ToolCallInfo
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "memora"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+Factory = Callable[[Mapping[str, Any]], Any]
+Register = Callable[[str, Factory], None]
+
+
+@hookspec
+def register_providers(register: Register) -> None:
+    """Register LLM provider factories.
+
+    Called once when a plugin manager is created.  Call ``register(name, factory)`` for each
+    provider; ``factory(options)`` returns an object implementing :class:`memora.llm.Provider`
+    (``name``, ``context_window``, async ``stream(request)``, ``aclose()``).  ``options`` holds
+    ``model``, ``base_url`` and the like as the host configured them.  Returns nothing.
+    """
+
+
+@hookspec
+def register_storage(register: Register) -> None:
+    """Register memory storage backends by name (``memory``, ``json``, ``sqlite``, ...).
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    ``MemoryStorage`` (see :mod:`memora.memory`); ``options["path"]`` is the data directory the
+    Agent was given, plus any backend options (``options["dsn"]`` for a networked backend).
+    Returns nothing.
+    """
+
+
+@hookspec
+def register_session_stores(register: Register) -> None:
+    """Register session/round store backends by name (``jsonl`` is built in).
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns an object with the
+    session-store API of :mod:`memora.memory` (append messages, rounds, list, fork, archive);
+    ``options["path"]`` is the data directory.  Returns nothing.
+    """
+
+
+@hookspec
+def register_web_search(register: Register) -> None:
+    """Register web search services (capability ``web:search``, tool ``web_search``).
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    :class:`memora.services.WebSearch`.  The tool is only exposed when the active role pack
+    declares ``web:search``.  Returns nothing.
+    """
+
+
+@hookspec
+def register_web_fetch(register: Register) -> None:
+    """Register web fetch services (capability ``web:fetch``, tool ``web_fetch``).
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    :class:`memora.services.WebFetch`.  The tool is only exposed when the active role pack
+    declares ``web:fetch``.  Returns nothing.
+    """
+
+
+@hookspec
+def register_code_executors(register: Register) -> None:
+    """Register code execution services (capability ``code:execute``, tool ``run_code``).
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    :class:`memora.services.CodeExecutor`.  The tool is only exposed when the active role pack
+    declares ``code:execute``.  Returns nothing.
+    """
+
+
+@hookspec
+def register_project_search(register: Register) -> None:
+    """Register project search implementations behind the resident ``search_project`` tool.
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    :class:`memora.services.ProjectSearch`.  The built-in one is named ``builtin``; a host picks
+    another with the Agent option ``project_search``.  Returns nothing.
+    """
+
+
+@hookspec
+def register_tools(register: Callable[[Any], None]) -> None:
+    """Register extra tools for every Agent.
+
+    Called once when a plugin manager is created.  Call ``register(tool)`` with a
+    :class:`memora.tools.Tool` (build one from a typed async function with ``memora.tool``).  Tool
+    names share one namespace with the built-in tools; a clash fails at start-up.  Returns nothing.
+    """
+
+
+@hookspec
+def register_tracers(register: Register) -> None:
+    """Register tracers that receive the spans ``recall``, ``llm_call``, ``tool_exec`` and
+    ``response``.
+
+    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    :class:`memora.tracing.Tracer`.  With no tracer registered, tracing is a no-op.  Returns nothing.
+    """
+
+
+@hookspec
+def pre_execution_check(call: ToolCallInfo, context: CheckContext) -> CheckDecision | None:
+    """Decide whether a tool call may run.
+
+    Called for every tool call, after the kernel's own gates (tool mode, read-only strategy,
+    capability map, permission) and before the tool runs.  *Every* implementation runs; the answers
+    combine as documented in :mod:`memora.checks`: any ``Deny`` wins, then ``Ask`` (pause for host
+    approval), ``Skip`` (reuse a result), ``Rewrite`` (new arguments).  Return ``None`` for no
+    opinion.  The built-in allow-all check is ``trylast``.  Must be fast and must not block.
+    """

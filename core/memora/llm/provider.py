@@ -1,0 +1,72 @@
+"""The LLM provider protocol.
+
+A provider is any object with a ``name``, a ``context_window`` and an async ``stream(request)``
+that yields :data:`~memora.llm.types.Delta` values.  Providers raise :class:`ProviderError` for
+failures they could not recover from; ``category`` tells the loop whether it was the connection,
+a timeout or something else, and ``retryable`` whether trying again may help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol, runtime_checkable
+
+from ..errors import ErrorCode, MemoraError
+from .types import Delta, LLMRequest
+
+__all__ = ["ErrorCategory", "Provider", "ProviderError"]
+
+ErrorCategory = Literal["connection", "timeout", "unknown"]
+
+
+class ProviderError(MemoraError):
+    """An LLM call failed.
+
+    ``retryable`` is true for transient failures (429, 5xx, a dropped connection);
+    ``retry_after`` is the delay the server asked for, in seconds, when it said one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        category: ErrorCategory = "unknown",
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(
+            ErrorCode.PROVIDER_ERROR,
+            message,
+            context={"category": category, "retryable": retryable, "status": status},
+        )
+        self.category: ErrorCategory = category
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What the agent loop needs from an LLM."""
+
+    @property
+    def name(self) -> str:
+        """A short id shown in logs and traces (``openai:gpt-4o-mini``)."""
+        ...
+
+    @property
+    def context_window(self) -> int:
+        """The model's context window in tokens."""
+        ...
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        """Stream the model's answer to ``request`` as deltas.
+
+        Cancelling the consuming task must stop generation promptly and release connections.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections, threads and models."""
+        ...

@@ -1,0 +1,143 @@
+"""Message, request and delta types shared by the loop and every provider.
+
+These sit on the hot path (one delta per streamed token), so they are plain slotted dataclasses,
+not pydantic models.  Providers translate them to their wire format; a provider may cache that
+translation per message object because messages are immutable once appended to history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Delta",
+    "FinishDelta",
+    "LLMRequest",
+    "Message",
+    "ReasoningDelta",
+    "Role",
+    "TextDelta",
+    "TokenUsage",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolSpec",
+    "UsageDelta",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A complete tool call as the model issued it.  ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a conversation.  Immutable: history only ever appends."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+    """Model reasoning kept for display and replay; providers do not send it back."""
+
+    @staticmethod
+    def system(content: str) -> Message:
+        return Message("system", content)
+
+    @staticmethod
+    def user(content: str) -> Message:
+        return Message("user", content)
+
+    @staticmethod
+    def assistant(content: str, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        return Message("assistant", content, tool_calls)
+
+    @staticmethod
+    def tool(tool_call_id: str, name: str, content: str) -> Message:
+        return Message("tool", content, tool_call_id=tool_call_id, name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, a description and a JSON schema for arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """One call to a provider.
+
+    ``max_tokens`` and ``temperature`` are only sent when set (``None`` = provider default).
+    ``history_key`` lets a provider reuse what it serialised for the previous request of the same
+    conversation: ``messages`` of a later request extend those of an earlier one with the same key.
+    """
+
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    model: str | None = None
+    history_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call.  Fragments with the same ``index`` belong to one call; ``id`` and
+    ``name`` usually arrive with the first fragment, ``arguments`` piece by piece."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishDelta:
+    """The model stopped: ``stop``, ``tool_calls``, ``length``, ``content_filter`` or another
+    provider-specific reason."""
+
+    reason: str
+    kind: Literal["finish"] = "finish"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageDelta:
+    usage: TokenUsage
+    kind: Literal["usage"] = "usage"
+
+
+Delta = TextDelta | ReasoningDelta | ToolCallDelta | FinishDelta | UsageDelta
+"""What a provider's ``stream()`` yields."""

@@ -1,0 +1,145 @@
+"""memora-plugin-fetch against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from memora.errors import ToolError, ToolErrorCode
+from memora.plugins import create_plugin_manager
+from memora_plugin_fetch import HttpFetcher
+
+ARTICLE = (
+    "<html><head><title>记忆测试</title></head><body><nav>Home | About | Login</nav>"
+    "<article><h1>长期记忆</h1>"
+    + "<p>"
+    + "记忆是由摘要组成的，每一轮问答之后写入一条摘要。" * 8
+    + "</p>"
+    + "<p>Memory is made of round summaries written after each question and answer.</p>"
+    "</article><footer>© footer links</footer></body></html>"
+)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(
+        self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/article":
+            self._send(200, ARTICLE.encode(), "text/html; charset=utf-8")
+        elif self.path == "/plain":
+            self._send(200, "纯文本 plain".encode(), "text/plain; charset=utf-8")
+        elif self.path == "/big":
+            self._send(200, b"x" * 300_000, "text/plain")
+        elif self.path == "/binary":
+            self._send(200, b"\x89PNG\r\n" + b"\0" * 100, "image/png")
+        elif self.path == "/missing":
+            self._send(404, b"nope", "text/plain")
+        elif self.path == "/busy":
+            self._send(429, b"slow down", "text/plain")
+        elif self.path == "/redirect":
+            self._send(302, b"", "text/plain", {"Location": "/plain"})
+        elif self.path == "/loop":
+            self._send(302, b"", "text/plain", {"Location": "/loop"})
+        elif self.path == "/stall":
+            time.sleep(3)
+            self._send(200, b"late", "text/plain")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+async def fetcher() -> HttpFetcher:
+    f = HttpFetcher(allow_private=True, timeout=1.0, max_bytes=100_000, max_redirects=3)
+    yield f  # type: ignore[misc]
+    await f.aclose()
+
+
+async def test_html_main_text_extracted(server: str, fetcher: HttpFetcher) -> None:
+    result = await fetcher.fetch(f"{server}/article")
+    assert result.status == 200 and result.content_type == "text/html"
+    assert "每一轮问答之后写入一条摘要" in result.text
+    assert "round summaries" in result.text
+    assert "Login" not in result.text and "footer" not in result.text
+    assert not result.truncated
+
+
+async def test_plain_text_and_redirect(server: str, fetcher: HttpFetcher) -> None:
+    result = await fetcher.fetch(f"{server}/redirect")
+    assert result.text == "纯文本 plain"
+    assert result.url.endswith("/plain")
+
+
+async def test_caps(server: str, fetcher: HttpFetcher) -> None:
+    result = await fetcher.fetch(f"{server}/big", max_chars=1000)
+    assert len(result.text) == 1000 and result.truncated
+    result = await fetcher.fetch(f"{server}/big", max_chars=10**9)
+    assert len(result.text) == 100_000 and result.truncated
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("/binary", ToolErrorCode.NOT_AVAILABLE),
+        ("/missing", ToolErrorCode.FILE_NOT_FOUND),
+        ("/busy", ToolErrorCode.RATE_LIMITED),
+        ("/loop", ToolErrorCode.NETWORK_ERROR),
+        ("/stall", ToolErrorCode.TIMEOUT),
+    ],
+)
+async def test_failures_have_codes(server: str, fetcher: HttpFetcher, path: str, code: str) -> None:
+    with pytest.raises(ToolError) as info:
+        await fetcher.fetch(f"{server}{path}")
+    assert info.value.code == code
+
+
+async def test_private_addresses_refused_by_default(server: str) -> None:
+    fetcher = HttpFetcher(timeout=1.0)
+    try:
+        with pytest.raises(ToolError) as info:
+            await fetcher.fetch(f"{server}/plain")
+        assert info.value.code == ToolErrorCode.PERMISSION_DENIED
+        assert "allow_private" in info.value.message
+        for url in ("file:///etc/passwd", "ftp://example.org/x", "http:///nohost"):
+            with pytest.raises(ToolError) as info:
+                await fetcher.fetch(url)
+            assert info.value.code == ToolErrorCode.INVALID_ARGS
+    finally:
+        await fetcher.aclose()
+
+
+async def test_created_through_plugin_manager(server: str) -> None:
+    plugins = create_plugin_manager()
+    fetcher = plugins.create("web_fetch", "fetch", {"allow_private": True, "timeout": 2})
+    try:
+        assert (await fetcher.fetch(f"{server}/plain")).text == "纯文本 plain"
+    finally:
+        await fetcher.aclose()
+    from memora.errors import PluginError
+
+    with pytest.raises(PluginError, match="unknown fetch option"):
+        plugins.create("web_fetch", "fetch", {"bogus": 1})
