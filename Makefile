@@ -10,7 +10,7 @@ UV := $(UV_ON_PATH)
 endif
 
 export UV_PYTHON_DOWNLOADS := never
-export UV_PYTHON ?= $(shell command -v $(PYTHON))
+export UV_PYTHON ?= $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 export UV_LINK_MODE := copy
 RUN := $(UV) run --no-sync
 

@@ -78,7 +78,12 @@ def plugins_cmd(show_all: bool, as_json: bool) -> None:
         console.print(f"[red]failed to load[/red] {f.name} ({f.distribution or '?'}): {f.error}")
 
 
+def _register_commands() -> None:
+    from . import role_pack_cmd  # noqa: F401  (commands register on import)
+
+
 def main(argv: list[str] | None = None) -> None:
+    _register_commands()
     try:
         cli.main(args=argv, prog_name="memora", standalone_mode=True)
     except KeyboardInterrupt:  # pragma: no cover - interactive

@@ -1,0 +1,123 @@
+"""`memora role-pack validate | check | new`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .main import cli, emit_json
+
+
+def _pack_folders(path: Path) -> list[Path]:
+    """PATH is one pack (has manifest.json) or a folder of packs."""
+    if (path / "manifest.json").is_file():
+        return [path]
+    if path.is_dir():
+        packs = [p for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+        inner = path / "role-packs"
+        if not packs and inner.is_dir():
+            return _pack_folders(inner)
+        return packs
+    return [path]
+
+
+def _print_reports(reports: list[dict[str, object]], as_json: bool) -> int:
+    failed = any(r["errors"] for r in reports)
+    if as_json:
+        emit_json({"packs": reports})
+        return 1 if failed else 0
+    for r in reports:
+        errors = r["errors"]
+        warnings = r["warnings"]
+        assert isinstance(errors, list) and isinstance(warnings, list)
+        status = click.style("FAIL", fg="red") if errors else click.style("ok", fg="green")
+        click.echo(f"{status}  {r['name'] or '?'}  ({r['path']})")
+        for issue in errors:
+            click.echo(f"   error    {issue['path']}: {issue['message']}")
+        for issue in warnings:
+            click.echo(f"   warning  {issue['path']}: {issue['message']}")
+    return 1 if failed else 0
+
+
+@cli.group("role-pack")
+def role_pack_group() -> None:
+    """Validate, check and scaffold role packs."""
+
+
+@role_pack_group.command("validate")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def validate_cmd(path: Path, as_json: bool) -> None:
+    """Validate one pack folder or a folder of packs; exit 1 on any error."""
+    from ..role_pack import validate
+
+    reports = [validate(p).to_dict() for p in _pack_folders(path)]
+    sys.exit(_print_reports(reports, as_json))
+
+
+@role_pack_group.command("check")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def check_cmd(path: Path, as_json: bool) -> None:
+    """Check skill references both ways: every skill referenced, every reference real."""
+    from ..role_pack import check_references
+
+    reports = [check_references(p).to_dict() for p in _pack_folders(path)]
+    sys.exit(_print_reports(reports, as_json))
+
+
+@role_pack_group.command("new")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=Path(),
+    show_default=True,
+    help="Folder to create the pack in.",
+)
+def new_cmd(name: str, directory: Path) -> None:
+    """Scaffold a valid pack NAME (kebab-case) with persona, rules and one skill."""
+    from ..role_pack.text import KEBAB_NAME
+
+    if not KEBAB_NAME.match(name):
+        raise click.BadParameter(f"{name!r} is not kebab-case (a-z, 0-9, -)", param_hint="NAME")
+    target = directory / name
+    if target.exists():
+        raise click.ClickException(f"{target} already exists; choose another name or folder")
+    (target / "skills").mkdir(parents=True)
+    manifest = {
+        "name": name,
+        "displayName": name.replace("-", " ").title(),
+        "description": f"The {name} role.",
+        "version": "0.1.0",
+        "formatVersion": "1.0.0",
+        "interactionType": "tool_assistant",
+        "strategy": {
+            "act": {"toolMode": "allow", "temperature": 0.7},
+            "reflect": {"summary": "on", "selfReview": 0},
+            "global": {"contextLimit": 0, "stepBudget": 50},
+        },
+        "capabilities": [],
+    }
+    (target / "manifest.json").write_text(
+        json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+    )
+    (target / "persona.md").write_text(
+        f"You are the {name} role. Describe who you are and how you work here.\n\n"
+        "When a task needs a checklist, use `first-steps`.\n",
+        encoding="utf-8",
+    )
+    (target / "rules.md").write_text(
+        "- Write one rule per list line.\n- Start every task with `first-steps`.\n",
+        encoding="utf-8",
+    )
+    (target / "skills" / "first-steps.md").write_text(
+        "---\nname: first-steps\ndescription: What to do first on any task. Use at the start of a task.\n"
+        "---\n1. Restate the task.\n2. List what you need to know.\n3. Do the smallest useful step.\n",
+        encoding="utf-8",
+    )
+    click.echo(f"created {target}")

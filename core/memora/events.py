@@ -1,0 +1,101 @@
+"""Typed events for things outside the conversation stream.
+
+Subscribe by event class: ``agent.events.on(MemoryAdded, handler)``.  Handlers run synchronously
+in the order they were added; a handler that raises is logged and does not stop the others (nor
+the kernel).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+__all__ = [
+    "ArchiveFailed",
+    "Event",
+    "EventEmitter",
+    "GoalDriftDetected",
+    "MemoryAdded",
+    "MemoryRecalled",
+    "RolePackSwitched",
+    "SessionForked",
+]
+
+logger = logging.getLogger("memora.events")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class of every event."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolePackSwitched(Event):
+    from_pack: str | None
+    to_pack: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAdded(Event):
+    memory_id: str
+    source: str
+    summary_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecalled(Event):
+    query: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionForked(Event):
+    from_session: str
+    to_session: str
+    round_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFailed(Event):
+    session_id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class GoalDriftDetected(Event):
+    main_goal: str
+    current_goal: str
+    similarity: float
+
+
+E = TypeVar("E", bound=Event)
+
+
+class EventEmitter:
+    __slots__ = ("_handlers",)
+
+    def __init__(self) -> None:
+        self._handlers: dict[type[Event], list[Callable[[Any], None]]] = {}
+
+    def on(self, event_type: type[E], handler: Callable[[E], None]) -> Callable[[], None]:
+        """Subscribe; returns a function that unsubscribes."""
+        self._handlers.setdefault(event_type, []).append(handler)
+
+        def off() -> None:
+            handlers = self._handlers.get(event_type, [])
+            if handler in handlers:
+                handlers.remove(handler)
+
+        return off
+
+    def emit(self, event: Event) -> None:
+        handlers = self._handlers.get(type(event))
+        if not handlers:
+            return
+        for handler in list(handlers):
+            try:
+                handler(event)
+            except Exception:
+                logger.exception("event handler for %s raised", type(event).__name__)

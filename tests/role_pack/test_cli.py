@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from memora.cli.main import _register_commands, cli
+from tests.conftest import REPO
+
+from .helpers import write_pack
+
+_register_commands()
+
+
+def test_validate_examples_json() -> None:
+    result = CliRunner().invoke(cli, ["role-pack", "validate", str(REPO / "role_packs"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {p["name"] for p in doc["packs"]} >= {"novelist", "code-reviewer", "plain-designer"}
+    for pack in doc["packs"]:
+        assert set(pack) == {"path", "name", "errors", "warnings"}
+
+
+def test_validate_reports_errors_with_exit_1(tmp_path: Path) -> None:
+    folder = write_pack(
+        tmp_path, "bad", {"name": "bad", "strategy": {"global": {"contextLimit": 50000}}}
+    )
+    result = CliRunner().invoke(cli, ["role-pack", "validate", str(folder), "--json"])
+    assert result.exit_code == 1
+    (pack,) = json.loads(result.output)["packs"]
+    assert pack["errors"] == [
+        {
+            "path": "strategy.global.contextLimit",
+            "message": "strategy.global.contextLimit = 50000 is outside the legal range 0 or [120000, 2000000]",
+        }
+    ]
+    human = CliRunner().invoke(cli, ["role-pack", "validate", str(folder)])
+    assert human.exit_code == 1 and "FAIL" in human.output
+
+
+def test_check_and_new(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["role-pack", "new", "my-helper", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(cli, ["role-pack", "validate", str(tmp_path / "my-helper")]).exit_code == 0
+    check = runner.invoke(cli, ["role-pack", "check", str(tmp_path), "--json"])
+    assert check.exit_code == 0 and json.loads(check.output)["packs"][0]["errors"] == []
+    assert (
+        runner.invoke(cli, ["role-pack", "new", "my-helper", "--dir", str(tmp_path)]).exit_code != 0
+    )
+    assert (
+        runner.invoke(cli, ["role-pack", "new", "Bad Name", "--dir", str(tmp_path)]).exit_code != 0
+    )
+    (tmp_path / "my-helper" / "persona.md").write_text("uses `missing-one`", encoding="utf-8")
+    check = runner.invoke(cli, ["role-pack", "check", str(tmp_path / "my-helper"), "--json"])
+    assert check.exit_code == 1

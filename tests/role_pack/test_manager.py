@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memora.errors import MemoraError
+from memora.events import EventEmitter, RolePackSwitched
+from memora.role_pack import BUILTIN_FALLBACK, RolePackManager, check_references, validate
+from tests.conftest import REPO
+
+from .helpers import skill_md, write_pack
+
+EXAMPLES = sorted(p for p in (REPO / "role_packs").iterdir() if p.is_dir())
+
+
+def test_there_are_the_promised_example_packs() -> None:
+    names = {p.name for p in EXAMPLES}
+    assert {"plain-designer", "novelist", "code-reviewer"} <= names
+    novelist = REPO / "role_packs" / "novelist"
+    assert len(list((novelist / "skills").glob("*.md"))) >= 5
+    caps = {
+        c["capability"]
+        for c in json.loads((REPO / "role_packs" / "code-reviewer" / "manifest.json").read_text())[
+            "capabilities"
+        ]
+    }
+    assert {"web:search", "web:fetch", "code:execute"} <= caps
+
+
+@pytest.mark.parametrize(
+    "pack", [*EXAMPLES, REPO / "core/memora/role_pack/builtin/memora-default"], ids=lambda p: p.name
+)
+def test_example_packs_are_clean(pack: Path) -> None:
+    report = validate(pack)
+    assert report.errors == [] and report.warnings == []
+    refs = check_references(pack)
+    assert refs.errors == [], refs.errors
+
+
+def test_reference_check_both_directions(tmp_path: Path) -> None:
+    folder = write_pack(
+        tmp_path,
+        "p",
+        persona="Use `alpha` often. Also `ghost-skill`.",
+        rules="- nothing",
+        skills={"alpha.md": skill_md("alpha"), "beta/SKILL.md": skill_md("beta")},
+    )
+    report = check_references(folder)
+    messages = " ".join(i.message for i in report.errors)
+    assert "'beta' is never referenced" in messages
+    assert "no skill 'ghost-skill' exists" in messages
+    assert len(report.errors) == 2
+
+
+def _packs(tmp_path: Path) -> Path:
+    root = tmp_path / "config" / "role-packs"
+    write_pack(
+        root,
+        "writer",
+        {
+            "name": "writer",
+            "handoffPrompt": "h" * 2500,
+            "strategy": {"act": {"temperature": 0.2}},
+            "capabilities": [{"capability": "web:fetch"}],
+        },
+        persona="I write.",
+        rules="- Rule A\n- Use `polish`",
+        skills={"polish.md": skill_md("polish", "Polish prose.")},
+    )
+    write_pack(
+        root,
+        "coder",
+        {"name": "coder", "skills": [{"file": "lint"}]},
+        skills={"lint/SKILL.md": skill_md("lint"), "unlisted.md": skill_md("unlisted")},
+    )
+    return tmp_path / "config"
+
+
+def test_list_meta_reads_manifests_and_truncates_handoff(tmp_path: Path) -> None:
+    m = RolePackManager(_packs(tmp_path))
+    metas = {meta.name: meta for meta in m.list_meta()}
+    assert set(metas) == {"writer", "coder", BUILTIN_FALLBACK}
+    assert len(metas["writer"].handoff_prompt or "") == 2000
+    assert metas["writer"].capabilities == ("web:fetch",)
+    assert metas[BUILTIN_FALLBACK].builtin
+
+
+def test_resolution_chain(tmp_path: Path) -> None:
+    config = _packs(tmp_path)
+    assert RolePackManager(config, active="writer").resolve_initial().name == "writer"
+    assert (
+        RolePackManager(config, active="nope", fallback_role="coder").resolve_initial().name
+        == "coder"
+    )
+    assert (
+        RolePackManager(config, active="nope", fallback_role="nope2").resolve_initial().name
+        == BUILTIN_FALLBACK
+    )
+    assert RolePackManager(None).resolve_initial().name == BUILTIN_FALLBACK
+
+
+def test_activate_emits_event_and_recomputes(tmp_path: Path) -> None:
+    events = EventEmitter()
+    seen: list[RolePackSwitched] = []
+    events.on(RolePackSwitched, seen.append)
+    m = RolePackManager(_packs(tmp_path), active="writer", events=events)
+    m.resolve_initial()
+    prompt = m.system_prompt()
+    assert "I write." in prompt and "1. Rule A" in prompt and "- polish: Polish prose." in prompt
+    assert m.strategy.temperature == 0.2
+    m.activate("coder")
+    assert seen == [RolePackSwitched("writer", "coder")]
+    assert m.strategy.temperature == 0.7
+    assert set(m.skills()) == {"lint"}  # whitelist honoured
+    assert "I write." not in m.system_prompt()
+    with pytest.raises(MemoraError, match="no role pack named 'ghost'"):
+        m.activate("ghost")
+
+
+def test_skill_layers_and_disabled(tmp_path: Path) -> None:
+    config = _packs(tmp_path)
+    (config / "skills").mkdir()
+    (config / "skills" / "global-one.md").write_text(skill_md("global-one"), encoding="utf-8")
+    (config / "skills" / "polish.md").write_text(
+        skill_md("polish", "GLOBAL version"), encoding="utf-8"
+    )
+    project = tmp_path / "project"
+    (project / ".memora" / "skills").mkdir(parents=True)
+    (project / ".memora" / "skills" / "proj.md").write_text(skill_md("proj"), encoding="utf-8")
+    (project / ".memora" / "rules").mkdir()
+    (project / ".memora" / "rules" / "house.md").write_text("- Project rule Z", encoding="utf-8")
+    m = RolePackManager(
+        config, active="writer", project_path=project, disabled_skills=["global-one"]
+    )
+    skills = m.skills()
+    assert set(skills) == {"polish", "proj"}
+    assert skills["polish"].description == "Polish prose."  # pack beats global
+    assert skills["proj"].source == "project"
+    assert "Project rule Z" in m.system_prompt()
+
+
+def test_skill_levels(tmp_path: Path) -> None:
+    root = tmp_path / "c" / "role-packs"
+    write_pack(
+        root,
+        "p",
+        {"name": "p"},
+        persona="`tool-kit`",
+        skills={
+            "tool-kit/SKILL.md": skill_md("tool-kit", body="Run scripts/hello.py"),
+            "tool-kit/scripts/hello.py": "print('hi')\n",
+            "tool-kit/ref/notes.md": "notes",
+        },
+    )
+    m = RolePackManager(tmp_path / "c", active="p")
+    skill = m.skill("tool-kit")
+    assert skill.body() == "Run scripts/hello.py"
+    assert skill.resources() == ["ref/notes.md", "scripts/hello.py"]
+    assert skill.resource_path("ref/notes.md").read_text() == "notes"
+    from memora.errors import ToolError
+
+    with pytest.raises(ToolError) as info:
+        skill.resource_path("../../manifest.json")
+    assert info.value.code == "PATH_NOT_ALLOWED"
+    with pytest.raises(ToolError) as info:
+        m.skill("nope")
+    assert info.value.code == "FILE_NOT_FOUND"
+
+
+def test_refused_companion_pack(tmp_path: Path) -> None:
+    root = tmp_path / "c" / "role-packs"
+    write_pack(
+        root,
+        "bad",
+        {
+            "name": "bad",
+            "interactionType": "companion",
+            "aiIdentityDisclosure": True,
+            "minorProtection": "required",
+        },
+        persona="我是你的虚拟男友",
+    )
+    m = RolePackManager(tmp_path / "c")
+    with pytest.raises(MemoraError, match="refused"):
+        m.activate("bad")
+
+
+def test_pack_with_errors_still_loads_with_fallbacks(tmp_path: Path) -> None:
+    root = tmp_path / "c" / "role-packs"
+    write_pack(root, "sloppy", {"strategy": {"global": {"contextLimit": 50000}}})
+    m = RolePackManager(tmp_path / "c", active="sloppy")
+    assert m.resolve_initial().name == "sloppy"
+    assert m.strategy.context_limit == 0
+
+
+def test_strategy_prompt_instructions(tmp_path: Path) -> None:
+    root = tmp_path / "c" / "role-packs"
+    write_pack(
+        root,
+        "asker",
+        {
+            "name": "asker",
+            "strategy": {
+                "reflect": {"userFollowup": "ask"},
+                "global": {"askOn": ["confirm"], "askLimit": 2},
+                "act": {"toolReadonly": "readonly", "multiStepReasoning": "manual"},
+            },
+        },
+    )
+    write_pack(root, "mute", {"name": "mute", "strategy": {"act": {"toolMode": "block"}}})
+    m = RolePackManager(tmp_path / "c", active="asker")
+    prompt = m.system_prompt()
+    assert "ask_user" in prompt and "confirm" in prompt and "at most 2" in prompt
+    assert "read-only" in prompt and "unless the user explicitly asks for a plan" in prompt
+    m.activate("mute")
+    assert "No tools are available" in m.system_prompt()
