@@ -194,11 +194,8 @@ def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
             issue.message,
         )
     manifest = _read_manifest(folder)
-    name = (
-        manifest.get("name")
-        if isinstance(manifest.get("name"), str) and manifest["name"].strip()
-        else folder.name
-    )
+    declared = manifest.get("name")
+    name = declared if isinstance(declared, str) and declared.strip() else folder.name
     return RolePack(name=name, folder=folder, manifest=manifest, report=report, builtin=builtin)
 
 
