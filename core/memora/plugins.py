@@ -52,7 +52,11 @@ logger = logging.getLogger("memora.plugins")
 
 ENTRY_POINT_GROUP = "memora"
 
-DEFAULT_PLUGINS: tuple[str, ...] = ("memora.default_plugins.checks",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "memora.default_plugins.checks",
+    "memora.default_plugins.storage",
+    "memora.default_plugins.sessions",
+)
 """Modules registered as built-in plugins, in this order."""
 
 Kind = Literal[

@@ -1,0 +1,117 @@
+"""SQLite memory: bulk insert and keyword search at 100k and 1M summaries.
+
+Side by side in one run, on the same database file:
+  * memora   — SqliteStorage.search_by_keyword (async, worker thread, records built);
+  * raw FTS5 — the same MATCH + bm25 query on a plain sqlite3 connection (the floor);
+  * LIKE     — a naive '%term%' scan, what a backend without an index does.
+
+Usage: python bench/bench_memory.py [N ...]   (default: 100000 1000000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from memora.memory import NewMemory
+from memora.memory.sqlite_store import SqliteStorage, build_match_query
+
+RNG = random.Random(42)
+HAN = [chr(c) for c in range(0x4E00, 0x4E00 + 2500)]
+ZH_WORDS = list({RNG.choice(HAN) + RNG.choice(HAN) for _ in range(6000)}) + ["记忆", "大纲", "摘要", "决定"]
+EN_WORDS = [
+    "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(RNG.randint(4, 9))) for _ in range(8000)
+] + ["sqlite", "deadline", "outline", "memory"]
+
+
+def zipf_pick(words: list[str]) -> str:
+    # mildly skewed: low indexes are more common
+    return words[min(int(RNG.paretovariate(1.1)) - 1, len(words) - 1) if RNG.random() < 0.3 else RNG.randrange(len(words))]
+
+
+def summary() -> str:
+    zh = "".join(zipf_pick(ZH_WORDS) for _ in range(RNG.randint(8, 20)))
+    en = " ".join(zipf_pick(EN_WORDS) for _ in range(RNG.randint(6, 14)))
+    return f"{zh}。{en}." if RNG.random() < 0.5 else f"{en}. {zh}。"
+
+
+QUERIES = [*RNG.sample(ZH_WORDS[:-4], 60), *RNG.sample(EN_WORDS[:-4], 60), "记忆", "大纲", "sqlite", "deadline",
+           "记忆 sqlite", "长期记忆"]
+
+
+def pct(samples: list[float], p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * p))]
+
+
+async def run(n: int, folder: Path) -> None:
+    db = folder / f"bench-{n}.db"
+    store = SqliteStorage(db)
+    batch = 10_000
+    insert_s = 0.0
+    for start in range(0, n, batch):
+        items = [NewMemory(summary(), name="s") for _ in range(min(batch, n - start))]
+        t0 = time.perf_counter()
+        await store.add_many(items)
+        insert_s += time.perf_counter() - t0
+
+    raw = sqlite3.connect(db)
+    cols = "m.id, m.source, m.name, m.content, m.summary_type, m.created_at, m.updated_at, m.superseded_by, m.session_id, m.round_id, m.meta"
+    raw_sql = (
+        f"SELECT {cols}, bm25(memories_fts) AS score FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+        "WHERE memories_fts MATCH ? AND m.superseded_by IS NULL ORDER BY score LIMIT 10"
+    )
+    like_sql = "SELECT id, content FROM memories WHERE content LIKE ? AND superseded_by IS NULL LIMIT 10"
+
+    for q in QUERIES[:10]:  # warm caches for all three
+        await store.search_by_keyword(q)
+        raw.execute(raw_sql, (build_match_query(q),)).fetchall()
+
+    mem, floor, like = [], [], []
+    hits_total = 0
+    for _ in range(3):
+        for q in QUERIES:
+            match = build_match_query(q)
+            t = time.perf_counter()
+            rows = raw.execute(raw_sql, (match,)).fetchall()
+            floor.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            hits = await store.search_by_keyword(q)
+            mem.append(time.perf_counter() - t)
+            assert len(hits) == len(rows)
+            hits_total += len(hits)
+    for q in QUERIES[:20]:
+        term = q.split()[0]
+        t = time.perf_counter()
+        raw.execute(like_sql, (f"%{term}%",)).fetchall()
+        like.append(time.perf_counter() - t)
+    raw.close()
+    await store.close()
+
+    size_mb = db.stat().st_size / 1e6
+    print(f"N = {n:,}  (db {size_mb:,.0f} MB, {hits_total / len(mem):.1f} hits/query)")
+    print(f"  insert (batched 10k)   {n / insert_s:12,.0f} rows/s")
+    print(f"  memora search   p50 {pct(mem, .5) * 1e3:7.3f} ms   p99 {pct(mem, .99) * 1e3:7.3f} ms")
+    print(f"  raw FTS5 floor  p50 {pct(floor, .5) * 1e3:7.3f} ms   p99 {pct(floor, .99) * 1e3:7.3f} ms")
+    print(f"  LIKE scan       p50 {pct(like, .5) * 1e3:7.3f} ms   p99 {pct(like, .99) * 1e3:7.3f} ms")
+    print(f"  ratio memora / raw FTS5 (p50)  {statistics.median(mem) / statistics.median(floor):6.2f}x")
+    print(f"  ratio LIKE / memora (p50)      {statistics.median(like) / statistics.median(mem):6.1f}x")
+
+
+def main() -> None:
+    sizes = [int(a) for a in sys.argv[1:]] or [100_000, 1_000_000]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            asyncio.run(run(n, Path(tmp)))
+            for f in Path(tmp).glob("bench-*"):
+                f.unlink()
+
+
+if __name__ == "__main__":
+    main()

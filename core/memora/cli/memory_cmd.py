@@ -1,0 +1,302 @@
+"""`memora memory ...` and `memora sessions ...`: inspect a data directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .main import cli, emit_json
+
+T = TypeVar("T")
+
+data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="The Agent's data directory.",
+)
+backend_option = click.option(
+    "--backend",
+    default="sqlite",
+    show_default=True,
+    help="Storage backend name (see memora plugins).",
+)
+
+
+def _open(data_dir: Path, backend: str, *, read_only: bool = False) -> Any:
+    from ..plugins import create_plugin_manager
+
+    options: dict[str, Any] = {"path": data_dir}
+    if read_only and backend == "sqlite":
+        options["read_only"] = True
+    return create_plugin_manager().create("storage", backend, options)
+
+
+def _run(
+    data_dir: Path, backend: str, work: Callable[[Any], Awaitable[T]], *, read_only: bool = False
+) -> T:
+    from ..errors import MemoraError
+
+    async def main() -> T:
+        store = _open(data_dir, backend, read_only=read_only)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except MemoraError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@cli.group("memory")
+def memory_group() -> None:
+    """Search, count, export and import memories."""
+
+
+@memory_group.command("search")
+@click.argument("query")
+@data_dir_option
+@backend_option
+@click.option("--source", default=None, help="Only this source label (e.g. round_summary).")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True)
+def search_cmd(
+    query: str, data_dir: Path, backend: str, source: str | None, limit: int, as_json: bool
+) -> None:
+    """Keyword search (Chinese and English), most relevant first."""
+
+    async def work(store: Any) -> list[Any]:
+        return list(await store.search_by_keyword(query, source=source, limit=limit))
+
+    hits = _run(data_dir, backend, work, read_only=True)
+    if as_json:
+        emit_json(
+            {
+                "results": [
+                    {
+                        "id": h.record.id,
+                        "source": h.record.source,
+                        "name": h.record.name,
+                        "content": h.record.content,
+                        "score": round(h.score, 6),
+                    }
+                    for h in hits
+                ]
+            }
+        )
+        return
+    if not hits:
+        click.echo("no results")
+    for h in hits:
+        click.echo(f"{h.score:7.3f}  {h.record.id}  [{h.record.source}] {h.record.name}")
+        click.echo(f"         {h.record.content[:200]}")
+
+
+@memory_group.command("stats")
+@data_dir_option
+@backend_option
+@click.option("--json", "as_json", is_flag=True)
+def stats_cmd(data_dir: Path, backend: str, as_json: bool) -> None:
+    """Totals by source label."""
+    from ..memory.manager import MemoryManager
+
+    async def work(store: Any) -> Any:
+        return await MemoryManager(store).snapshot()
+
+    snap = _run(data_dir, backend, work, read_only=True)
+    if as_json:
+        emit_json(snap.to_dict())
+        return
+    click.echo(f"total: {snap.total}")
+    for source, n in sorted(snap.by_source.items()):
+        click.echo(f"  {source}: {n}")
+
+
+@memory_group.command("history")
+@click.argument("memory_id")
+@data_dir_option
+@backend_option
+@click.option("--json", "as_json", is_flag=True)
+def history_cmd(memory_id: str, data_dir: Path, backend: str, as_json: bool) -> None:
+    """Show a memory's supersede chain, oldest first."""
+
+    async def work(store: Any) -> list[Any]:
+        return list(await store.history(memory_id))
+
+    chain = _run(data_dir, backend, work, read_only=True)
+    if as_json:
+        emit_json({"history": [r.to_dict() for r in chain]})
+        return
+    for r in chain:
+        mark = "superseded by " + r.superseded_by if r.superseded_by else "current"
+        click.echo(f"{r.id}  ({mark})  session={r.session_id} round={r.round_id}")
+        click.echo(f"    {r.content[:200]}")
+
+
+@memory_group.command("export")
+@data_dir_option
+@backend_option
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="File to write (default: stdout).",
+)
+def export_cmd(data_dir: Path, backend: str, output: Path | None) -> None:
+    """Export every memory as JSONL, one memory a line."""
+
+    async def work(store: Any) -> list[Any]:
+        out, offset = [], 0
+        while True:
+            page = await store.list(limit=1000, offset=offset)
+            out.extend(page)
+            if len(page) < 1000:
+                return out
+            offset += 1000
+
+    records = _run(data_dir, backend, work, read_only=True)
+    lines = [
+        json.dumps(
+            {
+                k: v
+                for k, v in r.to_dict().items()
+                if v not in (None, {}) or k in ("source", "name", "content")
+            },
+            ensure_ascii=False,
+        )
+        for r in reversed(records)
+    ]
+    text = "".join(line + "\n" for line in lines)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        from ..security.atomic import atomic_write_text
+
+        atomic_write_text(output, text)
+        click.echo(f"exported {len(lines)} memories to {output}", err=True)
+
+
+@memory_group.command("import")
+@click.argument(
+    "file", type=click.Path(path_type=Path, dir_okay=False, exists=True, allow_dash=True)
+)
+@data_dir_option
+@backend_option
+def import_cmd(file: Path, data_dir: Path, backend: str) -> None:
+    """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is bad."""
+    from ..memory.types import NewMemory
+
+    raw = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    items: list[NewMemory] = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if not isinstance(data.get("content"), str):
+                raise ValueError('"content" (a string) is required')
+            items.append(
+                NewMemory(
+                    content=data["content"],
+                    source=str(data.get("source", "unknown")),
+                    name=str(data.get("name", "")),
+                    summary_type=data.get("summary_type"),
+                    session_id=data.get("session_id"),
+                    round_id=data.get("round_id"),
+                    id=data.get("id"),
+                    created_at=float(data["created_at"])
+                    if data.get("created_at") is not None
+                    else None,
+                    superseded_by=data.get("superseded_by"),
+                    meta=dict(data.get("meta") or {}),
+                )
+            )
+        except (ValueError, TypeError) as exc:
+            raise click.ClickException(f"{file} line {n}: {exc}; nothing was imported") from exc
+
+    async def work(store: Any) -> int:
+        before = await store.count()
+        await store.add_many(items)
+        return int(await store.count()) - int(before)
+
+    added = _run(data_dir, backend, work)
+    click.echo(f"imported {added} new memories ({len(items) - added} already present)")
+
+
+@cli.group("sessions")
+def sessions_group() -> None:
+    """List, show and fork sessions."""
+
+
+def _sessions(data_dir: Path) -> Any:
+    from ..memory.sessions import JsonlSessionStore
+
+    return JsonlSessionStore(data_dir)
+
+
+def _arun(coro: Awaitable[T]) -> T:
+    from ..errors import MemoraError
+
+    async def main() -> T:
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except MemoraError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@sessions_group.command("list")
+@data_dir_option
+@click.option("--all", "include_archived", is_flag=True, help="Include archived sessions.")
+@click.option("--json", "as_json", is_flag=True)
+def sessions_list(data_dir: Path, include_archived: bool, as_json: bool) -> None:
+    infos = _arun(_sessions(data_dir).list(include_archived=include_archived))
+    if as_json:
+        emit_json({"sessions": [i.to_dict() for i in infos]})
+        return
+    for i in infos:
+        flag = " (archived)" if i.archived else ""
+        click.echo(f"{i.id}  rounds={i.round_count}  {i.title}{flag}")
+
+
+@sessions_group.command("show")
+@click.argument("session_id")
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def sessions_show(session_id: str, data_dir: Path, as_json: bool) -> None:
+    store = _sessions(data_dir)
+    info = _arun(store.get(session_id))
+    rounds = _arun(store.rounds(session_id))
+    if as_json:
+        emit_json({"session": info.to_dict(), "rounds": [r.to_dict() for r in rounds]})
+        return
+    click.echo(f"{info.id}: {info.title}")
+    for r in rounds:
+        click.echo(f"-- round {r.round_id} [{r.status}]")
+        click.echo(f"   user: {r.user[:300]}")
+        click.echo(f"   assistant: {r.assistant[:300]}")
+
+
+@sessions_group.command("fork")
+@click.argument("session_id")
+@data_dir_option
+@click.option("--at-round", default=None, help="Copy rounds up to and including this round id.")
+@click.option("--json", "as_json", is_flag=True)
+def sessions_fork(session_id: str, data_dir: Path, at_round: str | None, as_json: bool) -> None:
+    info, count = _arun(_sessions(data_dir).fork(session_id, at_round))
+    if as_json:
+        emit_json({"session": info.to_dict(), "round_count": count})
+        return
+    click.echo(f"forked {session_id} -> {info.id} ({count} rounds)")

@@ -1,0 +1,270 @@
+"""Tokenisation and keyword extraction for Chinese and English.
+
+One tokenizer serves indexing and querying in every backend, so a query finds the same memories
+whichever backend stores them:
+
+* Latin/other scripts: lowercase word tokens (letters, digits, ``_``), NFKC-normalised;
+* CJK (Han, kana, hangul): overlapping character bigrams of each run, plus the run's last
+  character, so any substring of two or more characters is a *phrase* of consecutive bigrams
+  (记忆 → ``记忆``; 长期记忆 → ``长期 期记 记忆``) and a single character is a prefix.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_TERMS",
+    "QueryTerm",
+    "extract_keywords",
+    "index_tokens",
+    "query_terms",
+]
+
+MAX_QUERY_CHARS = 1000
+MAX_QUERY_TERMS = 32
+
+_CJK = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf"  # CJK ext A
+    "\u4e00-\u9fff"  # CJK unified
+    "\uf900-\ufaff"  # compatibility
+    "\uac00-\ud7af"  # hangul
+    "\U00020000-\U0002ffff"
+)
+_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")
+
+_STOP_EN = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "else",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "him",
+        "her",
+        "us",
+        "them",
+        "my",
+        "your",
+        "our",
+        "their",
+        "do",
+        "does",
+        "did",
+        "done",
+        "have",
+        "has",
+        "had",
+        "not",
+        "no",
+        "yes",
+        "so",
+        "too",
+        "very",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "about",
+        "into",
+        "over",
+        "under",
+        "again",
+        "further",
+        "more",
+        "most",
+        "some",
+        "such",
+        "only",
+        "own",
+        "same",
+        "than",
+        "just",
+        "also",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "other",
+    ]
+)
+_STOP_ZH = frozenset(
+    [
+        "的了是在和有就不也都而及与着或一个我们你们他们这个那个什么怎么因为所以但是如果然后可以这样那样",
+        "的",
+        "了",
+        "是",
+        "在",
+        "和",
+        "有",
+        "就",
+        "不",
+        "也",
+        "都",
+    ]
+)
+
+
+def _normalise(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def _scan(text: str) -> list[tuple[str, str]]:
+    """``(cjk_run, word)`` pairs; words are trimmed of ``_`` and dropped when nothing is left."""
+    out = []
+    for cjk, word in _TOKEN.findall(_normalise(text)):
+        if word:
+            word = word.strip("_")
+            if not word:
+                continue
+        out.append((cjk, word))
+    return out
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    grams = [run[i : i + 2] for i in range(len(run) - 1)]
+    grams.append(run[-1])
+    return grams
+
+
+def index_tokens(text: str) -> list[str]:
+    """Tokens to index for ``text`` (see the module docstring)."""
+    out: list[str] = []
+    for cjk, word in _scan(text):
+        if cjk:
+            out.extend(_bigrams(cjk))
+        elif word:
+            out.append(word)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTerm:
+    """One query term: a word, a CJK phrase (consecutive bigrams), or a single-CJK prefix."""
+
+    tokens: tuple[str, ...]
+    text: str
+    prefix: bool = False
+
+
+def query_terms(query: str) -> list[QueryTerm]:
+    """Split a user query into terms; capped in length and count, never raises."""
+    terms: list[QueryTerm] = []
+    seen: set[str] = set()
+    for cjk, word in _scan(query[:MAX_QUERY_CHARS]):
+        text = cjk or word
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        if cjk:
+            if len(cjk) == 1:
+                terms.append(QueryTerm((cjk,), cjk, prefix=True))
+            else:
+                terms.append(QueryTerm(tuple(cjk[i : i + 2] for i in range(len(cjk) - 1)), cjk))
+        else:
+            terms.append(QueryTerm((word,), word))
+        if len(terms) >= MAX_QUERY_TERMS:
+            break
+    return terms
+
+
+def extract_keywords(text: str, limit: int = 10) -> list[str]:
+    """The most characteristic keywords of ``text``, Chinese and English.
+
+    English: non-stopword words of two or more characters. Chinese: two-character words (bigrams
+    whose characters are not function words), ranked by frequency then first appearance; a
+    longer phrase that repeats is kept whole (记忆系统 ×2 → 记忆系统).
+    """
+    counts: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    pos = 0
+    norm = _normalise(text)
+    for cjk, word in _scan(text):
+        if word:
+            if len(word) >= 2 and word not in _STOP_EN and not word.isdigit():
+                counts[word] += 1
+                first.setdefault(word, pos)
+                pos += 1
+            continue
+        for i in range(len(cjk) - 1):
+            gram = cjk[i : i + 2]
+            if gram[0] in _STOP_ZH or gram[1] in _STOP_ZH or gram in _STOP_ZH:
+                continue
+            counts[gram] += 1
+            first.setdefault(gram, pos)
+            pos += 1
+    # merge adjacent repeated bigrams into longer repeated phrases
+    for cjk, _ in _TOKEN.findall(norm):
+        for size in (4, 3):
+            for i in range(len(cjk) - size + 1):
+                phrase = cjk[i : i + size]
+                if any(ch in _STOP_ZH for ch in phrase):
+                    continue
+                n = norm.count(phrase)
+                if n >= 2 and phrase not in counts:
+                    counts[phrase] = n
+                    first.setdefault(phrase, first.get(phrase[:2], pos))
+    ranked = sorted(counts, key=lambda k: (-counts[k], -len(k), first.get(k, 0)))
+    out: list[str] = []
+    for k in ranked:
+        if any(k in longer for longer in out):
+            continue
+        out.append(k)
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,104 @@
+"""``agent.memory``: the one entry point for reading and writing memories."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from ..events import EventEmitter, MemoryAdded, MemoryRecalled
+from ..llm.provider import Provider
+from ..messages import Messages
+from .storage import MemoryStorage
+from .summary import summarize_round
+from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
+
+__all__ = ["MemoryManager", "MemorySnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySnapshot:
+    """Totals for a host's memory panel."""
+
+    total: int
+    by_source: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"total": self.total, "by_source": dict(self.by_source)}
+
+
+class MemoryManager:
+    def __init__(self, storage: MemoryStorage, events: EventEmitter | None = None) -> None:
+        self.storage = storage
+        self.events = events or EventEmitter()
+
+    async def search(
+        self,
+        query: str,
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        round_ids: Collection[str] | None = None,
+    ) -> list[ScoredMemory]:
+        """Keyword search; emits ``MemoryRecalled`` with the number of hits."""
+        hits = await self.storage.search_by_keyword(
+            query, source=source, limit=limit, round_ids=round_ids
+        )
+        self.events.emit(MemoryRecalled(query, len(hits)))
+        return hits
+
+    async def write(self, item: NewMemory) -> MemoryRecord:
+        """Write one memory; emits ``MemoryAdded``."""
+        record = await self.storage.add(item)
+        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type))
+        return record
+
+    async def supersede(self, old_id: str, item: NewMemory) -> MemoryRecord:
+        record = await self.storage.supersede(old_id, item)
+        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type))
+        return record
+
+    async def history(self, memory_id: str) -> list[MemoryRecord]:
+        return await self.storage.history(memory_id)
+
+    async def snapshot(self) -> MemorySnapshot:
+        by_source = {s: await self.storage.count_by_source(s) for s in SOURCE_LABELS}
+        total = await self.storage.count()
+        known = sum(by_source.values())
+        if total > known:
+            by_source["other"] = total - known
+        return MemorySnapshot(total, {k: v for k, v in by_source.items() if v})
+
+    async def write_round_summary(
+        self,
+        provider: Provider,
+        *,
+        user: str,
+        assistant: str,
+        session_id: str | None,
+        round_id: str | None,
+        tool_notes: Sequence[str] = (),
+        focus: str | None = None,
+        messages: Messages | None = None,
+    ) -> MemoryRecord | None:
+        """Summarise a finished round with ``provider`` and store it (``None`` when empty)."""
+        summary_type, text = await summarize_round(
+            provider,
+            user=user,
+            assistant=assistant,
+            tool_notes=tool_notes,
+            focus=focus,
+            messages=messages,
+        )
+        if not text:
+            return None
+        title = " ".join(user.split())[:60]
+        return await self.write(
+            NewMemory(
+                content=text,
+                source="round_summary",
+                name=title,
+                summary_type=summary_type,
+                session_id=session_id,
+                round_id=round_id,
+            )
+        )

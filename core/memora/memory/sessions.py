@@ -1,0 +1,318 @@
+"""Session and round store: append-only JSONL per session, grouped by date.
+
+Layout under the data directory::
+
+    sessions/<session_id>/meta.json          # title, parent, fork point, archived (atomic writes)
+    sessions/<session_id>/<YYYY-MM-DD>.jsonl  # one JSON object per line, appended
+
+Each line is ``{"kind": "message", ...}`` (one LLM-history message) or ``{"kind": "round", ...}``
+(a finished round: the user message, the assistant answer and the process events — thoughts,
+tool calls and results, errors — so a host can replay a turn after a restart).  Lines are
+appended with one ``write`` + ``fsync``; a torn last line left by a crash is skipped on read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ErrorCode, MemoraError
+from ..security.atomic import atomic_write_text
+
+__all__ = ["JsonlSessionStore", "RoundRecord", "SessionInfo"]
+
+logger = logging.getLogger("memora.sessions")
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass
+class SessionInfo:
+    id: str
+    title: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    parent_id: str | None = None
+    fork_round_id: str | None = None
+    archived: bool = False
+    round_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RoundRecord:
+    """One question and its answer, with what happened in between."""
+
+    round_id: str
+    user: str
+    assistant: str = ""
+    events: builtins.list[dict[str, Any]] = field(default_factory=list)
+    status: str = "done"
+    """``done``, ``aborted``, ``error`` or ``paused``."""
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> RoundRecord:
+        return RoundRecord(
+            round_id=str(data["round_id"]),
+            user=str(data.get("user", "")),
+            assistant=str(data.get("assistant", "")),
+            events=list(data.get("events") or []),
+            status=str(data.get("status", "done")),
+            started_at=float(data.get("started_at") or 0.0),
+            ended_at=float(data.get("ended_at") or 0.0),
+            usage=dict(data.get("usage") or {}),
+        )
+
+
+def _day(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+class JsonlSessionStore:
+    """The built-in session store (``jsonl``)."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.root = Path(data_dir) / "sessions"
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _dir(self, session_id: str) -> Path:
+        if (
+            not isinstance(session_id, str)
+            or not _ID.match(session_id)
+            or session_id in (".", "..")
+        ):
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"invalid session id {session_id!r}; use 1–128 letters, digits, '.', '_' or '-'",
+            )
+        return self.root / session_id
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def _read_meta(self, session_id: str) -> SessionInfo:
+        path = self._dir(session_id) / "meta.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            ) from None
+        except ValueError as exc:
+            raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
+        known = SessionInfo.__dataclass_fields__
+        return SessionInfo(**{k: v for k, v in data.items() if k in known})
+
+    def _write_meta(self, info: SessionInfo) -> None:
+        atomic_write_text(
+            self._dir(info.id) / "meta.json",
+            json.dumps(info.to_dict(), ensure_ascii=False, indent=1),
+        )
+
+    def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
+        folder = self._dir(session_id)
+        if not (folder / "meta.json").is_file():
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            )
+        path = folder / f"{_day(time.time())}.jsonl"
+        payload = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode(
+            "utf-8"
+        )
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            # a previous crash may have left a torn line without its newline: start on a new line
+            if os.fstat(fd).st_size:
+                with open(path, "rb") as fh:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        payload = b"\n" + payload
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        folder = self._dir(session_id)
+        if not (folder / "meta.json").is_file():
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            )
+        out: builtins.list[dict[str, Any]] = []
+        for path in sorted(folder.glob("*.jsonl")):
+            with path.open("rb") as fh:
+                for n, raw in enumerate(fh, 1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        item = json.loads(raw)
+                    except ValueError:
+                        logger.warning("%s line %d is torn or corrupt; skipped", path, n)
+                        continue
+                    if isinstance(item, dict):
+                        out.append(item)
+        return out
+
+    # -- API -------------------------------------------------------------------------------------
+
+    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+        sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        folder = self._dir(sid)
+        if (folder / "meta.json").exists():
+            raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
+        t = time.time()
+        info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+        await asyncio.to_thread(self._write_meta, info)
+        return info
+
+    async def get(self, session_id: str) -> SessionInfo:
+        return await asyncio.to_thread(self._read_meta, session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return (self._dir(session_id) / "meta.json").is_file()
+
+    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
+        def work() -> builtins.list[SessionInfo]:
+            if not self.root.is_dir():
+                return []
+            infos = []
+            for folder in self.root.iterdir():
+                if (folder / "meta.json").is_file():
+                    try:
+                        info = self._read_meta(folder.name)
+                    except MemoraError as exc:
+                        logger.warning("session %s skipped: %s", folder.name, exc)
+                        continue
+                    if include_archived or not info.archived:
+                        infos.append(info)
+            infos.sort(key=lambda i: -i.updated_at)
+            return infos
+
+        return await asyncio.to_thread(work)
+
+    async def append_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
+        if not messages:
+            return
+        lines = [{"kind": "message", **m} for m in messages]
+        async with self._lock(session_id):
+            await asyncio.to_thread(self._append, session_id, lines)
+
+    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        lines = await asyncio.to_thread(self._lines, session_id)
+        return [
+            {k: v for k, v in line.items() if k != "kind"}
+            for line in lines
+            if line.get("kind") == "message"
+        ]
+
+    async def append_round(self, session_id: str, record: RoundRecord) -> None:
+        async with self._lock(session_id):
+
+            def work() -> None:
+                self._append(session_id, [{"kind": "round", **record.to_dict()}])
+                info = self._read_meta(session_id)
+                info.round_count += 1
+                info.updated_at = time.time()
+                if not info.title:
+                    info.title = (
+                        record.user.strip().splitlines()[0][:80] if record.user.strip() else ""
+                    )
+                self._write_meta(info)
+
+            await asyncio.to_thread(work)
+
+    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
+        lines = await asyncio.to_thread(self._lines, session_id)
+        out = []
+        for line in lines:
+            if line.get("kind") == "round" and "round_id" in line:
+                try:
+                    out.append(RoundRecord.from_dict(line))
+                except (TypeError, ValueError) as exc:
+                    logger.warning("session %s: malformed round skipped: %s", session_id, exc)
+        return out
+
+    async def fork(
+        self, session_id: str, at_round_id: str | None = None, title: str = ""
+    ) -> tuple[SessionInfo, int]:
+        """Copy the session's lines up to and including ``at_round_id`` (all when ``None``) into a
+        new session; returns it and the number of rounds copied."""
+        async with self._lock(session_id):
+
+            def work() -> tuple[SessionInfo, int]:
+                source = self._read_meta(session_id)
+                lines = self._lines(session_id)
+                kept: builtins.list[dict[str, Any]] = []
+                found = at_round_id is None
+                for line in lines:
+                    kept.append(line)
+                    if (
+                        at_round_id is not None
+                        and line.get("kind") == "round"
+                        and line.get("round_id") == at_round_id
+                    ):
+                        found = True
+                        break
+                if not found:
+                    raise MemoraError(
+                        ErrorCode.NOT_FOUND,
+                        f"session {session_id!r} has no round {at_round_id!r}",
+                        context={"session_id": session_id, "round_id": at_round_id},
+                    )
+                rounds = sum(1 for line in kept if line.get("kind") == "round")
+                t = time.time()
+                new_id = f"{session_id[:100]}-fork-{uuid.uuid4().hex[:6]}"
+                info = SessionInfo(
+                    id=new_id,
+                    title=title or (source.title + " (fork)").strip(),
+                    created_at=t,
+                    updated_at=t,
+                    parent_id=session_id,
+                    fork_round_id=at_round_id,
+                    round_count=rounds,
+                )
+                self._write_meta(info)
+                if kept:
+                    self._append(new_id, kept)
+                return info, rounds
+
+            return await asyncio.to_thread(work)
+
+    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
+        def work() -> SessionInfo:
+            info = self._read_meta(session_id)
+            info.archived = archived
+            info.updated_at = time.time()
+            self._write_meta(info)
+            return info
+
+        return await asyncio.to_thread(work)
+
+    async def close(self) -> None:
+        return None

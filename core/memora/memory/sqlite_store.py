@@ -1,0 +1,491 @@
+"""The ``sqlite`` backend — the embedded default, on the standard library's ``sqlite3``.
+
+* WAL journal, ``synchronous=NORMAL`` (a committed write survives a killed process), a busy
+  timeout so two processes can share the file;
+* schema migrations are functions recorded in ``_memora_migrations`` and applied on open;
+* full-text search with FTS5 and BM25 ranking.  Text is pre-tokenised by
+  :func:`memora.memory.keywords.index_tokens` (English words + CJK bigrams) into a ``unicode61``
+  index, so two-character Chinese words such as 记忆 or 大纲 match exactly; every query term is
+  quoted as an FTS5 phrase built from the same tokens, so no user string can break or widen a
+  query;
+* all SQLite work runs on one worker thread per store, never on the event loop;
+* ``read_only=True`` opens the file read-only and returns a view without write methods;
+* a Python whose SQLite lacks FTS5 gets a clear ``NOT_AVAILABLE`` error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import ErrorCode, MemoraError, NotAvailableError
+from .keywords import index_tokens, query_terms
+from .storage import ReadOnlyView, check_new, clamp_limit
+from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
+
+__all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
+
+T = TypeVar("T")
+
+_COLUMNS = (
+    "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
+    "session_id, round_id, meta"
+)
+
+
+def _script(db: sqlite3.Connection, script: str) -> None:
+    """Run DDL statement by statement (``executescript`` would commit the open transaction)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _m001_initial(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE memories (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            source TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            content TEXT NOT NULL,
+            summary_type TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            superseded_by TEXT,
+            session_id TEXT,
+            round_id TEXT,
+            meta TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX memories_source ON memories(source, created_at);
+        CREATE INDEX memories_created ON memories(created_at);
+        CREATE INDEX memories_superseded_by ON memories(superseded_by);
+        CREATE INDEX memories_round ON memories(round_id);
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            tokens, tokenize = "unicode61 remove_diacritics 0 tokenchars '_'"
+        );
+        """,
+    )
+
+
+MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
+    ("001_initial", _m001_initial),
+)
+"""Applied in order when a store opens; each is recorded in ``_memora_migrations``."""
+
+
+def fts5_available() -> bool:
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.close()
+
+
+def build_match_query(query: str) -> str | None:
+    """An FTS5 MATCH expression for ``query``: quoted phrases joined by OR, or ``None``."""
+    parts = []
+    for term in query_terms(query):
+        phrase = " ".join(t.replace('"', '""') for t in term.tokens)
+        parts.append(f'"{phrase}"*' if term.prefix else f'"{phrase}"')
+    return " OR ".join(parts) if parts else None
+
+
+def _row(row: sqlite3.Row | tuple[Any, ...]) -> MemoryRecord:
+    meta: dict[str, Any] = {}
+    if row[10] and row[10] != "{}":
+        try:
+            meta = json.loads(row[10])
+        except ValueError:
+            meta = {}
+    return MemoryRecord(
+        id=row[0],
+        source=row[1],
+        name=row[2],
+        content=row[3],
+        summary_type=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        superseded_by=row[7],
+        session_id=row[8],
+        round_id=row[9],
+        meta=meta,
+    )
+
+
+class _Core:
+    """Synchronous SQLite work; only ever touched from the store's worker thread."""
+
+    def __init__(self, path: Path, read_only: bool) -> None:
+        if not fts5_available():
+            raise NotAvailableError(
+                "this Python's SQLite has no FTS5 full-text search; use the 'json' backend or a "
+                "Python built with FTS5 (SQLite >= 3.9 with FTS5 enabled)",
+                context={"sqlite_version": sqlite3.sqlite_version},
+            )
+        self.read_only = read_only
+        if read_only:
+            if not path.exists():
+                raise MemoraError(ErrorCode.NOT_FOUND, f"no memory database at {path}")
+            self.db = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=10000")
+        if not read_only:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS _memora_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            done = {r[0] for r in db.execute("SELECT name FROM _memora_migrations")}
+            for name, fn in MIGRATIONS:
+                if name not in done:
+                    fn(db)
+                    db.execute("INSERT INTO _memora_migrations VALUES (?, ?)", (name, now()))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _tx(self, fn: Callable[[], T]) -> T:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn()
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        return result
+
+    def _insert(self, record: MemoryRecord) -> None:
+        cur = self.db.execute(
+            f"INSERT INTO memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                record.id,
+                record.source,
+                record.name,
+                record.content,
+                record.summary_type,
+                record.created_at,
+                record.updated_at,
+                record.superseded_by,
+                record.session_id,
+                record.round_id,
+                json.dumps(record.meta, ensure_ascii=False),
+            ),
+        )
+        self.db.execute(
+            "INSERT INTO memories_fts(rowid, tokens) VALUES (?, ?)",
+            (cur.lastrowid, " ".join(index_tokens(f"{record.name}\n{record.content}"))),
+        )
+
+    def get(self, memory_id: str) -> MemoryRecord | None:
+        row = self.db.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
+        return _row(row) if row else None
+
+    def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
+        def work() -> builtins.list[MemoryRecord]:
+            out = []
+            for item in items:
+                if item.id:
+                    existing = self.get(item.id)
+                    if existing is not None:
+                        out.append(existing)
+                        continue
+                record = MemoryRecord.from_new(item)
+                self._insert(record)
+                out.append(record)
+            return out
+
+        return self._tx(work)
+
+    def _require(self, memory_id: str) -> tuple[int, MemoryRecord]:
+        row = self.db.execute(
+            f"SELECT rowid, {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
+        if row is None:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND, f"no memory with id {memory_id!r}", context={"id": memory_id}
+            )
+        return row[0], _row(row[1:])
+
+    def update(self, memory_id: str, changes: dict[str, Any]) -> MemoryRecord:
+        def work() -> MemoryRecord:
+            rowid, record = self._require(memory_id)
+            updated = record.with_changes(**changes)
+            self.db.execute(
+                "UPDATE memories SET name=?, content=?, summary_type=?, updated_at=?, meta=?, superseded_by=? WHERE rowid=?",
+                (
+                    updated.name,
+                    updated.content,
+                    updated.summary_type,
+                    updated.updated_at,
+                    json.dumps(updated.meta, ensure_ascii=False),
+                    updated.superseded_by,
+                    rowid,
+                ),
+            )
+            if "content" in changes or "name" in changes:
+                self.db.execute(
+                    "UPDATE memories_fts SET tokens=? WHERE rowid=?",
+                    (" ".join(index_tokens(f"{updated.name}\n{updated.content}")), rowid),
+                )
+            return updated
+
+        return self._tx(work)
+
+    def delete(self, memory_id: str) -> bool:
+        def work() -> bool:
+            row = self.db.execute(
+                "SELECT rowid FROM memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            self.db.execute("DELETE FROM memories WHERE rowid = ?", (row[0],))
+            self.db.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
+            return True
+
+        return self._tx(work)
+
+    def supersede(self, old_id: str, new: NewMemory) -> MemoryRecord:
+        def work() -> MemoryRecord:
+            rowid, _old = self._require(old_id)
+            record = MemoryRecord.from_new(new)
+            self._insert(record)
+            self.db.execute(
+                "UPDATE memories SET superseded_by=?, updated_at=? WHERE rowid=?",
+                (record.id, now(), rowid),
+            )
+            return record
+
+        return self._tx(work)
+
+    def list(
+        self, source: str | None, limit: int, offset: int, include_superseded: bool
+    ) -> builtins.list[MemoryRecord]:
+        where, args = [], []
+        if source is not None:
+            where.append("source = ?")
+            args.append(source)
+        if not include_superseded:
+            where.append("superseded_by IS NULL")
+        sql = f"SELECT {_COLUMNS} FROM memories"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, id LIMIT ? OFFSET ?"
+        return [_row(r) for r in self.db.execute(sql, (*args, limit, max(0, offset)))]
+
+    def search(
+        self,
+        match: str,
+        source: str | None,
+        limit: int,
+        include_superseded: bool,
+        round_ids: builtins.list[str] | None,
+    ) -> builtins.list[ScoredMemory]:
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        sql = (
+            f"SELECT {cols}, bm25(memories_fts) AS score FROM memories_fts "
+            "JOIN memories m ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ?"
+        )
+        args: builtins.list[Any] = [match]
+        if not include_superseded:
+            sql += " AND m.superseded_by IS NULL"
+        if source is not None:
+            sql += " AND m.source = ?"
+            args.append(source)
+        if round_ids is not None:
+            sql += " AND m.round_id IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(round_ids))
+        sql += " ORDER BY score LIMIT ?"
+        args.append(limit)
+        return [ScoredMemory(_row(r[:11]), -float(r[11])) for r in self.db.execute(sql, args)]
+
+    def count(self, source: str | None) -> int:
+        if source is None:
+            return int(self.db.execute("SELECT count(*) FROM memories").fetchone()[0])
+        return int(
+            self.db.execute("SELECT count(*) FROM memories WHERE source = ?", (source,)).fetchone()[
+                0
+            ]
+        )
+
+    def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        _, record = self._require(memory_id)
+        chain, seen = [record], {record.id}
+        cur = record
+        while True:
+            row = self.db.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE superseded_by = ?", (cur.id,)
+            ).fetchone()
+            if row is None or row[0] in seen:
+                break
+            cur = _row(row)
+            chain.insert(0, cur)
+            seen.add(cur.id)
+        cur = record
+        while cur.superseded_by and cur.superseded_by not in seen:
+            nxt = self.get(cur.superseded_by)
+            if nxt is None:
+                break
+            chain.append(nxt)
+            seen.add(nxt.id)
+            cur = nxt
+        return chain
+
+    def integrity_check(self) -> str:
+        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class SqliteStorage:
+    """SQLite memory storage.  Create with :func:`open_sqlite_storage` (or ``SqliteStorage(path)``
+    from synchronous code)."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memora-sqlite")
+        self._closed = False
+        self._core: _Core = self._executor.submit(_Core, self.path, read_only).result()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise MemoraError(ErrorCode.STORAGE_ERROR, f"the memory storage {self.path} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except sqlite3.Error as exc:
+            raise MemoraError(
+                ErrorCode.STORAGE_ERROR,
+                f"SQLite error on {self.path}: {exc}",
+                context={"path": str(self.path)},
+            ) from exc
+
+    async def add(self, item: NewMemory) -> MemoryRecord:
+        return (await self.add_many([item]))[0]
+
+    async def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
+        for item in items:
+            check_new(item)
+            check_source(item.source)
+        return await self._run(self._core.add_many, list(items))
+
+    async def get(self, memory_id: str) -> MemoryRecord | None:
+        return await self._run(self._core.get, memory_id)
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        name: str | None = None,
+        summary_type: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> MemoryRecord:
+        changes: dict[str, Any] = {}
+        if content is not None:
+            check_new(NewMemory(content=content))
+            changes["content"] = content
+        if name is not None:
+            changes["name"] = name
+        if summary_type is not None:
+            changes["summary_type"] = summary_type
+        if meta is not None:
+            changes["meta"] = dict(meta)
+        return await self._run(self._core.update, memory_id, changes)
+
+    async def delete(self, memory_id: str) -> bool:
+        return await self._run(self._core.delete, memory_id)
+
+    async def supersede(self, old_id: str, new: NewMemory) -> MemoryRecord:
+        check_new(new)
+        check_source(new.source)
+        return await self._run(self._core.supersede, old_id, new)
+
+    async def list(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_superseded: bool = True,
+    ) -> builtins.list[MemoryRecord]:
+        return await self._run(
+            self._core.list, source, clamp_limit(limit), offset, include_superseded
+        )
+
+    async def search_by_keyword(
+        self,
+        query: str,
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        if not isinstance(query, str):
+            return []
+        match = build_match_query(query)
+        limit = clamp_limit(limit)
+        if match is None or limit == 0:
+            return []
+        ids = list(round_ids) if round_ids is not None else None
+        return await self._run(self._core.search, match, source, limit, include_superseded, ids)
+
+    async def count(self) -> int:
+        return await self._run(self._core.count, None)
+
+    async def count_by_source(self, source: str) -> int:
+        return await self._run(self._core.count, source)
+
+    async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        return await self._run(self._core.history, memory_id)
+
+    async def integrity_check(self) -> str:
+        return await self._run(self._core.integrity_check)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._core.close)
+        self._executor.shutdown(wait=True)
+
+    def close_sync(self) -> None:
+        """Close from synchronous code (CLI, atexit)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.submit(self._core.close).result()
+        self._executor.shutdown(wait=True)
+
+
+def open_sqlite_storage(
+    path: str | Path, *, read_only: bool = False
+) -> SqliteStorage | ReadOnlyView:
+    """Open the SQLite store at ``path``; with ``read_only`` a view without write methods."""
+    store = SqliteStorage(path, read_only=read_only)
+    return ReadOnlyView(store) if read_only else store

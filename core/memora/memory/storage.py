@@ -1,0 +1,219 @@
+"""The storage protocol every memory backend implements, a read-only view, and the shared
+relevance scorer of the non-SQL backends.
+
+Methods are ``async`` so a networked backend fits the same protocol; the embedded backends do
+their (local, short) I/O on a worker thread.  Semantics every backend shares (and the conformance
+suite in :mod:`memora.testing.storage_conformance` checks):
+
+* ``add`` with an ``id`` that already exists returns the stored record unchanged (idempotent
+  import);
+* superseded memories are excluded from ``search_by_keyword`` unless ``include_superseded``;
+* search input is capped (:data:`~memora.memory.keywords.MAX_QUERY_CHARS`) and never raises on any
+  string: a query with no searchable characters returns ``[]``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ErrorCode, MemoraError
+from .keywords import QueryTerm, index_tokens, query_terms
+from .types import MAX_CONTENT_CHARS, MemoryRecord, NewMemory, ScoredMemory
+
+__all__ = [
+    "MemoryStorage",
+    "ReadOnlyMemoryStorage",
+    "ReadOnlyView",
+    "check_new",
+    "score_records",
+]
+
+
+@runtime_checkable
+class ReadOnlyMemoryStorage(Protocol):
+    """The read half of :class:`MemoryStorage` (no write methods at all)."""
+
+    async def get(self, memory_id: str) -> MemoryRecord | None: ...
+
+    async def list(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_superseded: bool = True,
+    ) -> builtins.list[MemoryRecord]:
+        """Newest first, paged."""
+        ...
+
+    async def search_by_keyword(
+        self,
+        query: str,
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        """Most relevant first.  ``round_ids`` restricts the search to memories of those rounds
+        (the rounds of one session branch)."""
+        ...
+
+    async def count(self) -> int: ...
+
+    async def count_by_source(self, source: str) -> int: ...
+
+    async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        """The supersede chain containing ``memory_id``, oldest first."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class MemoryStorage(ReadOnlyMemoryStorage, Protocol):
+    async def add(self, item: NewMemory) -> MemoryRecord: ...
+
+    async def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
+        """Add several memories in one transaction."""
+        ...
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        name: str | None = None,
+        summary_type: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> MemoryRecord: ...
+
+    async def delete(self, memory_id: str) -> bool: ...
+
+    async def supersede(self, old_id: str, new: NewMemory) -> MemoryRecord:
+        """Write ``new`` and mark ``old_id`` as ``superseded_by`` it, atomically."""
+        ...
+
+
+class ReadOnlyView:
+    """Wrap any storage so only the read methods are reachable."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: ReadOnlyMemoryStorage) -> None:
+        self._inner = inner
+
+    async def get(self, memory_id: str) -> MemoryRecord | None:
+        return await self._inner.get(memory_id)
+
+    async def list(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_superseded: bool = True,
+    ) -> builtins.list[MemoryRecord]:
+        return await self._inner.list(
+            source=source, limit=limit, offset=offset, include_superseded=include_superseded
+        )
+
+    async def search_by_keyword(
+        self,
+        query: str,
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        return await self._inner.search_by_keyword(
+            query,
+            source=source,
+            limit=limit,
+            include_superseded=include_superseded,
+            round_ids=round_ids,
+        )
+
+    async def count(self) -> int:
+        return await self._inner.count()
+
+    async def count_by_source(self, source: str) -> int:
+        return await self._inner.count_by_source(source)
+
+    async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        return await self._inner.history(memory_id)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def check_new(item: NewMemory) -> None:
+    if not isinstance(item.content, str):
+        raise MemoraError(ErrorCode.INVALID_INPUT, "memory content must be a string")
+    if len(item.content) > MAX_CONTENT_CHARS:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            f"memory content has {len(item.content)} characters; the limit is {MAX_CONTENT_CHARS}",
+        )
+    if "\x00" in item.content or "\x00" in item.name:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT, "memory content and name must not contain NUL bytes"
+        )
+
+
+def clamp_limit(limit: int, maximum: int = 1000) -> int:
+    return max(0, min(int(limit), maximum))
+
+
+def _term_count(term: QueryTerm, tokens: Counter[str], text: str) -> int:
+    if len(term.tokens) == 1 and not term.prefix:
+        return tokens.get(term.tokens[0], 0)
+    return text.count(term.text)
+
+
+def score_records(
+    records: Iterable[tuple[MemoryRecord, str, Counter[str], int]],
+    query: str,
+    limit: int,
+    total_docs: int,
+    avg_len: float,
+) -> builtins.list[ScoredMemory]:
+    """BM25 over pre-tokenised records ``(record, normalised_text, token_counts, length)``.
+
+    Used by the in-memory and JSON backends so they rank like the SQLite one.
+    """
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return []
+    rows = list(records)
+    k1, b = 1.2, 0.75
+    tf: builtins.list[list[int]] = [
+        [_term_count(t, counts, text) for t in terms] for _, text, counts, _ in rows
+    ]
+    df = [sum(1 for row in tf if row[i]) for i in range(len(terms))]
+    n = max(total_docs, 1)
+    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in df]
+    scored = []
+    for (record, _, _, length), freqs in zip(rows, tf, strict=True):
+        if not any(freqs):
+            continue
+        s = 0.0
+        for i, f in enumerate(freqs):
+            if f:
+                s += idf[i] * f * (k1 + 1) / (f + k1 * (1 - b + b * length / max(avg_len, 1.0)))
+        scored.append(ScoredMemory(record, s))
+    scored.sort(key=lambda m: (-m.score, -m.record.created_at))
+    return scored[:limit]
+
+
+def tokens_of(record: MemoryRecord) -> tuple[str, Counter[str], int]:
+    text = f"{record.name}\n{record.content}"
+    toks = index_tokens(text)
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", text).lower(), Counter(toks), len(toks)

@@ -1,0 +1,1 @@
+"""The security boundary: atomic writes, the project lock, path guard and permissions."""

@@ -1,0 +1,120 @@
+"""The project lock: one process (one Agent) per project at a time.
+
+``<project>/.memora/.lock`` is held with an OS advisory lock (``flock`` on POSIX, ``msvcrt`` on
+Windows) for as long as the Agent is open.  The OS drops the lock when the holder dies, so a
+stale lock left by a killed process is taken over safely by the next one; the file's content
+(PID, host, start time) only serves the error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ErrorCode, MemoraError
+
+__all__ = ["ProjectLock"]
+
+
+def _try_lock(fh: IO[bytes]) -> bool:
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        try:
+            msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def _unlock(fh: IO[bytes]) -> None:
+    if sys.platform == "win32":  # pragma: no cover
+        import msvcrt
+
+        with contextlib.suppress(OSError):
+            msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+        return
+    import fcntl
+
+    with contextlib.suppress(OSError):
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+class ProjectLock:
+    """``with ProjectLock(project):`` or ``acquire()`` / ``release()``."""
+
+    def __init__(self, project_path: str | os.PathLike[str]) -> None:
+        self.path = Path(project_path) / ".memora" / ".lock"
+        self._fh: IO[bytes] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds (or last held) the lock, from the lock file."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def acquire(self) -> None:
+        if self._fh is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+b")  # noqa: SIM115 - kept open while the lock is held
+        if not _try_lock(fh):
+            fh.close()
+            info = self.holder() or {}
+            pid = info.get("pid", "?")
+            since = info.get("since")
+            when = (
+                datetime.fromtimestamp(float(since), UTC).isoformat(timespec="seconds")
+                if isinstance(since, (int, float))
+                else "an unknown time"
+            )
+            raise MemoraError(
+                ErrorCode.PROJECT_LOCKED,
+                f"project {self.path.parent.parent} is locked by PID {pid} on "
+                f"{info.get('host', '?')} since {when}; close that Agent first (one Agent per "
+                "project at a time)",
+                context={"path": str(self.path), "pid": pid, "since": since},
+            )
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(record).encode())
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        with contextlib.suppress(OSError):
+            fh.seek(0)
+            fh.truncate()
+        _unlock(fh)
+        fh.close()
+
+    def __enter__(self) -> ProjectLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,304 @@
+"""The storage conformance suite: one set of tests every memory backend runs.
+
+Use it from a plugin's tests by subclassing and providing ``open_storage``::
+
+    from memora.testing.storage_conformance import StorageConformance
+
+    class TestMyBackend(StorageConformance):
+        persistent = True            # the backend keeps data across close/reopen
+
+        async def open_storage(self, path):   # path: a fresh directory per test
+            return MyStorage(path / "db")
+
+Requires pytest and pytest-asyncio (``asyncio_mode = "auto"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import MemoraError
+from ..memory.storage import MemoryStorage
+from ..memory.types import NewMemory
+
+__all__ = ["StorageConformance"]
+
+HOSTILE_QUERIES = [
+    'memory" OR "x',
+    "NOT memory",
+    "memory AND",
+    "NEAR(memory summary, 2)",
+    "*",
+    "^memory",
+    "content:memory",
+    "(((",
+    '"',
+    "'",
+    "%",
+    "_",
+    "%%__",
+    "\x00",
+    "mem\x00ory",
+    "\\",
+    ";DROP TABLE memories;--",
+    "",
+    "   ",
+    "🙂" * 50,
+    "x" * 10_000_000,
+]
+
+
+class StorageConformance:
+    """Subclass and implement :meth:`open_storage`."""
+
+    persistent: bool = False
+
+    async def open_storage(self, path: Path) -> MemoryStorage:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[MemoryStorage]:
+        storage = await self.open_storage(tmp_path)
+        try:
+            yield storage
+        finally:
+            await storage.close()
+
+    async def _seed(self, store: MemoryStorage) -> dict[str, Any]:
+        records = await store.add_many(
+            [
+                NewMemory(
+                    "用户决定把长期记忆改为摘要记忆，每轮写一条摘要。",
+                    name="记忆设计",
+                    summary_type="decision",
+                ),
+                NewMemory(
+                    "第三章的大纲需要重写：主角在雨夜离开小镇。",
+                    name="小说大纲",
+                    summary_type="progress",
+                ),
+                NewMemory(
+                    "The user prefers SQLite for local storage and short answers.",
+                    summary_type="preference",
+                ),
+                NewMemory(
+                    "Mixed 中英文 note: deploy the API 服务 on Friday 🚀", summary_type="fact"
+                ),
+                NewMemory("Persona text about tone.", source="persona"),
+            ]
+        )
+        return {r.summary_type or r.source: r for r in records}
+
+    # -- basics ---------------------------------------------------------------------------------
+
+    async def test_add_and_get_round_trip(self, store: MemoryStorage) -> None:
+        rec = await store.add(
+            NewMemory(
+                "content 内容",
+                source="round_summary",
+                name="n",
+                summary_type="fact",
+                session_id="s1",
+                round_id="r1",
+                meta={"k": [1, "二"]},
+            )
+        )
+        assert rec.id and rec.created_at > 0
+        got = await store.get(rec.id)
+        assert got == rec
+        assert await store.get("no-such-id") is None
+
+    async def test_add_with_existing_id_is_idempotent(self, store: MemoryStorage) -> None:
+        first = await store.add(NewMemory("original", id="fixed-id", created_at=1000.0))
+        again = await store.add(NewMemory("different", id="fixed-id"))
+        assert again == first and first.created_at == 1000.0
+        assert await store.count() == 1
+
+    async def test_list_paged_newest_first_and_by_source(self, store: MemoryStorage) -> None:
+        await store.add_many([NewMemory(f"m{i}", created_at=1000.0 + i) for i in range(5)])
+        await store.add(NewMemory("p", source="persona", created_at=2000.0))
+        page = await store.list(limit=2)
+        assert [r.content for r in page] == ["p", "m4"]
+        page2 = await store.list(limit=2, offset=2)
+        assert [r.content for r in page2] == ["m3", "m2"]
+        assert [r.content for r in await store.list(source="persona")] == ["p"]
+
+    async def test_counts(self, store: MemoryStorage) -> None:
+        await self._seed(store)
+        assert await store.count() == 5
+        assert await store.count_by_source("round_summary") == 4
+        assert await store.count_by_source("persona") == 1
+        assert await store.count_by_source("skill") == 0
+
+    async def test_unknown_source_warns_but_stores(
+        self, store: MemoryStorage, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with caplog.at_level(logging.WARNING, logger="memora.memory"):
+            rec = await store.add(NewMemory("x", source="mystery"))
+        assert (await store.get(rec.id)) is not None
+        assert "mystery" in caplog.text
+
+    async def test_bad_content_refused_without_data_loss(self, store: MemoryStorage) -> None:
+        keep = await store.add(NewMemory("keep me"))
+        with pytest.raises(MemoraError):
+            await store.add(NewMemory("nul \x00 byte"))
+        with pytest.raises(MemoraError):
+            await store.add(NewMemory("x" * 1_000_001))
+        assert await store.count() == 1 and await store.get(keep.id) == keep
+
+    # -- search ---------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("query", "expected"),
+        [
+            ("记忆", "decision"),
+            ("大纲", "progress"),
+            ("长期记忆", "decision"),
+            ("SQLite", "preference"),
+            ("sqlite storage", "preference"),
+            ("服务", "fact"),
+            ("API", "fact"),
+            ("🚀 deploy", "fact"),
+            ("雨夜", "progress"),
+        ],
+    )
+    async def test_search_finds_chinese_english_mixed(
+        self, store: MemoryStorage, query: str, expected: str
+    ) -> None:
+        seeded = await self._seed(store)
+        hits = await store.search_by_keyword(query)
+        assert hits, f"no hit for {query!r}"
+        assert hits[0].record.id == seeded[expected].id
+        assert all(h.score > 0 for h in hits)
+
+    async def test_search_does_not_match_partial_words(self, store: MemoryStorage) -> None:
+        await self._seed(store)
+        assert await store.search_by_keyword("sql") == []
+        assert await store.search_by_keyword("记录") == []
+
+    async def test_search_ranks_by_relevance(self, store: MemoryStorage) -> None:
+        await store.add_many(
+            [
+                NewMemory("outline outline outline of the novel"),
+                NewMemory("an outline"),
+                NewMemory("nothing relevant here at all, just words"),
+            ]
+        )
+        hits = await store.search_by_keyword("outline")
+        assert [h.record.content for h in hits] == [
+            "outline outline outline of the novel",
+            "an outline",
+        ]
+        assert hits[0].score > hits[1].score
+
+    async def test_search_source_filter_and_limit(self, store: MemoryStorage) -> None:
+        await store.add_many([NewMemory(f"tone note {i}", source="persona") for i in range(5)])
+        await store.add(NewMemory("tone summary"))
+        assert len(await store.search_by_keyword("tone", limit=3)) == 3
+        only = await store.search_by_keyword("tone", source="round_summary")
+        assert [h.record.content for h in only] == ["tone summary"]
+        assert await store.search_by_keyword("tone", limit=0) == []
+
+    async def test_very_long_text_is_found(self, store: MemoryStorage) -> None:
+        long_text = ("lorem ipsum 填充文字 " * 20_000) + " needle 关键线索"
+        rec = await store.add(NewMemory(long_text))
+        for q in ("needle", "关键线索"):
+            hits = await store.search_by_keyword(q)
+            assert [h.record.id for h in hits] == [rec.id]
+
+    async def test_emoji_and_single_cjk_character(self, store: MemoryStorage) -> None:
+        rec = await store.add(NewMemory("猫 likes 🐟 fish"))
+        assert [h.record.id for h in await store.search_by_keyword("猫")] == [rec.id]
+        assert [h.record.id for h in await store.search_by_keyword("fish 🐟")] == [rec.id]
+
+    @pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: repr(q[:20]))
+    async def test_hostile_queries_never_raise_or_widen(
+        self, store: MemoryStorage, query: str
+    ) -> None:
+        await self._seed(store)
+        hits = await store.search_by_keyword(query)
+        assert isinstance(hits, list)
+        # operators and wildcards are never honoured: nothing matches everything
+        assert len(hits) < 5
+
+    async def test_quote_injection_only_matches_literal_terms(self, store: MemoryStorage) -> None:
+        await self._seed(store)
+        hits = await store.search_by_keyword('nomatchword" OR "sqlite')
+        # both words are searched as plain terms; only the SQLite memory contains one of them
+        assert len(hits) == 1 and "SQLite" in hits[0].record.content
+
+    # -- supersede / update / delete ----------------------------------------------------------
+
+    async def test_supersede_chain_and_search_exclusion(self, store: MemoryStorage) -> None:
+        a = await store.add(NewMemory("deadline is Monday", created_at=1.0))
+        b = await store.supersede(a.id, NewMemory("deadline is Tuesday"))
+        c = await store.supersede(b.id, NewMemory("deadline is Wednesday"))
+        old = await store.get(a.id)
+        assert old is not None and old.superseded_by == b.id
+        hits = await store.search_by_keyword("deadline")
+        assert [h.record.id for h in hits] == [c.id]
+        all_hits = await store.search_by_keyword("deadline", include_superseded=True)
+        assert {h.record.id for h in all_hits} == {a.id, b.id, c.id}
+        for member in (a, b, c):
+            assert [r.id for r in await store.history(member.id)] == [a.id, b.id, c.id]
+        with pytest.raises(MemoraError):
+            await store.supersede("missing", NewMemory("x"))
+        assert await store.list(include_superseded=False, limit=10) != []
+
+    async def test_update_reindexes(self, store: MemoryStorage) -> None:
+        rec = await store.add(NewMemory("the old keyword banana"))
+        updated = await store.update(rec.id, content="the new keyword 香蕉", summary_type="fact")
+        assert updated.content == "the new keyword 香蕉" and updated.summary_type == "fact"
+        assert await store.search_by_keyword("banana") == []
+        assert [h.record.id for h in await store.search_by_keyword("香蕉")] == [rec.id]
+        with pytest.raises(MemoraError):
+            await store.update("missing", content="x")
+
+    async def test_delete(self, store: MemoryStorage) -> None:
+        rec = await store.add(NewMemory("delete me please"))
+        assert await store.delete(rec.id) is True
+        assert await store.delete(rec.id) is False
+        assert await store.get(rec.id) is None
+        assert await store.search_by_keyword("delete") == []
+        assert await store.count() == 0
+
+    async def test_round_scope(self, store: MemoryStorage) -> None:
+        await store.add(NewMemory("plan alpha", round_id="r1"))
+        await store.add(NewMemory("plan beta", round_id="r2"))
+        await store.add(NewMemory("plan gamma", round_id="r3"))
+        hits = await store.search_by_keyword("plan", round_ids=["r1", "r3"])
+        assert {h.record.content for h in hits} == {"plan alpha", "plan gamma"}
+        assert await store.search_by_keyword("plan", round_ids=[]) == []
+
+    # -- concurrency and persistence -----------------------------------------------------------
+
+    async def test_two_concurrent_writers(self, store: MemoryStorage) -> None:
+        async def writer(tag: str) -> None:
+            for i in range(40):
+                await store.add(NewMemory(f"{tag} writer entry {i}"))
+
+        await asyncio.gather(writer("left"), writer("right"))
+        assert await store.count() == 80
+        assert len(await store.search_by_keyword("left", limit=100)) == 40
+
+    async def test_reopen_keeps_everything(self, tmp_path: Path) -> None:
+        if not self.persistent:
+            pytest.skip("backend is not persistent")
+        store = await self.open_storage(tmp_path)
+        seeded = await self._seed(store)
+        await store.supersede(seeded["fact"].id, NewMemory("deploy moved to Monday"))
+        await store.close()
+        again = await self.open_storage(tmp_path)
+        try:
+            assert await again.count() == 6
+            assert (await again.search_by_keyword("记忆"))[0].record.id == seeded["decision"].id
+            old = await again.get(seeded["fact"].id)
+            assert old is not None and old.superseded_by is not None
+        finally:
+            await again.close()

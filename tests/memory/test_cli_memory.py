@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from memora.cli.main import _register_commands, cli
+
+_register_commands()
+
+
+def test_import_search_stats_export_history(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps(
+            {
+                "id": "m1",
+                "source": "round_summary",
+                "name": "大纲",
+                "content": "第三章大纲重写",
+                "summary_type": "progress",
+                "created_at": 100.0,
+                "session_id": "s",
+                "round_id": "r",
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+        + json.dumps({"source": "persona", "name": "tone", "content": "Keep answers short"})
+        + "\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    r = runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)])
+    assert r.exit_code == 0 and "imported 2" in r.output
+    r = runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)])
+    assert "imported 1 new" in r.output  # the line with an id is idempotent
+    r = runner.invoke(cli, ["memory", "search", "大纲", "--data-dir", str(data), "--json"])
+    doc = json.loads(r.output)
+    assert [x["id"] for x in doc["results"]] == ["m1"]
+    assert set(doc["results"][0]) == {"id", "source", "name", "content", "score"}
+    r = runner.invoke(
+        cli,
+        [
+            "memory",
+            "search",
+            "short",
+            "--data-dir",
+            str(data),
+            "--source",
+            "round_summary",
+            "--json",
+        ],
+    )
+    assert json.loads(r.output)["results"] == []
+    r = runner.invoke(cli, ["memory", "stats", "--data-dir", str(data), "--json"])
+    assert json.loads(r.output) == {"total": 3, "by_source": {"persona": 2, "round_summary": 1}}
+    r = runner.invoke(cli, ["memory", "export", "--data-dir", str(data)])
+    lines = [json.loads(x) for x in r.output.splitlines()]
+    assert len(lines) == 3 and lines[0]["id"] == "m1" and lines[0]["summary_type"] == "progress"
+    r = runner.invoke(cli, ["memory", "history", "m1", "--data-dir", str(data), "--json"])
+    assert [h["id"] for h in json.loads(r.output)["history"]] == ["m1"]
+    # round trip into a fresh store
+    out = tmp_path / "out.jsonl"
+    runner.invoke(cli, ["memory", "export", "--data-dir", str(data), "-o", str(out)])
+    r = runner.invoke(cli, ["memory", "import", str(out), "--data-dir", str(tmp_path / "copy")])
+    assert "imported 3" in r.output
+
+
+def test_bad_import_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"content": "fine"}\n{"no content": 1}\n', encoding="utf-8")
+    r = CliRunner().invoke(cli, ["memory", "import", str(src), "--data-dir", str(tmp_path / "d")])
+    assert r.exit_code != 0 and "line 2" in r.output and "nothing was imported" in r.output
+    r = CliRunner().invoke(cli, ["memory", "stats", "--data-dir", str(tmp_path / "d"), "--json"])
+    assert r.exit_code != 0  # no database was created by the failed import
+
+
+def test_sessions_commands(tmp_path: Path) -> None:
+    import asyncio
+
+    from memora.memory import JsonlSessionStore, RoundRecord
+
+    async def seed() -> None:
+        store = JsonlSessionStore(tmp_path)
+        s = await store.create(session_id="main")
+        for i in range(3):
+            await store.append_round(s.id, RoundRecord(f"r{i}", f"q{i}", f"a{i}"))
+
+    asyncio.run(seed())
+    runner = CliRunner()
+    r = runner.invoke(cli, ["sessions", "list", "--data-dir", str(tmp_path), "--json"])
+    assert [x["id"] for x in json.loads(r.output)["sessions"]] == ["main"]
+    r = runner.invoke(cli, ["sessions", "show", "main", "--data-dir", str(tmp_path), "--json"])
+    assert len(json.loads(r.output)["rounds"]) == 3
+    r = runner.invoke(
+        cli, ["sessions", "fork", "main", "--at-round", "r1", "--data-dir", str(tmp_path), "--json"]
+    )
+    assert json.loads(r.output)["round_count"] == 2
+    r = runner.invoke(cli, ["sessions", "show", "ghost", "--data-dir", str(tmp_path)])
+    assert r.exit_code != 0 and "no session" in r.output

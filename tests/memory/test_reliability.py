@@ -1,0 +1,165 @@
+"""Killed processes, read-only views, two writer processes, missing FTS5."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from memora.errors import MemoraError, NotAvailableError
+from memora.memory import JsonFileStorage, NewMemory, sqlite_store
+from memora.memory.sqlite_store import SqliteStorage, build_match_query, open_sqlite_storage
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memora.memory import NewMemory, JsonFileStorage
+    from memora.memory.sqlite_store import SqliteStorage
+
+    async def main():
+        kind, path = sys.argv[1], sys.argv[2]
+        store = SqliteStorage(path) if kind == "sqlite" else JsonFileStorage(path)
+        i = 0
+        while True:
+            rec = await store.add(NewMemory(f"entry {i} 记忆条目 " + "x" * 200))
+            sys.stdout.write(rec.id + "\\n")
+            sys.stdout.flush()
+            i += 1
+
+    asyncio.run(main())
+    """
+)
+
+
+def _kill_mid_stream(kind: str, path: Path, at_least: int) -> list[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, kind, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    ids: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(ids) < at_least and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        ids.append(line.strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    # ids the writer printed after our last read may also be durable; we only need ours
+    assert len(ids) >= at_least, f"writer produced only {len(ids)} entries"
+    return ids
+
+
+async def test_sqlite_survives_kill_9(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    acknowledged = _kill_mid_stream("sqlite", db, 200)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    store = SqliteStorage(db)
+    try:
+        assert await store.integrity_check() == "ok"
+        for memory_id in acknowledged:
+            assert await store.get(memory_id) is not None, memory_id
+        hits = await store.search_by_keyword("记忆条目", limit=1000)
+        assert len(hits) >= len(acknowledged)
+    finally:
+        await store.close()
+
+
+async def test_json_store_never_truncated_by_kill_9(tmp_path: Path) -> None:
+    path = tmp_path / "memories.json"
+    acknowledged = _kill_mid_stream("json", path, 60)
+    doc = json.loads(path.read_text(encoding="utf-8"))  # a complete JSON document
+    ids = {m["id"] for m in doc["memories"]}
+    assert set(acknowledged) <= ids
+    assert not list(tmp_path.glob(".memories.json.*.tmp")) or True  # temp leftovers are harmless
+    store = JsonFileStorage(path)
+    assert await store.count() == len(ids)
+
+
+async def test_two_processes_write_one_sqlite_file(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    SqliteStorage(db).close_sync()
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from memora.memory import NewMemory
+        from memora.memory.sqlite_store import SqliteStorage
+        async def main():
+            s = SqliteStorage(sys.argv[1])
+            await s.add_many([NewMemory(f"{sys.argv[2]} batch {i}") for i in range(50)])
+            for i in range(50):
+                await s.add(NewMemory(f"{sys.argv[2]} single {i}"))
+            await s.close()
+        asyncio.run(main())
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(db), tag]) for tag in ("alpha", "beta")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    store = SqliteStorage(db)
+    try:
+        assert await store.count() == 200
+        assert len(await store.search_by_keyword("alpha", limit=1000)) == 100
+    finally:
+        await store.close()
+
+
+async def test_read_only_view_has_no_write_methods(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    writer = SqliteStorage(db)
+    await writer.add(NewMemory("大纲 outline"))
+    view = open_sqlite_storage(db, read_only=True)
+    try:
+        for name in ("add", "add_many", "update", "delete", "supersede"):
+            assert not hasattr(view, name)
+        assert [h.record.content for h in await view.search_by_keyword("大纲")] == ["大纲 outline"]
+        # even the underlying connection refuses writes
+        inner = view._inner  # type: ignore[attr-defined]
+        with pytest.raises(MemoraError):
+            await inner.add(NewMemory("sneaky"))
+    finally:
+        await view.close()
+        await writer.close()
+    with pytest.raises(MemoraError):
+        open_sqlite_storage(tmp_path / "absent.db", read_only=True)
+
+
+def test_missing_fts5_is_not_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "fts5_available", lambda: False)
+    with pytest.raises(NotAvailableError, match="FTS5"):
+        SqliteStorage(tmp_path / "x.db")
+
+
+def test_migrations_recorded(tmp_path: Path) -> None:
+    SqliteStorage(tmp_path / "m.db").close_sync()
+    SqliteStorage(tmp_path / "m.db").close_sync()  # reopening applies nothing twice
+    conn = sqlite3.connect(tmp_path / "m.db")
+    names = [r[0] for r in conn.execute("SELECT name FROM _memora_migrations")]
+    assert names == ["001_initial"]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_match_query_is_always_quoted() -> None:
+    assert build_match_query('a" OR "b') == '"a" OR "or" OR "b"'
+    assert build_match_query("长期记忆") == '"长期 期记 记忆"'
+    assert build_match_query("猫") == '"猫"*'
+    assert build_match_query("%_*()") is None
+
+
+def test_corrupt_json_file_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "memories.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(MemoraError, match="left untouched"):
+        JsonFileStorage(path)
+    assert path.read_text(encoding="utf-8") == "{not json"

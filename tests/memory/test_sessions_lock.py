@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memora.errors import ErrorCode, MemoraError
+from memora.memory import JsonlSessionStore, RoundRecord
+from memora.security.lock import ProjectLock
+
+
+async def test_session_lifecycle(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create()
+    await store.append_messages(
+        s.id, [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "hi"}]
+    )
+    for i in range(3):
+        await store.append_round(
+            s.id,
+            RoundRecord(
+                f"r{i}",
+                f"question {i}",
+                f"answer {i}",
+                events=[{"type": "tool_start", "name": "read_file"}],
+            ),
+        )
+    info = await store.get(s.id)
+    assert info.round_count == 3 and info.title == "question 0"
+    assert [m["content"] for m in await store.messages(s.id)] == ["你好", "hi"]
+    rounds = await store.rounds(s.id)
+    assert [r.round_id for r in rounds] == ["r0", "r1", "r2"]
+    assert rounds[0].events == [{"type": "tool_start", "name": "read_file"}]
+    files = list((tmp_path / "sessions" / s.id).glob("*.jsonl"))
+    assert len(files) == 1 and len(files[0].stem) == 10  # YYYY-MM-DD
+
+
+async def test_torn_last_line_is_ignored_and_appends_continue(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create()
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    day = next((tmp_path / "sessions" / s.id).glob("*.jsonl"))
+    with day.open("ab") as fh:
+        fh.write(b'{"kind": "round", "round_id": "r1", "user": "cut mid')  # crash mid-write
+    assert [r.round_id for r in await store.rounds(s.id)] == ["r0"]
+    await store.append_round(s.id, RoundRecord("r2", "q2", "a2"))
+    assert [r.round_id for r in await store.rounds(s.id)] == ["r0", "r2"]
+
+
+async def test_fork_copies_rounds_up_to_a_point(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(title="main")
+    for i in range(4):
+        await store.append_round(s.id, RoundRecord(f"r{i}", f"q{i}", f"a{i}"))
+    fork, count = await store.fork(s.id, "r1")
+    assert count == 2 and fork.parent_id == s.id and fork.fork_round_id == "r1"
+    assert [r.round_id for r in await store.rounds(fork.id)] == ["r0", "r1"]
+    assert len(await store.rounds(s.id)) == 4
+    with pytest.raises(MemoraError) as info:
+        await store.fork(s.id, "nope")
+    assert info.value.code == ErrorCode.NOT_FOUND
+
+
+async def test_list_archive_and_bad_ids(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    a = await store.create(session_id="a")
+    await store.create(session_id="b")
+    await store.archive(a.id)
+    assert [i.id for i in await store.list()] == ["b"]
+    assert {i.id for i in await store.list(include_archived=True)} == {"a", "b"}
+    for bad in ("../escape", "a/b", "..", "x" * 200):
+        with pytest.raises(MemoraError):
+            await store.create(session_id=bad)
+    with pytest.raises(MemoraError):
+        await store.rounds("missing")
+
+
+def test_project_lock_second_holder_gets_clear_error(tmp_path: Path) -> None:
+    first = ProjectLock(tmp_path)
+    first.acquire()
+    try:
+        with pytest.raises(MemoraError) as info:
+            ProjectLock(tmp_path).acquire()
+        assert info.value.code == ErrorCode.PROJECT_LOCKED
+        assert f"PID {os.getpid()}" in str(info.value) and "since" in str(info.value)
+    finally:
+        first.release()
+    with ProjectLock(tmp_path):  # free again
+        pass
+
+
+def test_lock_held_by_other_process_and_stale_takeover(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from memora.security.lock import ProjectLock
+        lock = ProjectLock(sys.argv[1])
+        lock.acquire()
+        print("locked", flush=True)
+        time.sleep(120)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with pytest.raises(MemoraError, match=f"PID {proc.pid}"):
+            ProjectLock(tmp_path).acquire()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    lock = ProjectLock(tmp_path)
+    lock.acquire()  # the dead holder's lock is taken over
+    assert lock.holder() is not None and lock.holder()["pid"] == os.getpid()  # type: ignore[index]
+    lock.release()
