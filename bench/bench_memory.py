@@ -24,15 +24,26 @@ from memora.memory.sqlite_store import SqliteStorage, build_match_query
 
 RNG = random.Random(42)
 HAN = [chr(c) for c in range(0x4E00, 0x4E00 + 2500)]
-ZH_WORDS = list({RNG.choice(HAN) + RNG.choice(HAN) for _ in range(6000)}) + ["记忆", "大纲", "摘要", "决定"]
+ZH_WORDS = [
+    *list({RNG.choice(HAN) + RNG.choice(HAN) for _ in range(6000)}),
+    "记忆",
+    "大纲",
+    "摘要",
+    "决定",
+]
 EN_WORDS = [
-    "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(RNG.randint(4, 9))) for _ in range(8000)
+    "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(RNG.randint(4, 9)))
+    for _ in range(8000)
 ] + ["sqlite", "deadline", "outline", "memory"]
 
 
 def zipf_pick(words: list[str]) -> str:
     # mildly skewed: low indexes are more common
-    return words[min(int(RNG.paretovariate(1.1)) - 1, len(words) - 1) if RNG.random() < 0.3 else RNG.randrange(len(words))]
+    return words[
+        min(int(RNG.paretovariate(1.1)) - 1, len(words) - 1)
+        if RNG.random() < 0.3
+        else RNG.randrange(len(words))
+    ]
 
 
 def summary() -> str:
@@ -41,8 +52,16 @@ def summary() -> str:
     return f"{zh}。{en}." if RNG.random() < 0.5 else f"{en}. {zh}。"
 
 
-QUERIES = [*RNG.sample(ZH_WORDS[:-4], 60), *RNG.sample(EN_WORDS[:-4], 60), "记忆", "大纲", "sqlite", "deadline",
-           "记忆 sqlite", "长期记忆"]
+QUERIES = [
+    *RNG.sample(ZH_WORDS[:-4], 60),
+    *RNG.sample(EN_WORDS[:-4], 60),
+    "记忆",
+    "大纲",
+    "sqlite",
+    "deadline",
+    "记忆 sqlite",
+    "长期记忆",
+]
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -67,7 +86,9 @@ async def run(n: int, folder: Path) -> None:
         f"SELECT {cols}, bm25(memories_fts) AS score FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
         "WHERE memories_fts MATCH ? AND m.superseded_by IS NULL ORDER BY score LIMIT 10"
     )
-    like_sql = "SELECT id, content FROM memories WHERE content LIKE ? AND superseded_by IS NULL LIMIT 10"
+    like_sql = (
+        "SELECT id, content FROM memories WHERE content LIKE ? AND superseded_by IS NULL LIMIT 10"
+    )
 
     for q in QUERIES[:10]:  # warm caches for all three
         await store.search_by_keyword(q)
@@ -97,11 +118,21 @@ async def run(n: int, folder: Path) -> None:
     size_mb = db.stat().st_size / 1e6
     print(f"N = {n:,}  (db {size_mb:,.0f} MB, {hits_total / len(mem):.1f} hits/query)")
     print(f"  insert (batched 10k)   {n / insert_s:12,.0f} rows/s")
-    print(f"  memora search   p50 {pct(mem, .5) * 1e3:7.3f} ms   p99 {pct(mem, .99) * 1e3:7.3f} ms")
-    print(f"  raw FTS5 floor  p50 {pct(floor, .5) * 1e3:7.3f} ms   p99 {pct(floor, .99) * 1e3:7.3f} ms")
-    print(f"  LIKE scan       p50 {pct(like, .5) * 1e3:7.3f} ms   p99 {pct(like, .99) * 1e3:7.3f} ms")
-    print(f"  ratio memora / raw FTS5 (p50)  {statistics.median(mem) / statistics.median(floor):6.2f}x")
-    print(f"  ratio LIKE / memora (p50)      {statistics.median(like) / statistics.median(mem):6.1f}x")
+    print(
+        f"  memora search   p50 {pct(mem, 0.5) * 1e3:7.3f} ms   p99 {pct(mem, 0.99) * 1e3:7.3f} ms"
+    )
+    print(
+        f"  raw FTS5 floor  p50 {pct(floor, 0.5) * 1e3:7.3f} ms   p99 {pct(floor, 0.99) * 1e3:7.3f} ms"
+    )
+    print(
+        f"  LIKE scan       p50 {pct(like, 0.5) * 1e3:7.3f} ms   p99 {pct(like, 0.99) * 1e3:7.3f} ms"
+    )
+    print(
+        f"  ratio memora / raw FTS5 (p50)  {statistics.median(mem) / statistics.median(floor):6.2f}x"
+    )
+    print(
+        f"  ratio LIKE / memora (p50)      {statistics.median(like) / statistics.median(mem):6.1f}x"
+    )
 
 
 def main() -> None:

@@ -56,6 +56,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "memora.default_plugins.checks",
     "memora.default_plugins.storage",
     "memora.default_plugins.sessions",
+    "memora.default_plugins.tools",
 )
 """Modules registered as built-in plugins, in this order."""
 

@@ -1,0 +1,291 @@
+"""The tool model: a name, a description, a JSON schema for arguments, and an async handler.
+
+Build tools from typed async functions with :func:`tool`::
+
+    from typing import Annotated
+    from pydantic import Field
+    from memora.tools import tool, ToolContext
+
+    @tool(idempotency="read-only")
+    async def word_count(ctx: ToolContext, path: Annotated[str, Field(description="File to count")]) -> str:
+        "Count the words of a project file."
+        ...
+
+The first parameter, when annotated ``ToolContext``, receives the call's context; the others
+become the argument schema (pydantic validates them; a bad call returns ``INVALID_ARGS`` with
+what was wrong).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
+from ..llm.types import ToolSpec
+
+__all__ = [
+    "ControlSignal",
+    "Idempotency",
+    "Tool",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolRun",
+    "format_validation_error",
+    "run_tool",
+    "tool",
+]
+
+logger = logging.getLogger("memora.tools")
+
+
+class ControlSignal(Exception):
+    """Raised by a tool to steer the loop (e.g. pause for the user); never reported as a failure."""
+
+
+Idempotency = Literal["idempotent", "idempotent-key", "non-idempotent", "read-only"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool returns: ``content`` for the model, ``summary`` for the host's UI."""
+
+    content: str
+    summary: str = ""
+    data: Mapping[str, Any] | None = None
+
+
+Handler = Callable[..., Awaitable["ToolOutput | str"]]
+
+
+def format_validation_error(name: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:8]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(arguments)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    return f"invalid arguments for {name}: " + "; ".join(parts)
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    handler: Handler
+    idempotency: Idempotency = "non-idempotent"
+    writes: bool = False
+    runs_code: bool = False
+    takes_context: bool = True
+    _schema: dict[str, Any] | None = field(default=None, repr=False)
+    _spec: ToolSpec | None = field(default=None, repr=False)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        if self._schema is None:
+            schema = self.args_model.model_json_schema()
+            schema.pop("title", None)
+            for prop in schema.get("properties", {}).values():
+                if isinstance(prop, dict):
+                    prop.pop("title", None)
+            self._schema = schema
+        return self._schema
+
+    def spec(self) -> ToolSpec:
+        if self._spec is None:
+            self._spec = ToolSpec(self.name, self.description, self.parameters)
+        return self._spec
+
+    def parse_args(self, raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """Parse and validate arguments (JSON text or a mapping); ``INVALID_ARGS`` otherwise."""
+        if raw is None or raw == "":
+            data: Any = {}
+        elif isinstance(raw, str):
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise ToolError(
+                    ToolErrorCode.INVALID_ARGS,
+                    f"arguments for {self.name} are not valid JSON: {exc}",
+                ) from exc
+        else:
+            data = dict(raw)
+        if not isinstance(data, dict):
+            raise ToolError(
+                ToolErrorCode.INVALID_ARGS, f"arguments for {self.name} must be a JSON object"
+            )
+        try:
+            model = self.args_model.model_validate(data)
+        except ValidationError as exc:
+            raise ToolError(
+                ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
+            ) from exc
+        return {k: getattr(model, k) for k in type(model).model_fields}
+
+    async def invoke(self, ctx: Any, args: Mapping[str, Any]) -> ToolOutput:
+        """Run the handler with already validated ``args``."""
+        result = await (self.handler(ctx, **args) if self.takes_context else self.handler(**args))
+        if isinstance(result, ToolOutput):
+            return result
+        text = str(result)
+        return ToolOutput(text, _summary(text))
+
+
+def _summary(text: str, limit: int = 120) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@overload
+def tool(fn: Handler) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotency: Idempotency = "non-idempotent",
+    writes: bool = False,
+    runs_code: bool = False,
+) -> Callable[[Handler], Tool]: ...
+
+
+def tool(
+    fn: Handler | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotency: Idempotency = "non-idempotent",
+    writes: bool = False,
+    runs_code: bool = False,
+) -> Tool | Callable[[Handler], Tool]:
+    """Make a :class:`Tool` from a typed async function (usable bare or with options)."""
+
+    def build(func: Handler) -> Tool:
+        if not inspect.iscoroutinefunction(func):
+            raise TypeError(f"tool {func.__name__} must be an async function")
+        sig = inspect.signature(func)
+        hints = get_type_hints(func, include_extras=True)
+        params = list(sig.parameters.values())
+        takes_context = bool(params) and (
+            params[0].name == "ctx"
+            or getattr(hints.get(params[0].name), "__name__", "") == "ToolContext"
+        )
+        fields: dict[str, Any] = {}
+        for p in params[1:] if takes_context else params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"tool {func.__name__}: *args/**kwargs are not supported")
+            annotation = hints.get(p.name, Any)
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (annotation, default)
+        model = create_model(
+            f"{func.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        doc = description or inspect.cleandoc(func.__doc__ or "").strip()
+        if not doc:
+            raise TypeError(f"tool {func.__name__} needs a description (a docstring)")
+        return Tool(
+            name=name or func.__name__,
+            description=doc,
+            args_model=model,
+            handler=func,
+            idempotency=idempotency,
+            writes=writes,
+            runs_code=runs_code,
+            takes_context=takes_context,
+        )
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """The outcome of one tool call, as the loop reports it."""
+
+    ok: bool
+    content: str
+    summary: str
+    error_code: str | None = None
+    data: Mapping[str, Any] | None = None
+
+
+async def run_tool(t: Tool, ctx: Any, raw_args: str | Mapping[str, Any] | None) -> ToolRun:
+    """Validate arguments and run ``t``; every failure becomes a :class:`ToolRun` with a code.
+
+    Control signals (``ask_user``'s pause) and cancellation propagate.
+    """
+    try:
+        args = t.parse_args(raw_args)
+        out = await t.invoke(ctx, args)
+    except ToolError as exc:
+        return ToolRun(
+            False,
+            f"{exc.code}: {exc.message}",
+            f"{exc.code}: {_summary(exc.message)}",
+            str(exc.code),
+        )
+    except MemoraError as exc:
+        return ToolRun(
+            False,
+            f"{exc.code}: {exc.message}",
+            _summary(exc.message),
+            ToolErrorCode.EXECUTION_FAILED.value,
+        )
+    except ControlSignal:
+        raise
+    except Exception as exc:  # a bug in a tool must not end the turn
+        logger.warning("tool %s raised %r", t.name, exc, exc_info=True)
+        msg = f"{type(exc).__name__}: {exc}"
+        return ToolRun(
+            False, f"EXECUTION_FAILED: {msg}", _summary(msg), ToolErrorCode.EXECUTION_FAILED.value
+        )
+    return ToolRun(True, out.content, out.summary or _summary(out.content), None, out.data)
+
+
+class ToolRegistry:
+    """``agent.tools``: the tools an Agent knows, by name."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._owners: dict[str, str] = {}
+
+    def register(self, t: Tool, *, owner: str = "host", replace: bool = False) -> Tool:
+        if not isinstance(t, Tool):
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"{t!r} is not a memora Tool; build one with memora.tools.tool",
+            )
+        if t.name in self._tools and not replace:
+            raise MemoraError(
+                ErrorCode.PLUGIN_CONFLICT,
+                f"tool name {t.name!r} is registered by both {self._owners[t.name]!r} and {owner!r}",
+                context={"owners": [self._owners[t.name], owner]},
+            )
+        self._tools[t.name] = t
+        self._owners[t.name] = owner
+        return t
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._owners.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)

@@ -1,0 +1,53 @@
+"""What a tool receives: the project, the guards, and the Agent's managers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..security.paths import PathGuard
+from ..security.permissions import Permission
+from .process import BackgroundTasks
+from .task_table import TaskTable
+
+if TYPE_CHECKING:
+    from ..memory.manager import MemoryManager
+    from ..role_pack.manager import RolePackManager
+    from .works import WorksRegistry
+
+__all__ = ["ToolContext"]
+
+
+@dataclass
+class ToolContext:
+    project: Path
+    guard: PathGuard
+    permission: Permission = "owner"
+    readonly: bool = False
+    memory: MemoryManager | None = None
+    role_packs: RolePackManager | None = None
+    works: WorksRegistry | None = None
+    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    task_table: TaskTable = field(default_factory=TaskTable)
+    services: Mapping[str, Any] = field(default_factory=dict)
+    """Service objects by kind: ``web_search``, ``web_fetch``, ``code_executor``, ``project_search``."""
+    progress: Callable[[str], None] | None = None
+    session_id: str | None = None
+    round_id: str | None = None
+    branch_round_ids: Callable[[], list[str]] | None = None
+    """The round ids of the current session branch (for ``memory_search(scope="branch")``)."""
+    node_path: str = "node"
+    env: dict[str, str] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    """Per-turn counters (``web_search`` calls...); the loop resets them each turn."""
+    web_search_limit: int = 5
+    command_timeout_max: float = 600.0
+
+    @staticmethod
+    def for_project(project: str | Path, **kwargs: Any) -> ToolContext:
+        project = Path(project)
+        return ToolContext(
+            project=project, guard=PathGuard(project, kwargs.pop("allowed_paths", None)), **kwargs
+        )

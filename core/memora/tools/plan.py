@@ -1,0 +1,79 @@
+"""The task table tool and ask_user (which pauses the turn)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from ..chunks import QuestionSpec
+from .base import ControlSignal, ToolOutput, tool
+from .context import ToolContext
+from .task_table import PlanItem
+
+__all__ = [
+    "PLAN_TOOLS",
+    "AskUserSignal",
+    "PlanItemArg",
+    "QuestionArg",
+    "ask_user",
+    "task_table_update",
+]
+
+
+class PlanItemArg(BaseModel):
+    id: str = Field(min_length=1, max_length=64)
+    description: str = Field(min_length=1, max_length=500)
+    status: Literal["pending", "active", "done", "blocked"] = "pending"
+    order: int = 0
+    member: str | None = Field(default=None, description="Team member role pack for this item")
+
+
+class QuestionArg(BaseModel):
+    slot: str = Field(min_length=1, max_length=64, description="A short key for the answer")
+    question: str = Field(min_length=1, max_length=1000)
+    options: list[str] | None = Field(default=None, max_length=10)
+    allow_custom: bool = True
+
+
+class AskUserSignal(ControlSignal):
+    """Raised by ``ask_user``: the loop pauses the turn with ``question_pending``."""
+
+    def __init__(self, questions: list[QuestionSpec]) -> None:
+        super().__init__("ask_user")
+        self.questions = questions
+
+
+@tool(idempotency="idempotent")
+async def task_table_update(
+    ctx: ToolContext,
+    items: Annotated[list[PlanItemArg], Field(min_length=1, max_length=50)],
+    replace: Annotated[
+        bool, Field(description="Replace the whole table instead of updating items")
+    ] = False,
+) -> ToolOutput:
+    """Create or update the task table (plan items with status pending/active/done/blocked)."""
+    ctx.task_table.update(
+        [PlanItem(i.id, i.description, i.status, i.order, i.member) for i in items], replace=replace
+    )
+    table = ctx.task_table.render()
+    return ToolOutput(table, f"task table: {len(ctx.task_table.items())} items")
+
+
+@tool(idempotency="read-only")
+async def ask_user(
+    ctx: ToolContext,
+    questions: Annotated[list[QuestionArg], Field(min_length=1, max_length=5)],
+) -> ToolOutput:
+    """Ask the user one or more questions and wait for the answers (the turn pauses)."""
+    raise AskUserSignal(
+        [
+            QuestionSpec(
+                slot=q.slot, question=q.question, options=q.options, allow_custom=q.allow_custom
+            )
+            for q in questions
+        ]
+    )
+
+
+PLAN_TOOLS = (task_table_update, ask_user)

@@ -1,0 +1,87 @@
+"""Privileged tools, exposed only when the role pack declares the capability and a plugin
+provides the service: web_search, web_fetch, run_code."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from ..errors import ToolError, ToolErrorCode
+from .base import ToolOutput, tool
+from .context import ToolContext
+
+__all__ = ["PRIVILEGED_TOOLS"]
+
+
+def _service(ctx: ToolContext, kind: str, capability: str) -> object:
+    svc = ctx.services.get(kind)
+    if svc is None:
+        raise ToolError(
+            ToolErrorCode.NOT_AVAILABLE, f"{capability} is not available: no plugin provides {kind}"
+        )
+    return svc
+
+
+@tool(idempotency="read-only")
+async def web_search(
+    ctx: ToolContext,
+    query: Annotated[str, Field(min_length=1, max_length=500)],
+    max_results: Annotated[int, Field(ge=1, le=20)] = 5,
+) -> ToolOutput:
+    """Search the web; returns titles, URLs and snippets."""
+    used = ctx.counters.get("web_search", 0)
+    if used >= ctx.web_search_limit:
+        raise ToolError(
+            ToolErrorCode.PERMISSION_DENIED,
+            f"web_search limit reached ({ctx.web_search_limit} per turn); answer with what you found",
+        )
+    svc = _service(ctx, "web_search", "web:search")
+    ctx.counters["web_search"] = used + 1
+    hits = await svc.search(query, max_results=max_results)  # type: ignore[attr-defined]
+    if not hits:
+        return ToolOutput(f"no results for {query!r}", "0 results")
+    lines = [f"{i}. {h.title}\n   {h.url}\n   {h.snippet}" for i, h in enumerate(hits, 1)]
+    return ToolOutput("\n".join(lines), f"{len(hits)} results")
+
+
+@tool(idempotency="read-only")
+async def web_fetch(
+    ctx: ToolContext,
+    url: Annotated[str, Field(min_length=1, max_length=4000)],
+    max_chars: Annotated[int, Field(ge=500, le=200_000)] = 20_000,
+) -> ToolOutput:
+    """Fetch a web page and return its main text."""
+    svc = _service(ctx, "web_fetch", "web:fetch")
+    if ctx.progress:
+        ctx.progress(f"fetching {url}")
+    result = await svc.fetch(url, max_chars=max_chars)  # type: ignore[attr-defined]
+    title = f"{result.title}\n" if result.title else ""
+    more = "\n[truncated]" if result.truncated else ""
+    return ToolOutput(
+        f"[{result.url} — {result.status} {result.content_type}]\n{title}{result.text}{more}",
+        f"{result.url}: {len(result.text)} chars",
+    )
+
+
+@tool(runs_code=True, idempotency="non-idempotent")
+async def run_code(
+    ctx: ToolContext,
+    code: Annotated[str, Field(min_length=1, max_length=100_000)],
+    language: Annotated[str, Field(description="python, javascript, ...")] = "python",
+    timeout: Annotated[float, Field(gt=0, le=300)] = 30,
+) -> ToolOutput:
+    """Run a code snippet in the code-execution sandbox and return its output."""
+    svc = _service(ctx, "code_executor", "code:execute")
+    result = await svc.execute(code, language=language, timeout=timeout)  # type: ignore[attr-defined]
+    if result.timed_out:
+        raise ToolError(ToolErrorCode.TIMEOUT, f"the snippet ran longer than {timeout:g}s")
+    text = f"[exit {result.exit_code}]\n{result.stdout}" + (
+        f"\n[stderr]\n{result.stderr}" if result.stderr else ""
+    )
+    if result.exit_code != 0:
+        raise ToolError(ToolErrorCode.EXECUTION_FAILED, text)
+    return ToolOutput(text, f"exit {result.exit_code}")
+
+
+PRIVILEGED_TOOLS = (web_search, web_fetch, run_code)

@@ -1,0 +1,250 @@
+"""Running commands and scripts: timeouts, output caps, whole-tree kills, background tasks.
+
+Every child starts in its own process group (session), so a timeout or a kill takes down the
+whole tree it spawned.  Output is streamed and capped: only the first and last parts are kept,
+however much the command prints, and progress lines are handed to a callback as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ToolError, ToolErrorCode
+
+__all__ = ["BackgroundTask", "BackgroundTasks", "CapturedOutput", "ProcessResult", "run_process"]
+
+DEFAULT_MAX_OUTPUT = 64_000
+
+
+class CapturedOutput:
+    """Keeps the head and the tail of a stream, counting everything."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head.extend(data[:room])
+            data = data[room:]
+        if data:
+            self.tail.append(data)
+            self.tail_size += len(data)
+            while self.tail_size - len(self.tail[0]) >= self.tail_limit:
+                self.tail_size -= len(self.tail.popleft())
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + self.tail_size or self.tail_size > self.tail_limit
+
+    def text(self) -> str:
+        tail = b"".join(self.tail)
+        if len(tail) > self.tail_limit:
+            tail = tail[-self.tail_limit :]
+        head = bytes(self.head).decode("utf-8", errors="replace")
+        if self.total <= len(self.head) + len(tail):
+            return head + tail.decode("utf-8", errors="replace")
+        skipped = self.total - len(self.head) - len(tail)
+        return (
+            head
+            + f"\n[... {skipped:,} bytes omitted; {self.total:,} bytes in all ...]\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    exit_code: int | None
+    output: str
+    """stdout and stderr interleaved, capped (head + tail)."""
+    total_bytes: int
+    truncated: bool
+    timed_out: bool
+    duration: float
+
+
+def _kill_tree(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
+    """Kill the child's whole process group (it leads its own session), then the child."""
+    if sys.platform != "win32":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+async def _spawn(
+    argv: Sequence[str] | str, cwd: Path, env: dict[str, str] | None
+) -> asyncio.subprocess.Process:
+    kwargs: dict[str, object] = {
+        "cwd": str(cwd),
+        "stdin": asyncio.subprocess.DEVNULL,
+        "stdout": asyncio.subprocess.PIPE,
+        "stderr": asyncio.subprocess.STDOUT,
+        "env": env,
+        "start_new_session": sys.platform != "win32",
+    }
+    try:
+        if isinstance(argv, str):
+            return await asyncio.create_subprocess_shell(argv, **kwargs)  # type: ignore[arg-type]
+        return await asyncio.create_subprocess_exec(*argv, **kwargs)  # type: ignore[arg-type]
+    except FileNotFoundError as exc:
+        raise ToolError(
+            ToolErrorCode.NOT_AVAILABLE, f"cannot start {argv!r}: {exc.strerror}"
+        ) from exc
+    except OSError as exc:
+        raise ToolError(ToolErrorCode.EXECUTION_FAILED, f"cannot start {argv!r}: {exc}") from exc
+
+
+async def _pump(
+    proc: asyncio.subprocess.Process, out: CapturedOutput, progress: Callable[[str], None] | None
+) -> None:
+    assert proc.stdout is not None
+    pending = b""
+    while True:
+        data = await proc.stdout.read(65536)
+        if not data:
+            break
+        out.feed(data)
+        if progress is not None:
+            pending += data
+            if b"\n" in pending:
+                lines, _, pending = pending.rpartition(b"\n")
+                text = lines.decode("utf-8", errors="replace")
+                progress(text[-2000:])
+            elif len(pending) > 8192:
+                pending = pending[-8192:]
+    if progress is not None and pending:
+        progress(pending.decode("utf-8", errors="replace")[-2000:])
+
+
+async def run_process(
+    argv: Sequence[str] | str,
+    *,
+    cwd: Path,
+    timeout: float,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    env: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ProcessResult:
+    """Run to completion or ``timeout``; a string runs through the shell, a list does not."""
+    started = time.monotonic()
+    proc = await _spawn(argv, cwd, env)
+    out = CapturedOutput(max_output)
+    pump = asyncio.ensure_future(_pump(proc, out, progress))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(asyncio.shield(pump), timeout)
+            await asyncio.wait_for(proc.wait(), max(0.1, timeout - (time.monotonic() - started)))
+        except TimeoutError:
+            timed_out = True
+            _kill_tree(proc)
+        # grandchildren may hold the pipe open after the shell exits: the group dies with us
+        _kill_tree(proc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pump, 5)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 5)
+    except BaseException:
+        _kill_tree(proc)
+        pump.cancel()
+        raise
+    return ProcessResult(
+        exit_code=None if timed_out else proc.returncode,
+        output=out.text(),
+        total_bytes=out.total,
+        truncated=out.truncated,
+        timed_out=timed_out,
+        duration=time.monotonic() - started,
+    )
+
+
+@dataclass
+class BackgroundTask:
+    id: str
+    command: str
+    started_at: float
+    proc: asyncio.subprocess.Process
+    output: CapturedOutput
+    pump: asyncio.Future[None]
+    ended_at: float | None = None
+    tail_lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    def info(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "command": self.command,
+            "running": self.running,
+            "exit_code": self.proc.returncode,
+            "started_at": self.started_at,
+            "output_bytes": self.output.total,
+        }
+
+    def tail(self, max_chars: int = 4000) -> str:
+        return self.output.text()[-max_chars:]
+
+
+class BackgroundTasks:
+    """Background commands of one Agent: start, list, tail, kill; all killed on close."""
+
+    def __init__(self, max_output: int = 256_000) -> None:
+        self._tasks: dict[str, BackgroundTask] = {}
+        self._ids = itertools.count(1)
+        self._max_output = max_output
+
+    async def start(
+        self, command: str, *, cwd: Path, env: dict[str, str] | None = None
+    ) -> BackgroundTask:
+        proc = await _spawn(command, cwd, env)
+        out = CapturedOutput(self._max_output)
+        pump = asyncio.ensure_future(_pump(proc, out, None))
+        task = BackgroundTask(f"bg-{next(self._ids)}", command, time.time(), proc, out, pump)
+        self._tasks[task.id] = task
+        return task
+
+    def list(self) -> list[dict[str, object]]:
+        return [t.info() for t in self._tasks.values()]
+
+    def get(self, task_id: str) -> BackgroundTask:
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise ToolError(
+                ToolErrorCode.FILE_NOT_FOUND,
+                f"no background task {task_id!r}; running: {', '.join(self._tasks) or 'none'}",
+            )
+        return task
+
+    async def kill(self, task_id: str) -> bool:
+        task = self.get(task_id)
+        was_running = task.running
+        _kill_tree(task.proc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task.proc.wait(), 5)
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(task.pump, 2)
+        return was_running
+
+    async def close(self) -> None:
+        for task_id in list(self._tasks):
+            await self.kill(task_id)

@@ -1,0 +1,188 @@
+"""The built-in project search: literal or regex, honouring ``.gitignore``, with caps.
+
+Replaceable through the ``register_project_search`` hook (e.g. a ripgrep-backed plugin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ToolError, ToolErrorCode
+from ..services import ProjectMatch
+
+__all__ = ["BuiltinProjectSearch", "GitIgnore"]
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_LINE_CHARS = 2000
+ALWAYS_SKIP = {
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    ".memora",
+    ".mypy_cache",
+    ".ruff_cache",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    base: str  # folder (relative, posix) the .gitignore lives in; "" for the root
+    pattern: str
+    negate: bool
+    dir_only: bool
+    anchored: bool
+
+
+class GitIgnore:
+    """A ``.gitignore`` matcher covering the common syntax: globs, ``**``, ``!`` negation,
+    trailing ``/`` for folders, leading ``/`` or inner ``/`` anchoring, nested files."""
+
+    def __init__(self) -> None:
+        self.rules: list[_Rule] = []
+
+    def load(self, folder: Path, rel: str) -> None:
+        path = folder / ".gitignore"
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        for raw in text.splitlines():
+            line = raw.rstrip()
+            if not line or line.startswith("#"):
+                continue
+            negate = line.startswith("!")
+            if negate:
+                line = line[1:]
+            if line.startswith("\\"):
+                line = line[1:]
+            dir_only = line.endswith("/")
+            line = line.rstrip("/")
+            anchored = line.startswith("/") or "/" in line
+            line = line.lstrip("/")
+            if line:
+                self.rules.append(_Rule(rel, line, negate, dir_only, anchored))
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        result = False
+        name = rel.rsplit("/", 1)[-1]
+        for rule in self.rules:
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.base and not (rel == rule.base or rel.startswith(rule.base + "/")):
+                continue
+            sub = rel[len(rule.base) + 1 :] if rule.base else rel
+            if rule.anchored:
+                hit = _glob(sub, rule.pattern)
+            else:
+                hit = fnmatch.fnmatchcase(name, rule.pattern)
+            if hit:
+                result = not rule.negate
+        return result
+
+
+def _glob(path: str, pattern: str) -> bool:
+    regex = ""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            regex += "(?:.*/)?"
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            regex += "/.*"
+            i += 3
+        elif c == "*":
+            regex += "[^/]*"
+            i += 1
+        elif c == "?":
+            regex += "[^/]"
+            i += 1
+        else:
+            regex += re.escape(c)
+            i += 1
+    return re.fullmatch(regex, path) is not None
+
+
+class BuiltinProjectSearch:
+    """Search text files under a root; capped in results, file size, line length and time."""
+
+    def __init__(self, *, time_budget: float = 20.0) -> None:
+        self.time_budget = time_budget
+
+    async def search(
+        self,
+        root: Path,
+        pattern: str,
+        *,
+        regex: bool = False,
+        glob: str | None = None,
+        max_results: int = 200,
+    ) -> list[ProjectMatch]:
+        if not pattern:
+            raise ToolError(ToolErrorCode.INVALID_ARGS, "pattern is empty")
+        try:
+            compiled = re.compile(
+                pattern if regex else re.escape(pattern), re.IGNORECASE if not regex else 0
+            )
+        except re.error as exc:
+            raise ToolError(
+                ToolErrorCode.INVALID_ARGS, f"invalid regular expression: {exc}"
+            ) from exc
+        return await asyncio.to_thread(
+            self._search, root, compiled, glob, max(1, min(max_results, 1000))
+        )
+
+    def _search(
+        self, root: Path, compiled: re.Pattern[str], glob: str | None, limit: int
+    ) -> list[ProjectMatch]:
+        deadline = time.monotonic() + self.time_budget
+        ignore = GitIgnore()
+        out: list[ProjectMatch] = []
+        for folder, dirs, files in os.walk(root):
+            here = Path(folder)
+            rel_dir = here.relative_to(root).as_posix()
+            rel_dir = "" if rel_dir == "." else rel_dir
+            ignore.load(here, rel_dir)
+            keep = []
+            for d in sorted(dirs):
+                rel = f"{rel_dir}/{d}" if rel_dir else d
+                if d in ALWAYS_SKIP or ignore.ignored(rel, True) or (here / d).is_symlink():
+                    continue
+                keep.append(d)
+            dirs[:] = keep
+            for name in sorted(files):
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if ignore.ignored(rel, False):
+                    continue
+                if glob and not (fnmatch.fnmatchcase(name, glob) or fnmatch.fnmatchcase(rel, glob)):
+                    continue
+                path = here / name
+                try:
+                    if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
+                        continue
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                if b"\x00" in data[:4096]:
+                    continue
+                text = data.decode("utf-8", errors="replace")
+                for n, line in enumerate(text.splitlines(), 1):
+                    if compiled.search(line[:MAX_LINE_CHARS]):
+                        out.append(ProjectMatch(rel, n, line.strip()[:300]))
+                        if len(out) >= limit:
+                            return out
+                if time.monotonic() > deadline:
+                    raise ToolError(
+                        ToolErrorCode.TIMEOUT,
+                        f"search stopped after {self.time_budget:.0f}s with {len(out)} matches; narrow it with glob or a subfolder",
+                    )
+        return out

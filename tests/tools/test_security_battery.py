@@ -1,0 +1,262 @@
+"""The adversarial battery: every case is refused or capped with the right code, and the host
+process stays healthy."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memora.tools import ToolContext
+from memora.tools.base import Tool, run_tool
+from memora.tools.commands import run_command, run_skill_script
+from memora.tools.files import edit_file, list_dir, read_file, write_file
+
+
+async def call(t: Tool, ctx: ToolContext, **args: object) -> tuple[bool, str, str | None]:
+    result = await run_tool(t, ctx, args)
+    return result.ok, result.content, result.error_code
+
+
+TRAVERSAL = [
+    ("../outside.txt", "PATH_NOT_ALLOWED"),
+    ("../../../../../../etc/passwd", "PATH_NOT_ALLOWED"),
+    ("src/../../outside.txt", "PATH_NOT_ALLOWED"),
+    ("/etc/passwd", "PATH_NOT_ALLOWED"),
+    ("~/.bashrc", "PATH_NOT_ALLOWED"),
+    ("~root/.profile", "PATH_NOT_ALLOWED"),
+    ("%2e%2e/outside.txt", "FILE_NOT_FOUND"),  # no URL decoding: a literal name inside
+    ("..%2Foutside.txt", "FILE_NOT_FOUND"),
+    ("\uff0e\uff0e/outside.txt", "FILE_NOT_FOUND"),  # fullwidth dots are just a name
+    ("\u2025/outside.txt", "FILE_NOT_FOUND"),  # two-dot leader
+    ("src/app.py\x00.txt", "INVALID_ARGS"),
+    ("/proc/self/environ", "PATH_NOT_ALLOWED"),
+    ("/proc/self/root/etc/passwd", "PATH_NOT_ALLOWED"),
+    ("/proc/self/cwd/../outside.txt", "PATH_NOT_ALLOWED"),
+    ("", "INVALID_ARGS"),
+]
+
+
+@pytest.mark.parametrize(("path", "code"), TRAVERSAL, ids=[repr(p) for p, _ in TRAVERSAL])
+async def test_read_traversal(ctx: ToolContext, path: str, code: str) -> None:
+    ok, content, err = await call(read_file, ctx, path=path)
+    assert not ok and err == code, content
+    assert "SECRET" not in content
+
+
+@pytest.mark.parametrize(("path", "code"), TRAVERSAL[:6], ids=[repr(p) for p, _ in TRAVERSAL[:6]])
+async def test_write_traversal(ctx: ToolContext, project: Path, path: str, code: str) -> None:
+    ok, _, err = await call(write_file, ctx, path=path, content="pwned")
+    assert not ok and err == code
+    assert (project.parent / "outside.txt").read_text() == "SECRET outside the project\n"
+
+
+async def test_absolute_path_inside_project_is_allowed(ctx: ToolContext, project: Path) -> None:
+    ok, content, _ = await call(read_file, ctx, path=str(project / "src" / "app.py"))
+    assert ok and "return 42" in content
+
+
+async def test_symlink_pointing_outside(ctx: ToolContext, project: Path) -> None:
+    (project / "link.txt").symlink_to(project.parent / "outside.txt")
+    (project / "linkdir").symlink_to(project.parent)
+    for path in ("link.txt", "linkdir/outside.txt"):
+        ok, content, err = await call(read_file, ctx, path=path)
+        assert not ok and err == "PATH_NOT_ALLOWED" and "SECRET" not in content
+    ok, _, err = await call(write_file, ctx, path="link.txt", content="pwned")
+    assert not ok and err == "PATH_NOT_ALLOWED"
+    ok, _, err = await call(list_dir, ctx, path="linkdir")
+    assert not ok and err == "PATH_NOT_ALLOWED"
+    assert (project.parent / "outside.txt").read_text().startswith("SECRET")
+
+
+async def test_symlink_swapped_between_check_and_use(
+    ctx: ToolContext, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = project / "notes.txt"
+    target.write_text("inside", encoding="utf-8")
+    real_resolve = ctx.guard.resolve
+
+    def swapping_resolve(user_path: str, *, purpose: str = "access") -> Path:
+        resolved = real_resolve(user_path, purpose=purpose)
+        target.unlink()
+        target.symlink_to(project.parent / "outside.txt")  # the race an attacker would win
+        return resolved
+
+    monkeypatch.setattr(ctx.guard, "resolve", swapping_resolve)
+    ok, content, err = await call(read_file, ctx, path="notes.txt")
+    assert not ok and err == "PATH_NOT_ALLOWED" and "SECRET" not in content
+
+
+async def test_parent_folder_swapped_before_write(
+    ctx: ToolContext, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = project / "docs"
+    folder.mkdir()
+    real_resolve = ctx.guard.resolve
+
+    def swapping_resolve(user_path: str, *, purpose: str = "access") -> Path:
+        resolved = real_resolve(user_path, purpose=purpose)
+        folder.rmdir()
+        folder.symlink_to(project.parent)
+        return resolved
+
+    monkeypatch.setattr(ctx.guard, "resolve", swapping_resolve)
+    ok, _, err = await call(write_file, ctx, path="docs/outside.txt", content="pwned")
+    assert not ok and err == "PATH_NOT_ALLOWED"
+    assert (project.parent / "outside.txt").read_text().startswith("SECRET")
+
+
+async def test_sparse_2gb_file_is_paged_not_loaded(ctx: ToolContext, project: Path) -> None:
+    big = project / "huge.log"
+    with big.open("wb") as fh:
+        fh.write(b"".join(f"line {i}\n".encode() for i in range(1, 2001)))
+        fh.truncate(2 * 1024**3)  # sparse: 2 GB of which 20 KB are written
+    t = time.monotonic()
+    ok, content, _ = await call(read_file, ctx, path="huge.log")
+    assert ok and content.count("\n") <= 501 and "line 500" in content and "line 501" not in content
+    assert "continue with start_line=501" in content
+    ok, content, err = await call(read_file, ctx, path="huge.log", start_line=10_000_000)
+    assert (ok and "no lines" in content) or err is not None
+    ok, content, err = await call(
+        read_file, ctx, path="huge.log", offset=2 * 1024**3 - 1000, length=500
+    )
+    assert not ok and err == "NOT_AVAILABLE"  # the sparse tail is NUL bytes: binary
+    assert time.monotonic() - t < 30
+
+
+async def test_binary_and_non_utf8(ctx: ToolContext, project: Path) -> None:
+    (project / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 10)
+    ok, content, err = await call(read_file, ctx, path="image.png")
+    assert not ok and err == "NOT_AVAILABLE" and "binary" in content
+    (project / "gbk.txt").write_bytes("记忆系统只保存摘要".encode("gbk"))
+    ok, content, _ = await call(read_file, ctx, path="gbk.txt")
+    assert ok and "记忆系统只保存摘要" in content and "gb18030" in content
+
+
+async def test_fifo_and_devices_do_not_hang(ctx: ToolContext, project: Path) -> None:
+    os.mkfifo(project / "pipe")
+    ok, _, err = await call(read_file, ctx, path="pipe")
+    assert not ok and err == "PERMISSION_DENIED"
+
+
+async def test_command_printing_100mb_is_capped(ctx: ToolContext) -> None:
+    cmd = f"{sys.executable} -c \"import sys; [sys.stdout.write('x' * 1023 + chr(10)) for _ in range(102400)]\""
+    t = time.monotonic()
+    ok, content, _ = await call(run_command, ctx, command=cmd, timeout=120)
+    assert ok
+    assert (
+        len(content) < 70_000
+        and "bytes omitted" in content
+        and "104,857,600 bytes in all" in content
+    )
+    assert time.monotonic() - t < 120
+
+
+async def test_command_that_never_ends_times_out(ctx: ToolContext) -> None:
+    t = time.monotonic()
+    ok, content, err = await call(run_command, ctx, command="echo started; sleep 1000", timeout=1)
+    assert not ok and err == "TIMEOUT" and "started" in content
+    assert time.monotonic() - t < 15
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # zombies are dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_child_tree_killed_on_timeout(ctx: ToolContext, project: Path) -> None:
+    script = (
+        "for i in 1 2 3 4 5 6 7 8 9 10; do (sleep 1000 & echo $! >> pids.txt; wait) & done; "
+        "sleep 1000 & echo $! >> pids.txt; wait"
+    )
+    ok, _, err = await call(run_command, ctx, command=script, timeout=2)
+    assert not ok and err == "TIMEOUT"
+    pids = [int(p) for p in (project / "pids.txt").read_text().split()]
+    assert len(pids) >= 5
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+async def test_shell_metacharacters_in_script_args_are_literal(
+    tmp_path: Path, project: Path
+) -> None:
+    from memora.role_pack import RolePackManager
+
+    pack = tmp_path / "cfg" / "role-packs" / "p"
+    (pack / "skills" / "echoer" / "scripts").mkdir(parents=True)
+    (pack / "manifest.json").write_text('{"name": "p"}', encoding="utf-8")
+    (pack / "persona.md").write_text("`echoer`", encoding="utf-8")
+    (pack / "skills" / "echoer" / "SKILL.md").write_text(
+        "---\nname: echoer\ndescription: Echo arguments.\n---\nbody", encoding="utf-8"
+    )
+    (pack / "skills" / "echoer" / "scripts" / "argv.py").write_text(
+        "import sys, json; print(json.dumps(sys.argv[1:]))", encoding="utf-8"
+    )
+    rp = RolePackManager(tmp_path / "cfg", active="p")
+    ctx = ToolContext.for_project(project, role_packs=rp)
+    hostile = [
+        "; touch pwned",
+        "$(touch pwned2)",
+        "`touch pwned3`",
+        "a && b",
+        "| cat /etc/passwd",
+        "'\"",
+        "*",
+    ]
+    ok, content, _ = await call(
+        run_skill_script, ctx, skill="echoer", script="scripts/argv.py", args=hostile
+    )
+    assert ok
+    import json
+
+    assert json.loads(content.split("\n", 1)[1]) == hostile
+    assert not list(project.glob("pwned*"))
+    ok, _, err = await call(run_skill_script, ctx, skill="echoer", script="../../manifest.json")
+    assert not ok and err == "PATH_NOT_ALLOWED"
+
+
+async def test_metacharacters_in_paths_are_names(ctx: ToolContext, project: Path) -> None:
+    ok, _, err = await call(read_file, ctx, path="a; touch pwned")
+    assert not ok and err == "FILE_NOT_FOUND"
+    ok, _, _ = await call(write_file, ctx, path="$(touch pwned).txt", content="x")
+    assert ok and (project / "$(touch pwned).txt").exists() and not (project / "pwned").exists()
+
+
+async def test_guest_and_readonly(project: Path) -> None:
+    guest = ToolContext.for_project(project, permission="guest")
+    for t, args in (
+        (write_file, {"path": "x.txt", "content": "x"}),
+        (run_command, {"command": "true"}),
+        (edit_file, {"path": "README.md", "old_text": "hello", "new_text": "bye"}),
+    ):
+        ok, content, err = await call(t, guest, **args)
+        assert not ok and err == "PERMISSION_DENIED" and "guest" in content
+    ok, _, _ = await call(read_file, guest, path="README.md")
+    assert ok
+    readonly = ToolContext.for_project(project, readonly=True)
+    ok, content, err = await call(write_file, readonly, path="x.txt", content="x")
+    assert not ok and err == "PERMISSION_DENIED" and "read-only" in content
+    assert not (project / "x.txt").exists()
+
+
+async def test_write_size_cap(ctx: ToolContext) -> None:
+    ok, _, err = await call(write_file, ctx, path="big.txt", content="x" * (10 * 1024 * 1024 + 1))
+    assert not ok and err == "OUTPUT_TOO_LARGE"
+
+
+async def test_host_stays_healthy(ctx: ToolContext) -> None:
+    """After the battery the process still runs commands and reads files normally."""
+    ok, content, _ = await call(run_command, ctx, command="echo alive")
+    assert ok and "alive" in content

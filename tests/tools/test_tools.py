@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from memora.errors import MemoraError
+from memora.memory import InMemoryStorage, MemoryManager
+from memora.services import SearchHit
+from memora.tools import ToolContext, ToolRegistry, tool
+from memora.tools.base import run_tool
+from memora.tools.commands import (
+    background_task_output,
+    kill_background_task,
+    list_background_tasks,
+    run_command,
+)
+from memora.tools.files import edit_file, list_dir, read_file, write_file
+from memora.tools.knowledge import (
+    memory_search,
+    read_resource,
+    read_skill,
+    register_work,
+    search_project,
+)
+from memora.tools.plan import AskUserSignal, ask_user, task_table_update
+from memora.tools.privileged import run_code, web_fetch, web_search
+from memora.tools.project_search import GitIgnore
+from memora.tools.works import WorksRegistry
+
+
+async def test_read_write_edit_list(ctx: ToolContext, project: Path) -> None:
+    lines = "\n".join(f"第{i}行 line {i}" for i in range(1, 1201))
+    r = await run_tool(write_file, ctx, {"path": "notes/long.txt", "content": lines})
+    assert r.ok and (project / "notes" / "long.txt").exists()
+    r = await run_tool(
+        read_file, ctx, {"path": "notes/long.txt", "start_line": 600, "end_line": 602}
+    )
+    assert r.ok and r.content.splitlines()[1:] == [
+        "第600行 line 600",
+        "第601行 line 601",
+        "第602行 line 602",
+    ]
+    assert "of 1200" in r.content and "continue with start_line=603" in r.content
+    r = await run_tool(read_file, ctx, {"path": "notes/long.txt", "offset": 0, "length": 10})
+    assert r.ok and "bytes 0–10" in r.content
+    r = await run_tool(
+        edit_file, ctx, {"path": "src/app.py", "old_text": "return 42", "new_text": "return 43"}
+    )
+    assert r.ok and "return 43" in (project / "src" / "app.py").read_text()
+    r = await run_tool(
+        edit_file, ctx, {"path": "notes/long.txt", "old_text": "line 1", "new_text": "x"}
+    )
+    assert not r.ok and r.error_code == "INVALID_ARGS" and "occurs" in r.content
+    r = await run_tool(
+        edit_file, ctx, {"path": "src/app.py", "old_text": "absent", "new_text": "x"}
+    )
+    assert not r.ok and r.error_code == "INVALID_ARGS" and "not found" in r.content
+    r = await run_tool(
+        edit_file, ctx, {"path": "README.md", "old_text": "o", "new_text": "0", "replace_all": True}
+    )
+    assert r.ok and (project / "README.md").read_text() == "# Dem0\nhell0 w0rld\n"
+    r = await run_tool(list_dir, ctx, {"path": ".", "depth": 2})
+    assert r.ok and "src/" in r.content and "  app.py" in r.content and "notes/" in r.content
+    r = await run_tool(read_file, ctx, {"path": "missing.txt"})
+    assert not r.ok and r.error_code == "FILE_NOT_FOUND" and "list_dir" in r.content
+    r = await run_tool(read_file, ctx, {"path": "src", "bogus": 1})
+    assert not r.ok and r.error_code == "INVALID_ARGS" and "bogus" in r.content
+    r = await run_tool(read_file, ctx, '{"path": ')
+    assert not r.ok and r.error_code == "INVALID_ARGS"
+
+
+async def test_search_project_honours_gitignore(ctx: ToolContext, project: Path) -> None:
+    (project / ".gitignore").write_text(
+        "build/\n*.log\n!keep.log\n/rootonly.txt\n", encoding="utf-8"
+    )
+    for rel in (
+        "build/out.py",
+        "debug.log",
+        "keep.log",
+        "rootonly.txt",
+        "sub/rootonly.txt",
+        "src/needle.py",
+    ):
+        path = project / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("the NEEDLE is here\n", encoding="utf-8")
+    (project / "src" / "bin.dat").write_bytes(b"\x00needle")
+    r = await run_tool(search_project, ctx, {"pattern": "needle"})
+    found = {line.split(":")[0] for line in r.content.splitlines()}
+    assert found == {"keep.log", "sub/rootonly.txt", "src/needle.py"}
+    r = await run_tool(search_project, ctx, {"pattern": r"NEED\w+", "regex": True, "glob": "*.py"})
+    assert r.content.startswith("src/needle.py:1:")
+    r = await run_tool(search_project, ctx, {"pattern": "(", "regex": True})
+    assert not r.ok and r.error_code == "INVALID_ARGS"
+    r = await run_tool(search_project, ctx, {"pattern": "needle", "path": "src"})
+    assert r.content.startswith("src/needle.py")
+
+
+def test_gitignore_matcher() -> None:
+    g = GitIgnore()
+    g.rules = []
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, ".gitignore").write_text("**/tmp/**\ndocs/*.md\n", encoding="utf-8")
+        g.load(Path(d), "")
+    assert g.ignored("a/tmp/x", False) and g.ignored("docs/a.md", False)
+    assert not g.ignored("docs/sub/a.md", False) and not g.ignored("a/b", False)
+
+
+async def test_background_commands(ctx: ToolContext) -> None:
+    r = await run_tool(run_command, ctx, {"command": "echo begin; sleep 1000", "background": True})
+    assert r.ok and r.data is not None
+    task_id = r.data["task_id"]
+    for _ in range(50):
+        out = await run_tool(background_task_output, ctx, {"task_id": task_id})
+        if "begin" in out.content:
+            break
+        await asyncio.sleep(0.05)
+    assert "begin" in out.content and "running" in out.content
+    listing = await run_tool(list_background_tasks, ctx, {})
+    assert task_id in listing.content and "running" in listing.content
+    assert (await run_tool(kill_background_task, ctx, {"task_id": task_id})).ok
+    assert not ctx.background.get(task_id).running
+    r = await run_tool(background_task_output, ctx, {"task_id": "bg-999"})
+    assert not r.ok and r.error_code == "FILE_NOT_FOUND"
+    second = await ctx.background.start("sleep 1000", cwd=ctx.project)
+    await ctx.background.close()
+    assert not second.running
+
+
+async def test_run_command_progress_and_failure(ctx: ToolContext) -> None:
+    seen: list[str] = []
+    ctx.progress = seen.append
+    r = await run_tool(run_command, ctx, {"command": "echo one; echo two"})
+    assert r.ok and "one" in "".join(seen)
+    r = await run_tool(run_command, ctx, {"command": "echo oops >&2; exit 3"})
+    assert (
+        not r.ok
+        and r.error_code == "EXECUTION_FAILED"
+        and "exit code 3" in r.content
+        and "oops" in r.content
+    )
+    r = await run_tool(run_command, ctx, {"command": "pwd", "cwd": "src"})
+    assert r.ok and r.content.strip().endswith("/src")
+
+
+async def test_memory_search_and_works(ctx: ToolContext, project: Path, tmp_path: Path) -> None:
+    ctx.memory = MemoryManager(InMemoryStorage())
+    ctx.works = WorksRegistry(tmp_path / "data", ctx.guard, ctx.memory)
+    novel = project / "novel.md"
+    novel.write_text(
+        "# 雨夜\n" + "正文很长。\n" * 5000 + "## 第二章 归来\n结尾。\n", encoding="utf-8"
+    )
+    r = await run_tool(register_work, ctx, {"path": "novel.md", "title": "雨夜"})
+    assert r.ok and "雨夜" in r.content and "第二章 归来" in r.content
+    r = await run_tool(memory_search, ctx, {"query": "第二章", "source": "work_projection"})
+    assert r.ok and "work_projection" in r.content and "正文很长。正文很长" not in r.content
+    # re-registering supersedes the old projection instead of duplicating it
+    await run_tool(register_work, ctx, {"path": "novel.md"})
+    assert len(await ctx.memory.search("雨夜")) == 1
+    assert WorksRegistry(tmp_path / "data", ctx.guard).list()[0].title == "novel"
+    r = await run_tool(memory_search, ctx, {"query": "nothing-here"})
+    assert r.ok and "no memories" in r.content
+
+
+async def test_skills_tools(tmp_path: Path, project: Path) -> None:
+    from memora.role_pack import RolePackManager
+
+    pack = tmp_path / "c" / "role-packs" / "p"
+    (pack / "skills" / "kit").mkdir(parents=True)
+    (pack / "manifest.json").write_text('{"name": "p"}', encoding="utf-8")
+    (pack / "skills" / "kit" / "SKILL.md").write_text(
+        "---\nname: kit\ndescription: A kit.\n---\nUse the template.", encoding="utf-8"
+    )
+    (pack / "skills" / "kit" / "template.md").write_text("# Template", encoding="utf-8")
+    ctx = ToolContext.for_project(project, role_packs=RolePackManager(tmp_path / "c", active="p"))
+    r = await run_tool(read_skill, ctx, {"name": "kit"})
+    assert r.ok and "Use the template." in r.content and "template.md" in r.content
+    r = await run_tool(read_resource, ctx, {"skill": "kit", "path": "template.md"})
+    assert r.ok and r.content == "# Template"
+    r = await run_tool(read_skill, ctx, {"name": "nope"})
+    assert not r.ok and r.error_code == "FILE_NOT_FOUND"
+
+
+async def test_task_table_and_ask_user(ctx: ToolContext) -> None:
+    r = await run_tool(
+        task_table_update,
+        ctx,
+        {
+            "items": [
+                {"id": "1", "description": "outline", "status": "active"},
+                {"id": "2", "description": "draft", "order": 1},
+            ]
+        },
+    )
+    assert r.ok and "[>] 1. outline" in r.content
+    assert ctx.task_table.advance().id == "1"  # type: ignore[union-attr]
+    assert ctx.task_table.advance() is None
+    await run_tool(
+        task_table_update, ctx, {"items": [{"id": "1", "description": "outline", "status": "done"}]}
+    )
+    assert ctx.task_table.advance().id == "2"  # type: ignore[union-attr]
+    with pytest.raises(AskUserSignal) as info:
+        await run_tool(
+            ask_user,
+            ctx,
+            {
+                "questions": [
+                    {"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}
+                ]
+            },
+        )
+    assert info.value.questions[0].options == ["dark", "light"]
+
+
+class FakeSearch:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def search(self, query: str, *, max_results: int = 5) -> list[SearchHit]:
+        self.calls += 1
+        return [SearchHit("Result", "https://example.org", f"about {query}")]
+
+
+async def test_privileged_tools(ctx: ToolContext) -> None:
+    r = await run_tool(web_fetch, ctx, {"url": "https://example.org"})
+    assert not r.ok and r.error_code == "NOT_AVAILABLE"
+    r = await run_tool(run_code, ctx, {"code": "print(1)"})
+    assert not r.ok and r.error_code == "NOT_AVAILABLE"
+    fake = FakeSearch()
+    ctx.services = {"web_search": fake}
+    ctx.web_search_limit = 2
+    for _ in range(2):
+        assert (await run_tool(web_search, ctx, {"query": "memora"})).ok
+    r = await run_tool(web_search, ctx, {"query": "memora"})
+    assert not r.ok and r.error_code == "PERMISSION_DENIED" and "limit" in r.content
+    assert fake.calls == 2
+
+
+async def test_tool_decorator_and_registry() -> None:
+    @tool(idempotency="read-only")
+    async def shout(
+        ctx: ToolContext, text: Annotated[str, Field(description="What to shout")], times: int = 1
+    ) -> str:
+        """Shout a text."""
+        return text.upper() * times
+
+    assert shout.parameters["properties"]["text"]["description"] == "What to shout"
+    assert shout.parameters["required"] == ["text"]
+    r = await run_tool(shout, None, {"text": "hi", "times": 2})
+    assert r.ok and r.content == "HIHI"
+    r = await run_tool(shout, None, {"times": "many"})
+    assert (
+        not r.ok and r.error_code == "INVALID_ARGS" and "text" in r.content and "times" in r.content
+    )
+    reg = ToolRegistry()
+    reg.register(shout, owner="a")
+    with pytest.raises(MemoraError, match="'a' and 'b'"):
+        reg.register(shout, owner="b")
+
+    @tool
+    async def broken(ctx: ToolContext) -> str:
+        """Always fails."""
+        raise RuntimeError("bug in tool")
+
+    r = await run_tool(broken, None, {})
+    assert not r.ok and r.error_code == "EXECUTION_FAILED" and "bug in tool" in r.content
+    with pytest.raises(TypeError):
+        tool(lambda: None)  # type: ignore[arg-type]
