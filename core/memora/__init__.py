@@ -17,6 +17,15 @@ __version__ = "0.1.0"
 logging.getLogger("memora").addHandler(logging.NullHandler())
 
 _LAZY: dict[str, str] = {
+    # the agent
+    "Agent": "memora.agent",
+    "AgentOptions": "memora.agent",
+    "Messages": "memora.messages",
+    "load_config": "memora.config",
+    "create_provider_from_config": "memora.config",
+    "tool": "memora.tools",
+    "Tool": "memora.tools",
+    "ToolContext": "memora.tools",
     # errors
     "MemoraError": "memora.errors",
     "ErrorCode": "memora.errors",
@@ -57,9 +66,11 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", "hookimpl", *sorted(_LAZY)]
 
 if TYPE_CHECKING:
+    from .agent import Agent, AgentOptions
     from .capabilities import CapabilityMap, compute_capability_map
     from .checks import Allow, Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
     from .chunks import AgentChunk, chunk_adapter
+    from .config import create_provider_from_config, load_config
     from .errors import (
         ErrorCode,
         MemoraError,
@@ -71,7 +82,9 @@ if TYPE_CHECKING:
         is_retryable,
     )
     from .llm import LLMRequest, Message, Provider, ProviderError, ProviderRouter, ToolSpec
+    from .messages import Messages
     from .plugins import Plugins, create_plugin_manager
+    from .tools import Tool, ToolContext, tool
     from .tracing import Span, Tracer
 
 

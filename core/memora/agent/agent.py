@@ -1,0 +1,861 @@
+"""The Agent facade: one project, one storage, one session store, one project lock.
+
+Managers are reached as attributes after ``await agent.init()``: ``role_pack``, ``tools``,
+``skills``, ``memory``, ``works``, ``polish``, ``sessions``, ``security``.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..capabilities import CapabilityMap, compute_capability_map
+from ..checks import CheckContext, CheckDecision, ToolCallInfo
+from ..chunks import AbortedChunk, AgentChunk, ErrorChunk, NarrateChunk, TextChunk
+from ..errors import ErrorCode, MemoraError
+from ..events import ArchiveFailed, EventEmitter, GoalDriftDetected, SessionForked
+from ..hookspecs import hookimpl
+from ..llm.provider import Provider
+from ..llm.retry import RetryPolicy
+from ..llm.router import ProviderRouter
+from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec
+from ..memory.manager import MemoryManager
+from ..memory.sessions import RoundRecord, SessionInfo
+from ..plugins import Plugins, create_plugin_manager
+from ..role_pack.manager import RolePackManager
+from ..security.lock import ProjectLock
+from ..security.paths import PathGuard
+from ..tools.base import Tool, ToolRegistry
+from ..tools.context import ToolContext
+from ..tools.process import BackgroundTasks
+from ..tools.task_table import TaskTable
+from ..tools.works import WorksRegistry
+from ..tracing import combine_tracers
+from .context_window import estimate_tokens, trim_history
+from .loop import TurnEngine, TurnState, new_round_id
+from .options import AgentOptions
+from .serialize import message_from_dict, message_to_dict
+from .state import DuplicateCallInterceptor, Outbox, SessionState
+
+__all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager"]
+
+logger = logging.getLogger("memora.agent")
+
+PAUSE_STATE_VERSION = 1
+
+
+class _HostCheck:
+    """Wraps the ``pre_execution_check`` Agent option as a plugin."""
+
+    def __init__(self, fn: Callable[[ToolCallInfo, CheckContext], CheckDecision | None]) -> None:
+        self._fn = fn
+
+    @hookimpl
+    def pre_execution_check(
+        self, call: ToolCallInfo, context: CheckContext
+    ) -> CheckDecision | None:
+        return self._fn(call, context)
+
+
+class PolishManager:
+    """``agent.polish``: rewrite a text with the background provider under given instructions."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    async def rewrite(self, text: str, instructions: str, *, max_tokens: int | None = None) -> str:
+        provider = self._agent.router.for_task("background")
+        request = LLMRequest(
+            [
+                Message.system(
+                    "Rewrite the user's text following these instructions. Reply with the rewritten "
+                    f"text only.\nInstructions: {instructions}"
+                ),
+                Message.user(text),
+            ],
+            temperature=0.3,
+            max_tokens=max_tokens,
+        )
+        parts = []
+        async for delta in provider.stream(request):
+            if isinstance(delta, TextDelta):
+                parts.append(delta.text)
+        return "".join(parts).strip()
+
+
+class SecurityManager:
+    """``agent.security``: the path guard, permission level and project lock of the Agent."""
+
+    def __init__(self, guard: PathGuard, permission: str, lock: ProjectLock) -> None:
+        self.guard = guard
+        self.permission = permission
+        self.lock = lock
+
+    def check_path(self, path: str) -> Path:
+        """Resolve ``path`` as tools do; raises ``ToolError(PATH_NOT_ALLOWED)`` outside."""
+        return self.guard.resolve(path)
+
+
+class SessionManager:
+    """``agent.sessions``: list, create, switch, fork and archive sessions."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    @property
+    def store(self) -> Any:
+        return self._agent._session_store
+
+    @property
+    def current(self) -> str:
+        return self._agent.session_id
+
+    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
+        return list(await self.store.list(include_archived=include_archived))
+
+    async def rounds(self, session_id: str | None = None) -> builtins.list[RoundRecord]:
+        return list(await self.store.rounds(session_id or self.current))
+
+    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
+        info: SessionInfo = await self.store.archive(session_id, archived)
+        return info
+
+
+class Agent:
+    """An LLM agent for one project.
+
+    ``async with Agent(project_path=..., data_dir=...) as agent:`` then
+    ``async for chunk in agent.chat("...")``.
+    """
+
+    def __init__(self, options: AgentOptions | None = None, **kwargs: Any) -> None:
+        self.options = options if options is not None else AgentOptions(**kwargs)
+        self.events = EventEmitter()
+        self.messages = self.options.messages
+        self._initialised = False
+        self._closed = False
+        self._busy = False
+        self._turn: TurnState | None = None
+        self._consumer: asyncio.Task[Any] | None = None
+        self._aborting = False
+        self._history: builtins.list[Message] = []
+        self._costs: builtins.list[int] = []
+        self._wire: builtins.list[Message] = []
+        self._wire_prompt: str | None = None
+        self._context_note: str | None = None
+        self._cap_map: CapabilityMap | None = None
+        self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
+        self._owned: builtins.list[Any] = []
+        self._round_ids: builtins.list[str] = []
+        self.session_state = SessionState(on_drift=self._drift)
+        self.outbox = Outbox()
+        self.duplicate_interceptor = DuplicateCallInterceptor(self.options.duplicate_call_threshold)
+        self.retry_policy = RetryPolicy(
+            max_attempts=self.options.retry_attempts, base_delay=self.options.retry_base_delay
+        )
+        self.engine = TurnEngine(self)
+        self._role_pack: RolePackManager
+        self._router_fixed: ProviderRouter | None = None
+        self._sync_runner: asyncio.Runner | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # managers (available after init)
+
+    def _need(self, name: str) -> Any:
+        if not self._initialised:
+            raise MemoraError(
+                ErrorCode.NOT_INITIALIZED,
+                f"agent.{name} is available after `await agent.init()` (or `async with Agent(...)`)",
+            )
+        return getattr(self, f"_{name}")
+
+    role_pack: RolePackManager = property(lambda self: self._need("role_pack"))  # type: ignore[assignment]
+    tools: ToolRegistry = property(lambda self: self._need("tools"))  # type: ignore[assignment]
+    memory: MemoryManager = property(lambda self: self._need("memory"))  # type: ignore[assignment]
+    works: WorksRegistry = property(lambda self: self._need("works"))  # type: ignore[assignment]
+    polish: PolishManager = property(lambda self: self._need("polish"))  # type: ignore[assignment]
+    sessions: SessionManager = property(lambda self: self._need("sessions"))  # type: ignore[assignment]
+    security: SecurityManager = property(lambda self: self._need("security"))  # type: ignore[assignment]
+    plugins: Plugins = property(lambda self: self._need("plugins"))  # type: ignore[assignment]
+    tool_context: ToolContext = property(lambda self: self._need("tool_context"))  # type: ignore[assignment]
+
+    @property
+    def router(self) -> ProviderRouter:
+        """Task type -> provider; ``act.providerRouting = fixed`` sends everything to the chat
+        provider."""
+        base: ProviderRouter = self._need("base_router")
+        if self._role_pack.strategy.provider_routing == "fixed":
+            if self._router_fixed is None:
+                self._router_fixed = base.with_fixed(True)
+            return self._router_fixed
+        return base
+
+    @property
+    def skills(self) -> Mapping[str, Any]:
+        """The active skills (global pool < role pack < project), by name."""
+        return self.role_pack.skills()
+
+    @property
+    def session_id(self) -> str:
+        return str(self._need("session_id"))
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+
+    async def __aenter__(self) -> Agent:
+        await self.init()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def init(self) -> Agent:
+        """Assemble plugins, take the project lock, load role packs, open the stores."""
+        if self._initialised:
+            return self
+        opts = self.options
+        project = Path(opts.project_path)
+        if not project.is_dir():
+            raise MemoraError(ErrorCode.INVALID_CONFIG, f"project_path {project} is not a folder")
+        data_dir = Path(opts.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        extra: builtins.list[Any] = list(opts.plugins)
+        if opts.pre_execution_check is not None:
+            extra.append(("host-check", _HostCheck(opts.pre_execution_check)))
+        plugins = create_plugin_manager(load_entrypoints=opts.load_entrypoints, extra=extra)
+        lock = ProjectLock(project)
+        lock.acquire()
+        try:
+            await self._assemble(plugins, project, data_dir, lock)
+        except BaseException:
+            await self._release_owned()
+            lock.release()
+            raise
+        self._initialised = True
+        return self
+
+    def _plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return {**self.options.plugin_options.get(name, {}), **(extra or {})}
+
+    def _provider(
+        self, plugins: Plugins, spec: Any, options: Mapping[str, Any] | None = None
+    ) -> Provider:
+        if spec is None:
+            spec = "llamacpp"
+        if isinstance(spec, str):
+            provider = plugins.create("provider", spec, self._plugin_options(spec, options))
+            self._owned.append(provider)
+            return provider  # type: ignore[no-any-return]
+        return spec  # type: ignore[no-any-return]
+
+    async def _assemble(
+        self, plugins: Plugins, project: Path, data_dir: Path, lock: ProjectLock
+    ) -> None:
+        opts = self.options
+        self._plugins = plugins
+        chat = self._provider(plugins, opts.provider, opts.provider_options)
+        background = (
+            self._provider(plugins, opts.background_provider)
+            if opts.background_provider is not None
+            else None
+        )
+        routes = {k: self._provider(plugins, v) for k, v in (opts.provider_router or {}).items()}
+        self._base_router = ProviderRouter(chat, background=background, routes=routes)
+        self._router_fixed = None
+
+        storage = opts.storage
+        if isinstance(storage, str):
+            storage = plugins.create("storage", storage, {"path": data_dir, **opts.storage_options})
+            self._owned.append(storage)
+        sessions = opts.session_store
+        if isinstance(sessions, str):
+            sessions = plugins.create("session_store", sessions, {"path": data_dir})
+        self._session_store = sessions
+        self._round_store = opts.round_store or sessions
+
+        tracers = [
+            plugins.create("tracer", name, self._plugin_options(name))
+            for name in plugins.names("tracer")
+        ]
+        if opts.tracer is not None:
+            tracers.append(opts.tracer)
+        self.tracer = combine_tracers(tracers)
+
+        self._memory = MemoryManager(storage, self.events)
+        self._role_pack = RolePackManager(
+            opts.config_dir,
+            pack_roots=opts.role_pack_dirs,
+            active=opts.active_role_pack,
+            fallback_role=opts.builtin_fallback_role,
+            disabled_skills=opts.disabled_skills,
+            project_path=project,
+            strategy_override=opts.strategy_override,
+            events=self.events,
+            messages=self.messages,
+        )
+        self._role_pack.resolve_initial()
+        self._tools = ToolRegistry()
+        for reg in plugins.registered("tool").values():
+            self._tools.register(reg.value, owner=reg.plugin)
+
+        services: dict[str, Any] = {}
+        for kind, explicit in (
+            ("web_search", opts.web_search),
+            ("web_fetch", opts.web_fetch),
+            ("code_executor", opts.code_executor),
+            ("project_search", opts.project_search),
+        ):
+            if explicit is not None and not isinstance(explicit, str):
+                services[kind] = explicit
+                continue
+            names = plugins.names(kind)  # type: ignore[arg-type]
+            name = explicit if isinstance(explicit, str) else (names[0] if names else None)
+            if name is not None:
+                svc = plugins.create(kind, name, self._plugin_options(name))  # type: ignore[arg-type]
+                services[kind] = svc
+                self._owned.append(svc)
+        guard = PathGuard(project, opts.allowed_paths)
+        self._security = SecurityManager(guard, opts.permission, lock)
+        self._background = BackgroundTasks()
+        self._works = WorksRegistry(data_dir, guard, self._memory)
+        self._tool_context = ToolContext(
+            project=project,
+            guard=guard,
+            permission=opts.permission,
+            memory=self._memory,
+            role_packs=self._role_pack,
+            works=self._works,
+            background=self._background,
+            task_table=TaskTable(),
+            services=services,
+            node_path=opts.node_path,
+            branch_round_ids=lambda: list(self._round_ids),
+        )
+        self._polish = PolishManager(self)
+        self._sessions = SessionManager(self)
+        await self._open_session(opts.session_id)
+
+    async def _open_session(self, session_id: str | None) -> None:
+        store = self._session_store
+        if session_id is None:
+            existing = await store.list()
+            info = existing[0] if existing else await store.create()
+        elif await store.exists(session_id):
+            info = await store.get(session_id)
+        else:
+            info = await store.create(session_id=session_id)
+        self._session_id = info.id
+        self._history = [message_from_dict(m) for m in await store.messages(info.id)]
+        self._costs = [estimate_tokens(m) for m in self._history]
+        self._round_ids = [r.round_id for r in await self._round_store.rounds(info.id)]
+        self._wire = []
+        self._context_note = None
+        self.duplicate_interceptor.reset()
+
+    async def _release_owned(self) -> None:
+        for obj in reversed(self._owned):
+            closer = getattr(obj, "aclose", None) or getattr(obj, "close", None)
+            if closer is None:
+                continue
+            try:
+                result = closer()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                logger.exception("closing %r failed", obj)
+        self._owned.clear()
+
+    async def close(self) -> None:
+        """Kill background commands, close providers and stores, release the project lock."""
+        if self._closed or not self._initialised:
+            self._closed = True
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await self._background.close()
+        await self._release_owned()
+        with contextlib.suppress(Exception):
+            await self._session_store.close()
+        self._security.lock.release()
+
+    # ------------------------------------------------------------------------------------------
+    # conversation state
+
+    def _drift(self, main: str, current: str, similarity: float) -> None:
+        self.events.emit(GoalDriftDetected(main, current, similarity))
+
+    def _system_prompt(self) -> str:
+        team = self.options.role_pack_teams
+        item = self._tool_context.task_table.active()
+        if team and item is not None and item.member and item.member in team.members:
+            return self._role_pack.system_prompt_for(item.member)
+        return self._role_pack.system_prompt()
+
+    def _append_message(self, state: TurnState, message: Message) -> None:
+        self._history.append(message)
+        self._costs.append(estimate_tokens(message))
+        if self._wire:
+            self._wire.append(message)
+        state.messages.append(message_to_dict(message))
+
+    def _effective_window(self) -> int:
+        provider_window = min(
+            self.router.for_task("chat").context_window, self.options.max_context_tokens
+        )
+        return self._role_pack.strategy.effective_window(provider_window)
+
+    def _output_reserve(self) -> int:
+        return self._role_pack.strategy.max_tokens(self.options.max_tokens) or 1024
+
+    def _near_soft_limit(self) -> bool:
+        used = sum(self._costs) + estimate_tokens(Message.system(self._wire_prompt or ""))
+        return used > 0.8 * (self._effective_window() - self._output_reserve())
+
+    def _ensure_wire(self) -> builtins.list[Message]:
+        prompt = self._system_prompt()
+        budget = (
+            self._effective_window()
+            - self._output_reserve()
+            - estimate_tokens(Message.system(prompt))
+        )
+        if sum(self._costs) > budget:
+            drop = trim_history(self._history, self._costs, max(budget - 200, 0))
+            if drop:
+                dropped = self._history[:drop]
+                del self._history[:drop]
+                del self._costs[:drop]
+                note = self.messages.render(
+                    "context_truncated", skipped=drop, kept=len(self._history)
+                )
+                if self.options.enable_context_summary:
+                    summary = self._summarise_dropped(dropped)
+                    if summary:
+                        note += "\n" + summary
+                self._context_note = note
+                self._wire = []
+        if not self._wire or prompt != self._wire_prompt:
+            head = [Message.system(prompt)]
+            if self._context_note:
+                head.append(Message.system(self._context_note))
+            self._wire = [*head, *self._history]
+            self._wire_prompt = prompt
+        return self._wire
+
+    def _summarise_dropped(self, dropped: builtins.list[Message]) -> str:
+        """A short digest of trimmed messages, built locally (no extra LLM call on the hot path)."""
+        from ..memory.keywords import extract_keywords
+
+        user_lines = [
+            m.content.strip().splitlines()[0][:120]
+            for m in dropped
+            if m.role == "user" and m.content.strip()
+        ]
+        keywords = extract_keywords(" ".join(m.content for m in dropped), limit=12)
+        parts = []
+        if user_lines:
+            parts.append(
+                f"{self.messages.recent_conversation_label} (earlier requests): "
+                + " | ".join(user_lines[-5:])
+            )
+        if keywords:
+            parts.append("Topics: " + ", ".join(keywords))
+        return "\n".join(parts)
+
+    def _tool_visible(self, tool: Tool, state: TurnState | None) -> bool:
+        strategy = self._role_pack.strategy
+        if strategy.tool_mode == "block":
+            return False
+        if tool.name in ("web_search", "web_fetch", "run_code"):
+            return tool.name in self._capability_map().privileged_tools
+        if tool.name == "ask_user":
+            return strategy.asks_user
+        if tool.name == "task_table_update" and strategy.multi_step_reasoning == "manual":
+            return True  # exposed; the prompt says to use it only when asked
+        return True
+
+    def _capability_map(self) -> CapabilityMap:
+        pack = self._role_pack.active
+        if self._cap_map is None or self._cap_map.role_pack != pack.name:
+            services = {k: [k] for k, v in self._tool_context.services.items() if v is not None}
+            self._cap_map = compute_capability_map(pack.name, list(pack.capabilities), services)
+        return self._cap_map
+
+    def _visible_specs(self, state: TurnState) -> builtins.list[ToolSpec]:
+        strategy = self._role_pack.strategy
+        key = (
+            self._role_pack.active.name,
+            strategy,
+            len(self._tools),
+            state.questions_asked >= strategy.ask_limit,
+        )
+        if self._visible_cache is None or self._visible_cache[0] != key:
+            specs = [
+                t.spec()
+                for name in self._tools.names()
+                if (t := self._tools.get(name)) is not None
+                and self._tool_visible(t, state)
+                and not (name == "ask_user" and state.questions_asked >= strategy.ask_limit)
+            ]
+            self._visible_cache = (key, specs)
+        return self._visible_cache[1]
+
+    def _build_request(self, state: TurnState, *, tools: bool) -> LLMRequest:
+        strategy = self._role_pack.strategy
+        return LLMRequest(
+            messages=self._ensure_wire(),
+            tools=self._visible_specs(state) if tools else [],
+            temperature=strategy.temperature,
+            max_tokens=strategy.max_tokens(self.options.max_tokens),
+            history_key=self._session_id,
+        )
+
+    def _tool_context_for(self, state: TurnState, progress: Callable[[str], None]) -> ToolContext:
+        ctx = self._tool_context
+        ctx.session_id = state.session_id
+        ctx.round_id = state.round_id
+        ctx.readonly = self._role_pack.strategy.tool_readonly
+        ctx.web_search_limit = self._role_pack.strategy.web_search_limit
+        ctx.progress = progress
+        return ctx
+
+    def _record_interrupted(self, state: TurnState, partial: str) -> None:
+        marker = self.messages.interrupted_marker
+        last = self._history[-1] if self._history else None
+        if last is not None and last.role == "assistant" and last.content.endswith(marker):
+            return
+        if partial:
+            self._append_message(state, Message.assistant(f"{partial} {marker}"))
+        state.events.append({"type": "interrupted"})
+
+    async def _finish_turn(self, state: TurnState, *, summarise: bool) -> None:
+        """Persist the round and its messages; write the round summary when due."""
+        self._busy = False
+        self._turn = None
+        self._consumer = None
+        if state.status != "error":
+            self.session_state.finish()
+        record = RoundRecord(
+            round_id=state.round_id,
+            user=state.user_text,
+            assistant=state.answer,
+            events=state.events,
+            status=state.status,
+            started_at=state.started_at,
+            ended_at=time.time(),
+            usage=dict(state.usage),
+        )
+        try:
+            await self._session_store.append_messages(state.session_id, state.messages)
+            await self._round_store.append_round(state.session_id, record)
+            self._round_ids.append(state.round_id)
+        except Exception as exc:
+            logger.exception("persisting round %s failed", state.round_id)
+            self.events.emit(ArchiveFailed(state.session_id, f"{type(exc).__name__}: {exc}"))
+        if (
+            not summarise
+            or self.options.archive_mode != "full"
+            or not self._role_pack.strategy.summary
+        ):
+            return
+        tool_notes = [
+            f"{e['name']}: {e.get('summary', '')}"
+            for e in state.events
+            if e.get("type") == "tool_result"
+        ][:20]
+        try:
+            await self._memory.write_round_summary(
+                self.router.for_task("summary"),
+                user=state.user_text,
+                assistant=state.answer,
+                session_id=state.session_id,
+                round_id=state.round_id,
+                tool_notes=tool_notes,
+                focus=self._role_pack.strategy.summary_focus,
+                messages=self.messages,
+            )
+        except Exception as exc:
+            logger.warning("round summary for %s failed: %s", state.round_id, exc)
+            self.events.emit(ArchiveFailed(state.session_id, f"round summary failed: {exc}"))
+
+    # ------------------------------------------------------------------------------------------
+    # chat
+
+    def _start(self) -> None:
+        if not self._initialised:
+            raise MemoraError(
+                ErrorCode.NOT_INITIALIZED, "call `await agent.init()` before chatting"
+            )
+        if self._closed:
+            raise MemoraError(ErrorCode.NOT_INITIALIZED, "this agent is closed")
+        if self._busy:
+            raise MemoraError(
+                ErrorCode.BUSY,
+                "a turn is already running on this agent (one session runs at a time); wait for it, "
+                "or use one Agent per project to work in parallel",
+            )
+        if self._turn is not None and self._turn.paused is not None:
+            raise MemoraError(
+                ErrorCode.BUSY,
+                "the current turn is paused; answer it (answer_question / approve / reject) and call "
+                "continue_after_pause(), or call discard_paused_turn()",
+            )
+
+    async def chat(self, text: str) -> AsyncIterator[AgentChunk]:
+        """Run one turn; yields every chunk.  Never raises once started (errors are chunks)."""
+        self._start()
+        self._busy = True
+        self.session_state.start()
+        self._tool_context.counters.clear()
+        self._tool_context.task_table.clear()
+        self.duplicate_interceptor.reset()
+        state = TurnState(round_id=new_round_id(), user_text=text, session_id=self._session_id)
+        self._turn = state
+        async for chunk in self._drive(state):
+            yield chunk
+
+    async def _drive(self, state: TurnState) -> AsyncIterator[AgentChunk]:
+        self._consumer = asyncio.current_task()
+        try:
+            async for chunk in self.engine.run(state):
+                self._consumer = asyncio.current_task()
+                yield chunk
+        finally:
+            self._consumer = None
+            if state.paused is None:
+                self._busy = False
+                if self._turn is state:
+                    self._turn = None
+            else:
+                self._busy = False
+
+    async def chat_text(self, text: str) -> str:
+        """Run one turn and return the final answer text (raises on error or abort)."""
+        answer: builtins.list[str] = []
+        final = ""
+        async for chunk in self.chat(text):
+            if isinstance(chunk, TextChunk):
+                answer.append(chunk.content)
+            elif isinstance(chunk, NarrateChunk):
+                withdrawn = chunk.withdrawn or ""
+                joined = "".join(answer)
+                if withdrawn and joined.endswith(withdrawn):
+                    answer = [joined[: len(joined) - len(withdrawn)]]
+            elif chunk.type == "self_review":
+                final = "".join(answer)
+                answer = []
+            elif isinstance(chunk, ErrorChunk):
+                raise MemoraError(ErrorCode.PROVIDER_ERROR, chunk.message)
+            elif isinstance(chunk, AbortedChunk):
+                raise MemoraError(ErrorCode.PROVIDER_ERROR, f"aborted: {chunk.reason}")
+            elif chunk.type == "paused":
+                raise MemoraError(
+                    ErrorCode.BUSY, "the turn paused for the host; use chat() to handle pauses"
+                )
+        review = "".join(answer)
+        if final and (not review.strip() or _satisfied(review)):
+            return final
+        return review or final
+
+    def chat_sync(self, text: str) -> str:
+        """Synchronous hosts: initialise if needed, run one turn, return the final answer.
+
+        Runs on an event loop owned by this Agent; do not mix with ``await agent.chat()``.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise MemoraError(
+                ErrorCode.BUSY,
+                "chat_sync() cannot run inside an event loop; use `async for ... in agent.chat()`",
+            )
+        runner = self._sync_runner
+        if runner is None:
+            runner = asyncio.Runner()
+            self._sync_runner = runner
+        if not self._initialised:
+            runner.run(self.init())
+        return runner.run(self.chat_text(text))
+
+    def close_sync(self) -> None:
+        runner = self._sync_runner
+        if runner is not None:
+            runner.run(self.close())
+            runner.close()
+            self._sync_runner = None
+
+    def abort(self) -> None:
+        """Host abort signal: the running turn ends with ``aborted(stop_reason="user")``."""
+        if self._consumer is not None and not self._consumer.done():
+            self._consumer.cancel()
+
+    # ------------------------------------------------------------------------------------------
+    # pauses
+
+    @property
+    def paused_turn(self) -> TurnState | None:
+        return self._turn if self._turn is not None and self._turn.paused is not None else None
+
+    def answer_question(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
+        """Answer a ``question_pending``: ``answer_question({"slot": "text"})`` or
+        ``answer_question("slot", "text")``."""
+        turn = self.paused_turn
+        if turn is None or turn.paused is None or turn.paused["kind"] != "question":
+            raise MemoraError(ErrorCode.INVALID_INPUT, "no question is pending")
+        given = {answers: answer or ""} if isinstance(answers, str) else dict(answers)
+        slots = [q["slot"] for q in turn.paused["questions"]]
+        unknown = set(given) - set(slots)
+        if unknown:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT, f"unknown slot(s) {sorted(unknown)}; pending: {slots}"
+            )
+        for q in turn.paused["questions"]:
+            value = given.get(q["slot"])
+            if (
+                value is not None
+                and q.get("options")
+                and not q.get("allow_custom", True)
+                and value not in q["options"]
+            ):
+                raise MemoraError(
+                    ErrorCode.INVALID_INPUT,
+                    f"answer for {q['slot']!r} must be one of {q['options']}",
+                )
+        turn.answers.update({k: str(v) for k, v in given.items()})
+
+    def approve(self, tool_call_id: str, args: Mapping[str, Any] | None = None) -> None:
+        """Approve the pending call, optionally with **edited** arguments (re-validated)."""
+        turn = self._pending_approval(tool_call_id)
+        approved_args = None
+        if args is not None:
+            tool = self.tools.get(turn.paused["name"])  # type: ignore[index]
+            assert tool is not None
+            approved_args = tool.parse_args(dict(args))
+        turn.approval = {"tool_call_id": tool_call_id, "approved": True, "args": approved_args}
+
+    def reject(self, tool_call_id: str, reason: str = "") -> None:
+        turn = self._pending_approval(tool_call_id)
+        turn.approval = {"tool_call_id": tool_call_id, "approved": False, "reason": reason}
+
+    def _pending_approval(self, tool_call_id: str) -> TurnState:
+        turn = self.paused_turn
+        if turn is None or turn.paused is None or turn.paused["kind"] != "approval":
+            raise MemoraError(ErrorCode.INVALID_INPUT, "no approval is pending")
+        if turn.paused["tool_call_id"] != tool_call_id:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"the pending call is {turn.paused['tool_call_id']!r}, not {tool_call_id!r}",
+            )
+        return turn
+
+    async def continue_after_pause(self) -> AsyncIterator[AgentChunk]:
+        """Resume the paused turn (same round) after answering or approving."""
+        turn = self.paused_turn
+        if turn is None:
+            raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
+        if turn.paused and turn.paused["kind"] == "question" and not turn.answers:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT, "answer the pending question first (answer_question)"
+            )
+        if turn.paused and turn.paused["kind"] == "approval" and turn.approval is None:
+            raise MemoraError(ErrorCode.INVALID_INPUT, "approve or reject the pending call first")
+        if self._busy:
+            raise MemoraError(ErrorCode.BUSY, "a turn is already running")
+        self._busy = True
+        self.session_state.start()
+        async for chunk in self._drive(turn):
+            yield chunk
+
+    def pause_state(self) -> dict[str, Any]:
+        """The paused turn as JSON-able data; ``Agent.resume(state)`` in a new process picks it up."""
+        turn = self.paused_turn
+        if turn is None:
+            raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
+        return {
+            "version": PAUSE_STATE_VERSION,
+            "session_id": self._session_id,
+            "role_pack": self._role_pack.active.name,
+            "turn": turn.to_dict(),
+            "outbox": self.outbox.to_list(),
+            "duplicates": self.duplicate_interceptor.to_dict(),
+            "task_table": [i.to_dict() for i in self._tool_context.task_table.items()],
+            "session_state": self.session_state.to_dict(),
+        }
+
+    async def resume(self, state: Mapping[str, Any]) -> None:
+        """Restore a paused turn saved with :meth:`pause_state` (after a restart)."""
+        if state.get("version") != PAUSE_STATE_VERSION:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT, f"unsupported pause state version {state.get('version')!r}"
+            )
+        if self._busy or self.paused_turn is not None:
+            raise MemoraError(ErrorCode.BUSY, "another turn is active")
+        await self.switch_session(str(state["session_id"]))
+        if state.get("role_pack") and state["role_pack"] != self._role_pack.active.name:
+            self._role_pack.activate(str(state["role_pack"]))
+        turn = TurnState.from_dict(dict(state["turn"]))
+        for m in turn.messages:
+            msg = message_from_dict(m)
+            self._history.append(msg)
+            self._costs.append(estimate_tokens(msg))
+        self._wire = []
+        self.outbox.load(list(state.get("outbox") or []))
+        self.duplicate_interceptor.load(dict(state.get("duplicates") or {}))
+        from ..tools.task_table import PlanItem
+
+        self._tool_context.task_table.update(
+            [PlanItem(**i) for i in state.get("task_table") or []], replace=True
+        )
+        self.session_state.pause()
+        self._turn = turn
+
+    def discard_paused_turn(self) -> None:
+        """Drop a paused turn without finishing it."""
+        self._turn = None
+        self.session_state.finish()
+
+    # ------------------------------------------------------------------------------------------
+    # sessions and background tasks
+
+    async def switch_session(self, session_id: str) -> None:
+        self._start()
+        await self._open_session(session_id)
+
+    async def new_session(self, title: str = "") -> str:
+        self._start()
+        info = await self._session_store.create(title=title)
+        await self._open_session(info.id)
+        return str(info.id)
+
+    async def fork_session(self, at_round_id: str | None = None, *, switch: bool = True) -> str:
+        """Copy this session's rounds up to ``at_round_id`` into a new session (emits
+        ``SessionForked`` with the round count)."""
+        self._start()
+        info, count = await self._session_store.fork(self._session_id, at_round_id)
+        self.events.emit(SessionForked(self._session_id, info.id, count))
+        if switch:
+            await self._open_session(info.id)
+        return str(info.id)
+
+    def list_background_tasks(self) -> builtins.list[dict[str, object]]:
+        return self._need("background").list()  # type: ignore[no-any-return]
+
+    async def kill_background_task(self, task_id: str) -> bool:
+        return await self._need("background").kill(task_id)  # type: ignore[no-any-return]
+
+    def mark_recovered(self) -> None:
+        self.session_state.mark_recovered()
+
+
+def _satisfied(text: str) -> bool:
+    from .loop import is_satisfied
+
+    return is_satisfied(text)

@@ -1,0 +1,102 @@
+"""Agent construction options, validated by pydantic (SPEC §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..messages import Messages
+from ..role_pack.strategy import resolve_strategy
+
+__all__ = ["AgentOptions", "TeamConfig"]
+
+
+class TeamConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    leader: str
+    members: list[str] = Field(default_factory=list)
+
+
+class AgentOptions(BaseModel):
+    """Everything an :class:`~memora.agent.Agent` is built from.  Unknown options are errors."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    project_path: Path
+    data_dir: Path
+    provider: Any = None
+    """A Provider object, or a provider plugin name (``llamacpp``, ``openai``...).  Default: the
+    config's ``active_provider``, else the embedded ``llamacpp`` model."""
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    background_provider: Any = None
+    """Cheaper model for summaries and background work; defaults to ``provider``."""
+    provider_router: dict[str, Any] | None = None
+    """Task type (``chat``, ``summary``, ``background``) -> Provider object or name."""
+    config_dir: Path | None = None
+    role_pack_dirs: list[Path] = Field(default_factory=list)
+    """Extra folders holding role packs (besides ``<config_dir>/role-packs``)."""
+    active_role_pack: str | None = None
+    role_pack_teams: TeamConfig | None = None
+    builtin_fallback_role: str | None = None
+    strategy_override: dict[str, Any] | None = None
+    max_context_tokens: int = Field(default=120_000, ge=1_000)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_iterations: int = Field(default=100, ge=1, le=1000)
+    """The kernel's iteration cap (used when the role pack's stepBudget is 0)."""
+    permission: Literal["owner", "guest"] = "owner"
+    allowed_paths: list[Path] | None = None
+    confirm_writes: bool = False
+    confirm_scripts: bool = False
+    storage: Any = "sqlite"
+    """A storage backend name (``sqlite``, ``json``, ``memory``...) or a MemoryStorage object."""
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+    session_store: Any = "jsonl"
+    round_store: Any = None
+    """Rounds live in the session store; set only to use a different object for them."""
+    session_id: str | None = None
+    """Session to open (created when missing); default: the most recent one, or a new one."""
+    tracer: Any = None
+    messages: Messages = Field(default_factory=Messages)
+    enable_context_summary: bool = True
+    archive_mode: Literal["full", "manual"] = "full"
+    """full: write a round summary after every round; manual: only when the host calls
+    ``agent.memory.write_round_summary``."""
+    disabled_skills: list[str] = Field(default_factory=list)
+    file_consistency_check: bool = False
+    """Refuse write_file/edit_file on a file changed on disk since the model last read it."""
+    pre_execution_check: Callable[..., Any] | None = None
+    """A host check ``(call, context) -> decision | None`` run with the plugins' checks."""
+    plugins: list[Any] = Field(default_factory=list)
+    """Host plugin objects with ``@memora.hookimpl`` methods."""
+    plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    web_search: Any = None
+    web_fetch: Any = None
+    code_executor: Any = None
+    project_search: Any = None
+    duplicate_call_threshold: int = Field(default=3, ge=2, le=20)
+    llm_stall_timeout: float = Field(default=120.0, gt=0)
+    retry_attempts: int = Field(default=4, ge=1, le=10)
+    retry_base_delay: float = Field(default=0.5, ge=0)
+    node_path: str = "node"
+    load_entrypoints: bool = True
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _messages(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return Messages(**value)
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentOptions:
+        if self.strategy_override is not None:
+            _, issues = resolve_strategy(None, self.strategy_override)
+            if issues:
+                raise ValueError("; ".join(f"{i.path}: {i.message}" for i in issues))
+        if self.role_pack_teams and self.active_role_pack is None:
+            self.active_role_pack = self.role_pack_teams.leader
+        return self

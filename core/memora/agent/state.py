@@ -1,0 +1,203 @@
+"""Per-session and per-turn state: the session state machine, the duplicate-call interceptor,
+the idempotency outbox and goal-drift detection."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ErrorCode, MemoraError
+
+__all__ = [
+    "DuplicateCallInterceptor",
+    "Outbox",
+    "SessionState",
+    "goal_similarity",
+]
+
+
+def args_key(name: str, args: Any) -> str:
+    raw = json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
+    return name + ":" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
+
+
+class DuplicateCallInterceptor:
+    """Same tool + same arguments ``threshold`` times in a row -> ``warn``; more -> ``block``.
+
+    Replace it per Agent (``agent.duplicate_interceptor = MyInterceptor()``) with any object
+    having ``check(name, args) -> "ok" | "warn" | "block"`` and ``reset()``.
+    """
+
+    def __init__(self, threshold: int = 3) -> None:
+        self.threshold = threshold
+        self._last: str | None = None
+        self._count = 0
+
+    def check(self, name: str, args: Any) -> Literal["ok", "warn", "block"]:
+        key = args_key(name, args)
+        if key == self._last:
+            self._count += 1
+        else:
+            self._last, self._count = key, 1
+        if self._count < self.threshold:
+            return "ok"
+        return "warn" if self._count == self.threshold else "block"
+
+    def reset(self) -> None:
+        self._last, self._count = None, 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"last": self._last, "count": self._count}
+
+    def load(self, data: dict[str, Any]) -> None:
+        self._last, self._count = data.get("last"), int(data.get("count", 0))
+
+
+@dataclass
+class OutboxEntry:
+    tool_call_id: str
+    name: str
+    key: str
+    ok: bool
+    content: str
+    summary: str
+    error_code: str | None
+    at: float
+
+
+class Outbox:
+    """Executed tool calls of a session, so a resumed turn never repeats non-idempotent work and
+    a check may ``Skip`` with the previous result."""
+
+    def __init__(self, limit: int = 500) -> None:
+        self._by_id: dict[str, OutboxEntry] = {}
+        self._by_key: dict[str, OutboxEntry] = {}
+        self._limit = limit
+
+    def record(
+        self,
+        tool_call_id: str,
+        name: str,
+        args: Any,
+        ok: bool,
+        content: str,
+        summary: str,
+        error_code: str | None,
+    ) -> None:
+        entry = OutboxEntry(
+            tool_call_id, name, args_key(name, args), ok, content, summary, error_code, time.time()
+        )
+        self._by_id[tool_call_id] = entry
+        self._by_key[entry.key] = entry
+        if len(self._by_id) > self._limit:
+            oldest = next(iter(self._by_id))
+            old = self._by_id.pop(oldest)
+            if self._by_key.get(old.key) is old:
+                del self._by_key[old.key]
+
+    def by_id(self, tool_call_id: str) -> OutboxEntry | None:
+        return self._by_id.get(tool_call_id)
+
+    def previous(self, name: str, args: Any) -> OutboxEntry | None:
+        return self._by_key.get(args_key(name, args))
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [vars(e).copy() for e in self._by_id.values()]
+
+    def load(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            entry = OutboxEntry(**item)
+            self._by_id[entry.tool_call_id] = entry
+            self._by_key[entry.key] = entry
+
+
+def _bigrams(text: str) -> set[str]:
+    t = "".join(text.lower().split())
+    return {t[i : i + 2] for i in range(len(t) - 1)} or ({t} if t else set())
+
+
+def goal_similarity(a: str, b: str) -> float:
+    """Jaccard similarity of character bigrams (works for Chinese and English)."""
+    x, y = _bigrams(a), _bigrams(b)
+    if not x or not y:
+        return 0.0
+    return len(x & y) / len(x | y)
+
+
+@dataclass
+class SessionState:
+    """``running`` / ``paused`` / ``error``.  An error keeps its cause and returns to running only
+    once marked recovered; pause timeouts count from ``paused_at``."""
+
+    status: Literal["idle", "running", "paused", "error"] = "idle"
+    error: str | None = None
+    recovered: bool = True
+    paused_at: float | None = None
+    heartbeat_at: float = field(default_factory=time.time)
+    main_goal: str | None = None
+    current_goal: str | None = None
+    drift_threshold: float = 0.08
+    on_drift: Callable[[str, str, float], None] | None = None
+
+    def start(self) -> None:
+        if self.status == "error" and not self.recovered:
+            raise MemoraError(
+                ErrorCode.BUSY,
+                f"the session is in error ({self.error}); call agent.mark_recovered() before continuing",
+            )
+        self.status = "running"
+        self.paused_at = None
+        self.heartbeat_at = time.time()
+
+    def beat(self) -> None:
+        self.heartbeat_at = time.time()
+
+    def pause(self) -> None:
+        self.status = "paused"
+        self.paused_at = time.time()
+
+    def fail(self, cause: str) -> None:
+        self.status = "error"
+        self.error = cause
+        self.recovered = False
+
+    def mark_recovered(self) -> None:
+        self.recovered = True
+        if self.status == "error":
+            self.status = "idle"
+
+    def finish(self) -> None:
+        self.status = "idle"
+        self.paused_at = None
+
+    def pause_expired(self, timeout: float, now: float | None = None) -> bool:
+        """True when paused for longer than ``timeout`` seconds (counted from ``paused_at``)."""
+        if self.status != "paused" or self.paused_at is None:
+            return False
+        return (now if now is not None else time.time()) - self.paused_at > timeout
+
+    def set_goal(self, text: str) -> None:
+        goal = text.strip()[:500]
+        if not goal:
+            return
+        if self.main_goal is None:
+            self.main_goal = goal
+        self.current_goal = goal
+        if goal != self.main_goal:
+            sim = goal_similarity(self.main_goal, goal)
+            if sim < self.drift_threshold and self.on_drift is not None:
+                self.on_drift(self.main_goal, goal, sim)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "error": self.error,
+            "recovered": self.recovered,
+            "paused_at": self.paused_at,
+            "main_goal": self.main_goal,
+            "current_goal": self.current_goal,
+        }

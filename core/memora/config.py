@@ -1,0 +1,121 @@
+"""Project configuration: ``.memora/config.json``.
+
+```json
+{
+  "active_provider": "local",
+  "providers": {
+    "local": {"type": "llamacpp"},
+    "deepseek": {"type": "openai", "model": "deepseek-chat", "base_url": "https://api.deepseek.com/v1",
+                 "api_key_env": "DEEPSEEK_API_KEY"}
+  },
+  "background_provider": "local",
+  "storage": "sqlite",
+  "plugins": {"fetch": {"timeout": 10}},
+  "options": {"max_context_tokens": 120000}
+}
+```
+
+Secrets never live here: providers read API keys from the environment.  memora never writes
+this file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ErrorCode, MemoraError
+
+__all__ = ["MemoraConfig", "ProviderConfig", "create_provider_from_config", "load_config"]
+
+_SECRET_KEYS = {"api_key", "apikey", "secret", "token", "password"}
+
+
+class ProviderConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="The provider plugin name: openai, llamacpp, ...")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class MemoraConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    active_provider: str | None = None
+    background_provider: str | None = None
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    storage: str = "sqlite"
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+def _format(exc: ValidationError, path: Path) -> str:
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    return f"{path}: " + "; ".join(parts)
+
+
+def load_config(path: str | Path) -> MemoraConfig:
+    """Read ``path`` (a ``config.json`` file, or a project folder holding ``.memora/config.json``).
+
+    A missing file gives the defaults; a malformed one raises ``INVALID_CONFIG`` naming the field.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / ".memora" / "config.json"
+    if not p.exists():
+        return MemoraConfig()
+    try:
+        data = json.loads(p.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError) as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, f"{p} is not valid JSON: {exc}", context={"path": str(p)}
+        ) from exc
+    try:
+        config = MemoraConfig.model_validate(data)
+    except ValidationError as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, _format(exc, p), context={"path": str(p)}
+        ) from exc
+    for name, provider in config.providers.items():
+        leaked = _SECRET_KEYS & {k.lower() for k in provider.options()}
+        if leaked:
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"{p}: providers.{name} contains {', '.join(sorted(leaked))}; secrets are read from the "
+                "environment only (e.g. MEMORA_API_KEY, or name a variable with api_key_env)",
+                context={"path": str(p)},
+            )
+    if config.active_provider and config.active_provider not in config.providers:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"{p}: active_provider {config.active_provider!r} is not one of the providers "
+            f"({', '.join(config.providers) or 'none configured'})",
+        )
+    return config
+
+
+def create_provider_from_config(name: str | None, config: MemoraConfig, plugins: Any = None) -> Any:
+    """Create the provider called ``name`` (default: ``active_provider``) through its plugin."""
+    from .plugins import create_plugin_manager
+
+    name = name or config.active_provider
+    if not name:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, "no provider named and no active_provider in the config"
+        )
+    entry = config.providers.get(name)
+    if entry is None:
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"no provider {name!r} in the config; configured: {', '.join(config.providers) or 'none'}",
+        )
+    pm = plugins or create_plugin_manager()
+    return pm.create("provider", entry.type, entry.options())

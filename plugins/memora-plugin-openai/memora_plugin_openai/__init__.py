@@ -1,0 +1,54 @@
+"""memora plugin: an OpenAI-compatible Chat Completions provider named ``openai``.
+
+Options (``config["providers"][name]`` or ``memora run --provider openai --base-url ...``):
+``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
+``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
+``http2``, ``extra_body``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memora import hookimpl
+
+from .provider import Completion, OpenAIProvider, encode_message
+from .sse import SSEDecoder
+
+__all__ = ["Completion", "OpenAIProvider", "SSEDecoder", "encode_message", "register_providers"]
+
+_OPTIONS = {
+    "model",
+    "base_url",
+    "api_key_env",
+    "headers",
+    "connect_timeout",
+    "stall_timeout",
+    "context_window",
+    "http2",
+    "extra_body",
+}
+
+
+def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ValueError(
+            f"unknown openai option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
+        )
+    if "api_key" in options:
+        raise ValueError(
+            "API keys are read from the environment only (MEMORA_API_KEY or OPENAI_API_KEY)"
+        )
+    opts = dict(options)
+    if not opts.get("model"):
+        import os
+
+        opts["model"] = os.environ.get("MEMORA_MODEL", "gpt-4o-mini")
+    return OpenAIProvider(**opts)
+
+
+@hookimpl
+def register_providers(register: Any) -> None:
+    register("openai", _factory)

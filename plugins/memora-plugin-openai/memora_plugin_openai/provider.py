@@ -1,0 +1,423 @@
+"""The OpenAI-compatible provider."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx2
+
+from memora.llm import ProviderError
+from memora.llm.types import (
+    Delta,
+    FinishDelta,
+    LLMRequest,
+    Message,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCall,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+)
+
+from .sse import SSEDecoder
+
+__all__ = ["Completion", "OpenAIProvider", "encode_message"]
+
+logger = logging.getLogger("memora.plugins.openai")
+
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+_HISTORY_CACHE = 64
+
+
+def encode_message(m: Message) -> str:
+    """One message as OpenAI Chat Completions JSON."""
+    d: dict[str, Any] = {"role": m.role}
+    if m.role == "assistant" and m.tool_calls:
+        d["content"] = m.content or None
+        d["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments or "{}"},
+            }
+            for c in m.tool_calls
+        ]
+    else:
+        d["content"] = m.content
+    if m.role == "tool":
+        d["tool_call_id"] = m.tool_call_id
+    return json.dumps(d, ensure_ascii=False)
+
+
+def _encode_tools(tools: list[ToolSpec]) -> str:
+    return json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in tools
+        ],
+        ensure_ascii=False,
+    )
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    raw = headers.get("retry-after")
+    if not raw:
+        ms = headers.get("retry-after-ms")
+        return float(ms) / 1000 if ms and ms.replace(".", "", 1).isdigit() else None
+    raw = raw.strip()
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        from datetime import UTC, datetime
+
+        return max(0.0, (parsedate_to_datetime(raw) - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class _HistoryEntry:
+    ref: list[Message] | None = None
+    count: int = 0
+    last: Message | None = None
+    parts: list[str] = field(default_factory=list)
+    snapshot: list[Message] = field(default_factory=list)
+    snapshot_ref: list[Message] | None = None
+
+
+@dataclass
+class Completion:
+    """A non-streamed answer."""
+
+    text: str
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+class OpenAIProvider:
+    """Chat Completions over httpx2: pooled connections, SSE streaming, classified errors.
+
+    The API key comes from the environment only (``api_key_env``, default ``MEMORA_API_KEY``
+    then ``OPENAI_API_KEY``); it is never read from or written to a file.  Retries are the
+    caller's policy (see :func:`memora.llm.retry.stream_with_retries`): this class raises
+    :class:`ProviderError` with ``retryable`` and ``retry_after`` set.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout: float = 10.0,
+        stall_timeout: float = 60.0,
+        context_window: int = 128_000,
+        http2: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = (
+            base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1"
+        ).rstrip("/")
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+        else:
+            key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        hdrs.update(headers or {})
+        self._context_window = int(context_window)
+        self._extra = dict(extra_body or {})
+        self._client = httpx2.AsyncClient(
+            base_url=self.base_url,
+            headers=hdrs,
+            timeout=httpx2.Timeout(
+                connect=connect_timeout, read=stall_timeout, write=30.0, pool=connect_timeout
+            ),
+            http2=http2,
+            transport=transport,
+            trust_env=False,
+        )
+        self._history: OrderedDict[str, _HistoryEntry] = OrderedDict()
+        self._tools_cache: tuple[tuple[int, ...], str] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.model}"
+
+    @property
+    def context_window(self) -> int:
+        return self._context_window
+
+    # -- request encoding (incremental) -----------------------------------------------------------
+
+    def _messages_json(self, request: LLMRequest) -> str:
+        """Messages JSON, encoding only what is new since the last request with the same
+        ``history_key``.  When the caller passes the same (append-only) list object again the
+        check is O(1); otherwise the common prefix is found by object identity."""
+        msgs = request.messages
+        key = request.history_key
+        if key is None:
+            return ",".join(encode_message(m) for m in msgs)
+        entry = self._history.get(key)
+        if entry is None:
+            entry = _HistoryEntry()
+            self._history[key] = entry
+            while len(self._history) > _HISTORY_CACHE:
+                self._history.popitem(last=False)
+        else:
+            self._history.move_to_end(key)
+        n = entry.count
+        fast = entry.ref is msgs and len(msgs) >= n and (n == 0 or msgs[n - 1] is entry.last)
+        if not fast:
+            same = 0
+            old = entry.snapshot
+            limit = min(len(old), len(msgs))
+            while same < limit and old[same] is msgs[same]:
+                same += 1
+            del entry.parts[same:]
+            n = same
+        entry.parts.extend(encode_message(m) for m in msgs[n:])
+        entry.ref = msgs
+        entry.count = len(msgs)
+        entry.last = msgs[-1] if msgs else None
+        if fast and entry.snapshot_ref is msgs:
+            entry.snapshot.extend(msgs[len(entry.snapshot) :])
+        else:
+            entry.snapshot = list(msgs)
+            entry.snapshot_ref = msgs
+        return ",".join(entry.parts)
+
+    def _tools_json(self, tools: list[ToolSpec]) -> str:
+        ident = tuple(id(t) for t in tools)
+        if self._tools_cache is None or self._tools_cache[0] != ident:
+            self._tools_cache = (ident, _encode_tools(tools))
+        return self._tools_cache[1]
+
+    def encode(self, request: LLMRequest, *, stream: bool) -> bytes:
+        head = f'{{"model":{json.dumps(request.model or self.model)},"messages":[{self._messages_json(request)}]'
+        extra: list[str] = []
+        if stream:
+            extra.append('"stream":true,"stream_options":{"include_usage":true}')
+        if request.tools:
+            extra.append(f'"tools":{self._tools_json(request.tools)}')
+        if request.temperature is not None:
+            extra.append(f'"temperature":{float(request.temperature)!r}')
+        if (
+            isinstance(request.max_tokens, int)
+            and not isinstance(request.max_tokens, bool)
+            and request.max_tokens > 0
+        ):
+            extra.append(f'"max_tokens":{request.max_tokens}')
+        more = {**self._extra, **request.extra}
+        if more:
+            extra.append(json.dumps(more, ensure_ascii=False)[1:-1])
+        return (head + ("," + ",".join(e for e in extra if e) if extra else "") + "}").encode(
+            "utf-8"
+        )
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    async def _http_error(self, response: httpx2.Response) -> ProviderError:
+        try:
+            body = (await response.aread()).decode("utf-8", errors="replace")
+        except httpx2.HTTPError:
+            body = ""
+        message = body[:500]
+        try:
+            parsed = json.loads(body)
+            err = parsed.get("error") if isinstance(parsed, dict) else None
+            if isinstance(err, dict) and err.get("message"):
+                message = str(err["message"])
+            elif isinstance(err, str):
+                message = err
+        except ValueError:
+            pass
+        status = response.status_code
+        hint = ""
+        if status in (401, 403):
+            hint = " (check MEMORA_API_KEY / OPENAI_API_KEY)"
+        elif status == 404:
+            hint = f" (check the base URL {self.base_url} and the model {self.model!r})"
+        return ProviderError(
+            f"HTTP {status} from {self.base_url}: {message}{hint}",
+            category="unknown",
+            retryable=status in _RETRYABLE_STATUS,
+            retry_after=_retry_after(response.headers),
+            status=status,
+        )
+
+    def _transport_error(self, exc: Exception) -> ProviderError:
+        if isinstance(exc, httpx2.TimeoutException):
+            kind = (
+                "connect"
+                if isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
+                else "stall"
+            )
+            what = "connecting to" if kind == "connect" else "waiting for tokens from"
+            return ProviderError(
+                f"timed out {what} {self.base_url}", category="timeout", retryable=True
+            )
+        return ProviderError(
+            f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
+            category="connection",
+            retryable=True,
+        )
+
+    # -- streaming ---------------------------------------------------------------------------------
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        body = self.encode(request, stream=True)
+        produced = False
+        finished = False
+        try:
+            async with self._client.stream("POST", "/chat/completions", content=body) as response:
+                if response.status_code >= 400:
+                    raise await self._http_error(response)
+                decoder = SSEDecoder()
+                done = False
+                async for chunk in response.aiter_bytes():
+                    for data in decoder.feed(chunk):
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        for delta in self._translate(data):
+                            produced = True
+                            if delta.kind == "finish":
+                                finished = True
+                            yield delta
+                    if done:
+                        break
+                if not done:
+                    for data in decoder.flush():
+                        if data != "[DONE]":
+                            for delta in self._translate(data):
+                                produced = True
+                                finished = finished or delta.kind == "finish"
+                                yield delta
+                if not finished:
+                    raise ProviderError(
+                        f"the stream from {self.base_url} ended before the model finished",
+                        category="connection",
+                        retryable=not produced,
+                    )
+        except httpx2.HTTPError as exc:
+            err = self._transport_error(exc)
+            err.retryable = err.retryable and not produced
+            raise err from exc
+
+    def _translate(self, data: str) -> list[Delta]:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            logger.warning("skipping a malformed SSE data line: %.200r", data)
+            return []
+        if not isinstance(obj, dict):
+            return []
+        out: list[Delta] = []
+        error = obj.get("error")
+        if error:
+            msg = error.get("message") if isinstance(error, dict) else str(error)
+            raise ProviderError(
+                f"{self.base_url} reported an error mid-stream: {msg}", category="unknown"
+            )
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta") or choice.get("message") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if content:
+                out.append(TextDelta(content))
+            calls = delta.get("tool_calls")
+            if calls:
+                for pos, tc in enumerate(calls):
+                    fn = tc.get("function") or {}
+                    out.append(
+                        ToolCallDelta(
+                            int(tc.get("index", pos)),
+                            tc.get("id"),
+                            fn.get("name"),
+                            fn.get("arguments") or "",
+                        )
+                    )
+            reason = choice.get("finish_reason")
+            if reason:
+                out.append(FinishDelta(str(reason)))
+        usage = obj.get("usage")
+        if usage:
+            details = usage.get("completion_tokens_details") or {}
+            out.append(
+                UsageDelta(
+                    TokenUsage(
+                        int(usage.get("prompt_tokens") or 0),
+                        int(usage.get("completion_tokens") or 0),
+                        int(details.get("reasoning_tokens") or 0),
+                    )
+                )
+            )
+        return out
+
+    async def complete(self, request: LLMRequest) -> Completion:
+        """A non-streamed request."""
+        body = self.encode(request, stream=False)
+        try:
+            response = await self._client.post("/chat/completions", content=body)
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.status_code >= 400:
+            raise await self._http_error(response)
+        try:
+            obj = response.json()
+            choice = obj["choices"][0]
+            msg = choice.get("message") or {}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProviderError(
+                f"unexpected response from {self.base_url}: {response.text[:300]}"
+            ) from exc
+        usage = obj.get("usage") or {}
+        calls = [
+            ToolCall(
+                tc.get("id") or f"call_{i}",
+                (tc.get("function") or {}).get("name", ""),
+                (tc.get("function") or {}).get("arguments") or "",
+            )
+            for i, tc in enumerate(msg.get("tool_calls") or [])
+        ]
+        return Completion(
+            text=msg.get("content") or "",
+            reasoning=msg.get("reasoning_content") or "",
+            tool_calls=calls,
+            finish_reason=choice.get("finish_reason"),
+            usage=TokenUsage(
+                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            ),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

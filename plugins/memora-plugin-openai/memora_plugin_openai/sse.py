@@ -1,0 +1,52 @@
+"""An incremental Server-Sent Events decoder.
+
+Handles every way a stream may be cut: chunks split anywhere (inside a line, inside a UTF-8
+character, between ``\\r`` and ``\\n``), ``\\n`` / ``\\r\\n`` / ``\\r`` line endings, multi-line
+``data:`` fields (joined with ``\\n``), comments and keep-alives (``:`` lines), and fields other
+than ``data`` (ignored).
+"""
+
+from __future__ import annotations
+
+import codecs
+
+__all__ = ["SSEDecoder"]
+
+
+class SSEDecoder:
+    __slots__ = ("_buf", "_data", "_decoder")
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._data: list[str] = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """Feed raw bytes; returns the data of every event completed by them."""
+        text = self._buf + self._decoder.decode(chunk)
+        if "\r" in text:
+            # keep a trailing \r: it may be the first half of \r\n
+            tail = "\r" if text.endswith("\r") else ""
+            text = (text[:-1] if tail else text).replace("\r\n", "\n").replace("\r", "\n")
+        else:
+            tail = ""
+        lines = text.split("\n")
+        self._buf = lines.pop() + tail
+        events: list[str] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append("\n".join(data))
+                    data.clear()
+                continue
+            if line.startswith("data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(" ") else value)
+            # comments (":"), event:, id:, retry: and unknown fields are ignored
+        return events
+
+    def flush(self) -> list[str]:
+        """End of stream: an event without its final blank line still counts."""
+        events = self.feed(b"\n\n") if self._buf or self._data else []
+        return events

@@ -1,0 +1,158 @@
+"""A small scripted HTTP server on 127.0.0.1 for provider fault injection.
+
+Each accepted request takes the next scenario from ``script`` (the last one repeats).  A scenario
+is an async function ``(reader, writer, body) -> None`` writing whatever raw bytes it wants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Scenario = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
+
+
+class FaultServer:
+    def __init__(self) -> None:
+        self.script: list[Scenario] = []
+        self.requests: list[dict[str, Any]] = []
+        self.open_connections = 0
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def stop(self) -> None:
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open_connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                headers = {
+                    k.lower(): v.strip()
+                    for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
+                }
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append(
+                    {"line": lines[0], "headers": headers, "body": json.loads(body or b"{}")}
+                )
+                scenario = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+                await scenario(reader, writer, body)
+                if writer.is_closing():
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.open_connections -= 1
+            writer.close()
+
+
+def sse_chunk(
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> bytes:
+    obj: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "choices": []}
+    if delta is not None or finish is not None:
+        obj["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+
+
+def chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def stream_scenario(
+    events: list[bytes], *, split: int = 0, done: bool = True, delay: float = 0.0
+) -> Scenario:
+    """Stream SSE ``events``; ``split`` > 0 sends the body in pieces of that many bytes."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(STREAM_HEAD)
+        payload = b"".join(events) + (b"data: [DONE]\n\n" if done else b"")
+        pieces = (
+            [payload[i : i + split] for i in range(0, len(payload), split)] if split else [payload]
+        )
+        for piece in pieces:
+            writer.write(chunked(piece))
+            await writer.drain()
+            if delay:
+                await asyncio.sleep(delay)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    return run
+
+
+def cut_scenario(events: list[bytes]) -> Scenario:
+    """Send some events, then drop the connection without finishing the chunked body."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(STREAM_HEAD + chunked(b"".join(events)))
+        await writer.drain()
+        writer.close()
+
+    return run
+
+
+def reset_scenario() -> Scenario:
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+
+    return run
+
+
+def status_scenario(
+    status: int,
+    body: bytes = b'{"error": {"message": "slow down"}}',
+    headers: dict[str, str] | None = None,
+) -> Scenario:
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n{extra}\r\n".encode()
+            + body
+        )
+        await writer.drain()
+
+    return run
+
+
+def stall_scenario(after_events: list[bytes] | None = None) -> Scenario:
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(STREAM_HEAD)
+        if after_events:
+            writer.write(chunked(b"".join(after_events)))
+        await writer.drain()
+        await asyncio.sleep(3600)
+
+    return run
+
+
+def json_scenario(obj: dict[str, Any]) -> Scenario:
+    return status_scenario(200, json.dumps(obj).encode())

@@ -1,0 +1,394 @@
+"""memora-plugin-openai against a scripted server on 127.0.0.1: parsing and every fault."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from memora.llm import LLMRequest, Message, ProviderError
+from memora.llm.assemble import ToolCallAssembler
+from memora.llm.retry import RetryNotice, RetryPolicy, stream_with_retries
+from memora.llm.types import FinishDelta, ReasoningDelta, TextDelta, ToolCallDelta, UsageDelta
+from memora_plugin_openai import OpenAIProvider, SSEDecoder
+
+from .fault_server import (
+    FaultServer,
+    cut_scenario,
+    json_scenario,
+    reset_scenario,
+    sse_chunk,
+    stall_scenario,
+    status_scenario,
+    stream_scenario,
+)
+
+REQ = LLMRequest([Message.system("be brief"), Message.user("你好")], max_tokens=64, temperature=0.2)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FaultServer]:
+    s = FaultServer()
+    await s.start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+async def provider(server: FaultServer) -> AsyncIterator[OpenAIProvider]:
+    p = OpenAIProvider(
+        model="test-model", base_url=server.url, stall_timeout=1.0, connect_timeout=2.0
+    )
+    yield p
+    await p.aclose()
+
+
+async def collect(p: OpenAIProvider, req: LLMRequest = REQ) -> list[object]:
+    return [d async for d in p.stream(req)]
+
+
+TEXT_EVENTS = [
+    sse_chunk({"role": "assistant", "reasoning_content": "想一想"}),
+    sse_chunk({"content": "你好，"}),
+    sse_chunk({"content": "world 🌍"}),
+    sse_chunk(finish="stop"),
+    sse_chunk(usage={"prompt_tokens": 12, "completion_tokens": 5}),
+]
+
+
+@pytest.mark.parametrize("split", [0, 1, 3, 7, 64])
+async def test_stream_split_anywhere(
+    server: FaultServer, provider: OpenAIProvider, split: int
+) -> None:
+    server.script = [stream_scenario(TEXT_EVENTS, split=split)]
+    out = await collect(provider)
+    assert "".join(d.text for d in out if isinstance(d, TextDelta)) == "你好，world 🌍"
+    assert [d.text for d in out if isinstance(d, ReasoningDelta)] == ["想一想"]
+    assert FinishDelta("stop") in out
+    usage = [d for d in out if isinstance(d, UsageDelta)]
+    assert usage[0].usage.input_tokens == 12 and usage[0].usage.output_tokens == 5
+
+
+async def test_request_body(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [stream_scenario(TEXT_EVENTS)]
+    await collect(provider)
+    body = server.requests[0]["body"]
+    assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 64
+    assert body["messages"][1] == {"role": "user", "content": "你好"}
+    assert body["stream_options"] == {"include_usage": True}
+    server.script = [stream_scenario(TEXT_EVENTS)]
+    await collect(provider, LLMRequest([Message.user("x")], max_tokens=0))
+    assert (
+        "max_tokens" not in server.requests[1]["body"]
+        and "temperature" not in server.requests[1]["body"]
+    )
+
+
+async def test_malformed_lines_comments_keepalives_multiline(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    events = [
+        b": keep-alive\n\n",
+        b"data: {not json}\n\n",
+        b"event: ping\ndata: 42\n\n",
+        b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "multi"}, "finish_reason": null}]}\n\n',
+        b"retry: 1000\n\n",
+        b"\r\n",
+        sse_chunk({"content": "-line"}).replace(b"\n", b"\r\n"),
+        sse_chunk(finish="stop"),
+    ]
+    server.script = [stream_scenario(events, split=5)]
+    out = await collect(provider)
+    assert "".join(d.text for d in out if isinstance(d, TextDelta)) == "multi-line"
+
+
+async def test_tool_calls_assembled_from_fragments(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    events = [
+        sse_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        sse_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}),
+        sse_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "list_dir", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        sse_chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "注意.md"}'}}]}),
+        sse_chunk(finish="tool_calls"),
+    ]
+    server.script = [stream_scenario(events, split=11)]
+    asm = ToolCallAssembler()
+    for d in await collect(provider):
+        if isinstance(d, ToolCallDelta):
+            asm.feed(d)
+    calls = asm.calls()
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("call_a", "read_file", '{"path": "注意.md"}'),
+        ("call_b", "list_dir", "{}"),
+    ]
+
+
+async def test_stream_cut_mid_tool_call(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [
+        cut_scenario(
+            [
+                sse_chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c",
+                                "function": {"name": "write_file", "arguments": '{"pa'},
+                            }
+                        ]
+                    }
+                )
+            ]
+        )
+    ]
+    seen = []
+    with pytest.raises(ProviderError) as info:
+        async for d in provider.stream(REQ):
+            seen.append(d)
+    assert info.value.category == "connection" and not info.value.retryable  # output had started
+    assert any(isinstance(d, ToolCallDelta) for d in seen)
+
+
+async def test_connection_reset_is_retryable_connection(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    server.script = [reset_scenario()]
+    with pytest.raises(ProviderError) as info:
+        await collect(provider)
+    assert info.value.category == "connection" and info.value.retryable
+
+
+async def test_429_with_retry_after_then_success(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    server.script = [
+        status_scenario(429, headers={"Retry-After": "1"}),
+        stream_scenario(TEXT_EVENTS),
+    ]
+    t = time.monotonic()
+    items = [d async for d in stream_with_retries(provider, REQ, RetryPolicy(max_attempts=3))]
+    notices = [i for i in items if isinstance(i, RetryNotice)]
+    assert len(notices) == 1 and notices[0].delay == 1.0 and notices[0].error.status == 429
+    assert "slow down" in str(notices[0].error)
+    assert time.monotonic() - t >= 0.9
+    assert "".join(d.text for d in items if isinstance(d, TextDelta)) == "你好，world 🌍"
+
+
+async def test_500_then_success_with_backoff(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [status_scenario(500), status_scenario(503), stream_scenario(TEXT_EVENTS)]
+    items = [
+        d
+        async for d in stream_with_retries(
+            provider, REQ, RetryPolicy(max_attempts=4, base_delay=0.05)
+        )
+    ]
+    assert [i.attempt for i in items if isinstance(i, RetryNotice)] == [1, 2]
+    assert FinishDelta("stop") in items
+
+
+async def test_retries_exhausted_and_non_retryable(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    server.script = [status_scenario(500)]
+    with pytest.raises(ProviderError) as info:
+        [
+            d
+            async for d in stream_with_retries(
+                provider, REQ, RetryPolicy(max_attempts=2, base_delay=0.01)
+            )
+        ]
+    assert info.value.status == 500
+    server.script = [status_scenario(401, b'{"error": {"message": "bad key"}}')]
+    with pytest.raises(ProviderError) as info:
+        [
+            d
+            async for d in stream_with_retries(
+                provider, REQ, RetryPolicy(max_attempts=5, base_delay=0.01)
+            )
+        ]
+    assert (
+        info.value.status == 401
+        and not info.value.retryable
+        and "MEMORA_API_KEY" in str(info.value)
+    )
+    assert len([r for r in server.requests if r]) >= 3
+
+
+async def test_stall_is_timeout(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [stall_scenario()]
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        await collect(provider)
+    assert info.value.category == "timeout"
+    assert time.monotonic() - t < 5
+    server.script = [stall_scenario([sse_chunk({"content": "partial"})])]
+    got = []
+    with pytest.raises(ProviderError) as info:
+        async for d in provider.stream(REQ):
+            got.append(d)
+    assert info.value.category == "timeout" and got == [TextDelta("partial")]
+
+
+async def test_empty_answer_with_length(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [stream_scenario([sse_chunk({"content": ""}), sse_chunk(finish="length")])]
+    out = await collect(provider)
+    assert out == [FinishDelta("length")]
+
+
+async def test_error_object_mid_stream(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [stream_scenario([b'data: {"error": {"message": "model overloaded"}}\n\n'])]
+    with pytest.raises(ProviderError, match="model overloaded"):
+        await collect(provider)
+
+
+async def test_connect_refused_is_connection() -> None:
+    p = OpenAIProvider(model="m", base_url="http://127.0.0.1:9/v1", connect_timeout=1)
+    try:
+        with pytest.raises(ProviderError) as info:
+            await collect(p)
+        assert info.value.category == "connection" and info.value.retryable
+    finally:
+        await p.aclose()
+
+
+async def test_non_streaming_complete(server: FaultServer, provider: OpenAIProvider) -> None:
+    server.script = [
+        json_scenario(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {
+                            "role": "assistant",
+                            "content": "done",
+                            "tool_calls": [
+                                {
+                                    "id": "t1",
+                                    "type": "function",
+                                    "function": {"name": "x", "arguments": "{}"},
+                                }
+                            ],
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+            }
+        )
+    ]
+    c = await provider.complete(REQ)
+    assert c.text == "done" and c.finish_reason == "stop" and c.usage.input_tokens == 3
+    assert c.tool_calls[0].name == "x"
+    assert server.requests[0]["body"].get("stream") is None
+
+
+async def test_cancellation_releases_connection(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    server.script = [
+        stream_scenario(
+            [sse_chunk({"content": "tok"})] * 200 + [sse_chunk(finish="stop")], split=40, delay=0.01
+        )
+    ]
+
+    async def consume() -> None:
+        async for _ in provider.stream(REQ):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.1)
+    assert server.open_connections == 0
+
+
+async def test_no_connection_leaks_after_faults(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    scenarios = [
+        reset_scenario(),
+        status_scenario(500),
+        cut_scenario([sse_chunk({"content": "x"})]),
+        stream_scenario([b"data: garbage\n\n"], done=False),
+        stream_scenario(TEXT_EVENTS),
+    ]
+    for sc in scenarios:
+        server.script = [sc]
+        try:
+            await collect(provider)
+        except ProviderError:
+            pass
+    # pooled keep-alive connections may stay open while the client lives; at most one here
+    assert server.open_connections <= 1
+    await provider.aclose()
+    await asyncio.sleep(0.1)
+    assert server.open_connections == 0
+
+
+def test_sse_decoder_edge_cases() -> None:
+    d = SSEDecoder()
+    raw = "data: 你好\r\n\r\ndata: a\ndata: b\n\n: comment\n\ndata:no-space\n\n".encode()
+    out: list[str] = []
+    for i in range(len(raw)):  # one byte at a time, through multi-byte characters and \r\n
+        out.extend(d.feed(raw[i : i + 1]))
+    assert out == ["你好", "a\nb", "no-space"]
+    d = SSEDecoder()
+    assert d.feed(b"data: tail-without-blank-line") == []
+    assert d.flush() == ["tail-without-blank-line"]
+
+
+async def test_incremental_history_encoding() -> None:
+    p = OpenAIProvider(model="m", base_url="http://127.0.0.1:9/v1")
+    import memora_plugin_openai.provider as prov
+
+    calls = 0
+    real = prov.encode_message
+
+    def counting(m: Message) -> str:
+        nonlocal calls
+        calls += 1
+        return real(m)
+
+    prov.encode_message = counting  # type: ignore[assignment]
+    try:
+        history = [Message.system("s"), Message.user("q1")]
+        first = p.encode(LLMRequest(history, history_key="k"), stream=True)
+        assert calls == 2
+        history.append(Message.assistant("a1"))
+        history.append(Message.user("q2"))
+        second = p.encode(LLMRequest(history, history_key="k"), stream=True)
+        assert calls == 4  # only the two new messages were encoded
+        assert second.startswith(first[: first.index(b"]")])
+        trimmed = [history[0], *history[2:]]  # a new list with a different prefix
+        p.encode(LLMRequest(trimmed, history_key="k"), stream=True)
+        assert calls == 4 + 2
+    finally:
+        prov.encode_message = real  # type: ignore[assignment]
+        await p.aclose()
