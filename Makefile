@@ -28,7 +28,7 @@ $(CURDIR)/.tools/bin/uv:
 	$(CURDIR)/.tools/bin/pip install --quiet --disable-pip-version-check uv
 
 install: $(UV)
-	$(UV) sync --all-packages --quiet
+	$(UV) sync --all-packages --all-extras --quiet
 
 demo: install
 	$(RUN) python -m memora.cli.demo

@@ -6,9 +6,8 @@ Managers are reached as attributes after ``await agent.init()``: ``role_pack``, 
 
 from __future__ import annotations
 
-import builtins
-
 import asyncio
+import builtins
 import contextlib
 import logging
 import time

@@ -458,8 +458,8 @@ class TurnEngine:
             call = state.pending_calls[0]
             async for chunk in self._run_one(state, call):
                 yield chunk
-            if state.paused is not None:
-                return
+            if state.paused is not None and state.paused.get("tool_call_id") == call["id"]:
+                return  # this call paused the turn (or is still waiting for its answer)
             state.pending_calls.pop(0)
         agent.session_state.beat()
 
@@ -542,14 +542,6 @@ class TurnEngine:
                 yield chunk
             return
 
-        # --- a call already executed before a restart (the outbox) -----------------------------
-        done = agent.outbox.by_id(call_id)
-        if done is not None:
-            yield self._result_chunk(
-                state, call_id, name, ToolRun(done.ok, done.content, done.summary, done.error_code)
-            )
-            return
-
         # --- gates -------------------------------------------------------------------------------
         strategy = agent.role_pack.strategy
         if tool is None or not agent._tool_visible(tool, state):
@@ -575,6 +567,13 @@ class TurnEngine:
                 tool_call_id=call_id, name=name, args={}, step_index=state.iteration, round_id=rid
             )
             yield self._result_chunk(state, call_id, name, ToolRun(False, msg, msg, str(code)))
+            return
+        # --- a call already executed before a restart (the outbox) ------------------------------
+        done = agent.outbox.by_id(f"{rid}/{call_id}", name, args)
+        if done is not None:
+            yield self._result_chunk(
+                state, call_id, name, ToolRun(done.ok, done.content, done.summary, done.error_code)
+            )
             return
         if strategy.tool_readonly and tool.writes:
             msg = (
@@ -776,7 +775,7 @@ class TurnEngine:
             )
         if tool.idempotency != "read-only":
             agent.outbox.record(
-                call_id, name, args, run.ok, run.content, run.summary, run.error_code
+                f"{rid}/{call_id}", name, args, run.ok, run.content, run.summary, run.error_code
             )
         yield self._result_chunk(state, call_id, name, run)
 

@@ -99,8 +99,14 @@ class Outbox:
             if self._by_key.get(old.key) is old:
                 del self._by_key[old.key]
 
-    def by_id(self, tool_call_id: str) -> OutboxEntry | None:
-        return self._by_id.get(tool_call_id)
+    def by_id(
+        self, tool_call_id: str, name: str | None = None, args: Any = None
+    ) -> OutboxEntry | None:
+        """The recorded execution of this call id, if the same tool and arguments ran."""
+        entry = self._by_id.get(tool_call_id)
+        if entry is not None and name is not None and entry.key != args_key(name, args):
+            return None
+        return entry
 
     def previous(self, name: str, args: Any) -> OutboxEntry | None:
         return self._by_key.get(args_key(name, args))

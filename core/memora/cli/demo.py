@@ -1,17 +1,113 @@
-"""`make demo`: show what this installation can do, on embedded defaults.
+"""`make demo`: the main job on embedded defaults — SQLite storage and a local model.
 
-It lists the installed plugins (built-ins included) and the capability map of each example role
-pack.  When an LLM provider is installed it is used for a real conversation; nothing here ever
-prints a made-up answer.
+1. lists the installed plugins;
+2. validates the example role packs;
+3. runs two real turns with the embedded SmolLM2-135M model (offline), streaming the answer,
+   writing round summaries into SQLite memory;
+4. recalls them with a keyword search, as the ``memory_search`` tool would.
+
+Nothing is scripted: every answer comes from the model.
 """
 
 from __future__ import annotations
 
-from .main import main as cli_main
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import click
+
+QUESTIONS = [
+    "In two sentences: why should a notes app store data in SQLite instead of one JSON file?",
+    "Give me three short tips for writing clear commit messages.",
+]
+
+
+def _repo_root() -> Path | None:
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "role_packs").is_dir() and (folder / "core" / "memora").is_dir():
+            return folder
+    return None
+
+
+async def _conversation(base: Path, packs: Path | None) -> None:
+    from ..agent import Agent
+
+    project = base / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "README.md").write_text("# Demo project\nA tiny notes app.\n", encoding="utf-8")
+    agent = Agent(
+        project_path=project,
+        data_dir=base / "data",
+        provider="llamacpp",
+        role_pack_dirs=[packs] if packs else [],
+        active_role_pack=None,  # the built-in fallback pack: short prompt for a tiny model
+        # a 135M model cannot drive tools; keep the demo to conversation + memory
+        strategy_override={
+            "act": {"toolMode": "block", "outputLimit": 160},
+            "reflect": {"selfReview": 0, "userFollowup": "silent"},
+        },
+    )
+    await agent.init()
+    try:
+        click.secho(
+            f"role pack: {agent.role_pack.active.name}   provider: {agent.router.chat.name}",
+            bold=True,
+        )
+        for question in QUESTIONS:
+            click.secho(f"\nyou> {question}", fg="cyan")
+            click.echo("memora> ", nl=False)
+            started = time.perf_counter()
+            async for chunk in agent.chat(question):
+                if chunk.type == "text":
+                    click.echo(chunk.content, nl=False)
+                elif chunk.type == "thinking" and chunk.phase == "archiving":
+                    click.secho("\n  (writing the round summary)", dim=True, nl=False)
+                elif chunk.type == "error":
+                    click.secho(f"\nerror: {chunk.message}", fg="red")
+                elif chunk.type == "done":
+                    usage = chunk.usage
+                    took = time.perf_counter() - started
+                    click.secho(
+                        f"\n  [{usage.output_tokens if usage else '?'} tokens, {took:.1f}s]",
+                        dim=True,
+                    )
+        snapshot = await agent.memory.snapshot()
+        click.secho(f"\nmemory: {snapshot.total} memories {snapshot.by_source}", bold=True)
+        for query in ("SQLite", "commit"):
+            hits = await agent.memory.search(query, limit=2)
+            click.secho(f"memory_search({query!r}) -> {len(hits)} hit(s)", fg="green")
+            for h in hits:
+                click.echo(f"  [{h.record.summary_type}] {h.record.content[:160]}")
+    finally:
+        await agent.close()
 
 
 def main() -> None:
-    cli_main(["plugins", "--all"])
+    from .main import main as cli_main
+
+    root = _repo_root()
+    base = (root or Path.cwd()) / ".memora-demo"
+    click.secho("== installed plugins", bold=True)
+    try:
+        cli_main(["plugins", "--all"])
+    except SystemExit:
+        pass
+    if root is not None:
+        click.secho("\n== example role packs", bold=True)
+        try:
+            cli_main(["role-pack", "validate", str(root / "role_packs")])
+        except SystemExit as exc:
+            if exc.code:
+                sys.exit(exc.code)
+    click.secho("\n== a conversation with the embedded model (offline)", bold=True)
+    asyncio.run(_conversation(base, root / "role_packs" if root else None))
+    click.secho(
+        f"\nDemo data kept in {base} (memora memory search QUERY --data-dir {base / 'data'})",
+        dim=True,
+    )
 
 
 if __name__ == "__main__":

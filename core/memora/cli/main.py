@@ -79,7 +79,7 @@ def plugins_cmd(show_all: bool, as_json: bool) -> None:
 
 
 def _register_commands() -> None:
-    from . import memory_cmd, role_pack_cmd  # noqa: F401  (commands register on import)
+    from . import memory_cmd, role_pack_cmd, run_cmd  # noqa: F401  (commands register on import)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..llm.provider import ProviderError
@@ -128,6 +128,8 @@ class ScriptedProvider:
         return item(request) if callable(item) else item
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        # callers may keep appending to the same message list: record what was sent
+        request = replace(request, messages=list(request.messages), tools=list(request.tools))
         self.requests.append(request)
         response = self._next(request)
         prompt_chars = sum(len(m.content) for m in request.messages)

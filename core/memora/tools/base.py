@@ -125,11 +125,21 @@ class Tool:
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
             ) from exc
-        return {k: getattr(model, k) for k in type(model).model_fields}
+        # plain JSON data: what hosts see, what checks may rewrite, what pauses persist
+        return model.model_dump(mode="json")
 
     async def invoke(self, ctx: Any, args: Mapping[str, Any]) -> ToolOutput:
-        """Run the handler with already validated ``args``."""
-        result = await (self.handler(ctx, **args) if self.takes_context else self.handler(**args))
+        """Run the handler with validated ``args`` (JSON data, turned back into typed values)."""
+        try:
+            model = self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            raise ToolError(
+                ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
+            ) from exc
+        values = {k: getattr(model, k) for k in type(model).model_fields}
+        result = await (
+            self.handler(ctx, **values) if self.takes_context else self.handler(**values)
+        )
         if isinstance(result, ToolOutput):
             return result
         text = str(result)

@@ -1,0 +1,249 @@
+"""`memora run PROMPT`: one turn from the command line (a host of the kernel)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .main import cli
+
+EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
+
+
+def choose_provider(
+    provider: str | None, base_url: str | None, model: str | None, project: Path
+) -> tuple[str, dict[str, Any]]:
+    """--provider wins; else --base-url / MEMORA_BASE_URL means openai; else the project config's
+    active provider; else the embedded llamacpp model."""
+    options: dict[str, Any] = {}
+    if model:
+        options["model"] = model
+    base = base_url or os.environ.get("MEMORA_BASE_URL")
+    if provider is None and base:
+        provider = "openai"
+    if provider is None:
+        from ..config import load_config
+
+        config = load_config(project)
+        if config.active_provider:
+            entry = config.providers[config.active_provider]
+            return entry.type, {**entry.options(), **options}
+        provider = "llamacpp"
+    if base and provider == "openai":
+        options["base_url"] = base
+    return provider, options
+
+
+async def _run(
+    prompt: str,
+    *,
+    events: str,
+    provider: str,
+    provider_options: dict[str, Any],
+    project: Path,
+    data_dir: Path,
+    config_dir: Path | None,
+    role_pack: str | None,
+    role_pack_dirs: list[Path],
+    session: str | None,
+    tools: bool,
+) -> int:
+    from ..agent import Agent
+    from ..chunks import AgentChunk
+
+    override = None if tools else {"act": {"toolMode": "block"}}
+    agent = Agent(
+        project_path=project,
+        data_dir=data_dir,
+        provider=provider,
+        provider_options=provider_options,
+        config_dir=config_dir,
+        active_role_pack=role_pack,
+        role_pack_dirs=role_pack_dirs,
+        session_id=session,
+        strategy_override=override,
+    )
+    await agent.init()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, agent.abort)
+    interactive = events == "text" and sys.stdin.isatty()
+    code = EXIT_ERROR
+    try:
+        stream = agent.chat(prompt)
+        while True:
+            last: AgentChunk | None = None
+            async for chunk in stream:
+                last = chunk
+                _emit(chunk, events)
+            if last is None:
+                break
+            if last.type == "done":
+                code = EXIT_DONE
+            elif last.type == "aborted":
+                code = EXIT_ABORTED
+            elif last.type == "paused":
+                if not interactive:
+                    code = EXIT_PAUSED
+                    state_file = data_dir / "paused-turn.json"
+                    state_file.write_text(
+                        json.dumps(agent.pause_state(), ensure_ascii=False), encoding="utf-8"
+                    )
+                    click.echo(f"turn paused; its state is in {state_file}", err=True)
+                    break
+                _answer_interactively(agent)
+                stream = agent.continue_after_pause()
+                continue
+            else:
+                code = EXIT_ERROR
+            break
+    finally:
+        await agent.close()
+    return code
+
+
+def _answer_interactively(agent: Any) -> None:
+    turn = agent.paused_turn
+    paused = turn.paused
+    if paused["kind"] == "question":
+        answers = {}
+        for q in paused["questions"]:
+            options = f" [{' / '.join(q['options'])}]" if q.get("options") else ""
+            answers[q["slot"]] = click.prompt(f"{q['question']}{options}", err=True)
+        agent.answer_question(answers)
+    else:
+        args = json.dumps(paused.get("args"), ensure_ascii=False)
+        if click.confirm(f"Allow {paused['name']} {args}?", err=True, default=False):
+            agent.approve(paused["tool_call_id"])
+        else:
+            agent.reject(paused["tool_call_id"], "declined at the prompt")
+
+
+def _emit(chunk: Any, events: str) -> None:
+    if events == "jsonl":
+        sys.stdout.write(chunk.model_dump_json() + "\n")
+        sys.stdout.flush()
+        return
+    t = chunk.type
+    if t == "text":
+        sys.stdout.write(chunk.content)
+        sys.stdout.flush()
+    elif t == "thought":
+        click.secho(chunk.content, err=True, dim=True, nl=False)
+    elif t == "tool_start":
+        click.secho(
+            f"\n→ {chunk.name} {json.dumps(chunk.args, ensure_ascii=False)[:200]}",
+            err=True,
+            fg="cyan",
+        )
+    elif t == "tool_result":
+        mark = "blocked" if chunk.blocked else ("ok" if chunk.ok else "failed")
+        click.secho(f"  {mark}: {chunk.summary}", err=True, fg="green" if chunk.ok else "yellow")
+    elif t == "retry":
+        click.secho(f"\n(retrying in {chunk.delay_ms} ms: {chunk.error})", err=True, fg="yellow")
+    elif t == "error":
+        click.secho(f"\nerror ({chunk.category}): {chunk.message}", err=True, fg="red")
+    elif t == "aborted":
+        click.secho(f"\naborted: {chunk.reason}", err=True, fg="red")
+    elif t == "question_pending":
+        for q in chunk.questions:
+            click.secho(f"\n? {q.question}", err=True, fg="magenta")
+    elif t == "approval_pending":
+        click.secho(f"\n? approve {chunk.name}: {chunk.reason}", err=True, fg="magenta")
+    elif t == "done":
+        sys.stdout.write("\n")
+
+
+@cli.command("run")
+@click.argument("prompt")
+@click.option(
+    "--events",
+    type=click.Choice(["text", "jsonl"]),
+    default="text",
+    show_default=True,
+    help="jsonl: every chunk as one JSON line on stdout, nothing else.",
+)
+@click.option(
+    "--provider", default=None, help="Provider plugin name (default: llamacpp, the embedded model)."
+)
+@click.option(
+    "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
+)
+@click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")
+@click.option(
+    "--project",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Default: <project>/.memora/data",
+)
+@click.option("--config-dir", type=click.Path(path_type=Path, file_okay=False), default=None)
+@click.option("--role-pack", default=None, help="Active role pack name.")
+@click.option(
+    "--role-pack-dir",
+    "role_pack_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Extra folder of role packs (repeatable).",
+)
+@click.option("--session", default=None, help="Session id (default: the most recent one).")
+@click.option(
+    "--tools/--no-tools", default=True, show_default=True, help="Expose tools to the model."
+)
+def run_cmd(
+    prompt: str,
+    events: str,
+    provider: str | None,
+    base_url: str | None,
+    model: str | None,
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    role_pack: str | None,
+    role_pack_dirs: tuple[Path, ...],
+    session: str | None,
+    tools: bool,
+) -> None:
+    """Run one turn. Exit 0 on done, 1 on error, 130 on abort, 3 when paused without a terminal."""
+    from ..errors import MemoraError
+
+    project = project.resolve()
+    name, options = choose_provider(provider, base_url, model, project)
+    try:
+        code = asyncio.run(
+            _run(
+                prompt,
+                events=events,
+                provider=name,
+                provider_options=options,
+                project=project,
+                data_dir=(data_dir or project / ".memora" / "data").resolve(),
+                config_dir=config_dir,
+                role_pack=role_pack,
+                role_pack_dirs=list(role_pack_dirs),
+                session=session,
+                tools=tools,
+            )
+        )
+    except MemoraError as exc:
+        if events == "jsonl":
+            sys.stdout.write(
+                json.dumps({"type": "error", "message": str(exc), "category": "unknown"}) + "\n"
+            )
+        else:
+            click.secho(f"error: {exc}", err=True, fg="red")
+        code = EXIT_ERROR
+    sys.exit(code)
