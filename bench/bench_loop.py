@@ -106,7 +106,6 @@ async def bare_turn(
 async def run_memora(url: str, tmp: Path, turns: int) -> list[float]:
     project = tmp / "proj"
     project.mkdir(exist_ok=True)
-    first_text: list[float] = []
     agent = Agent(
         project_path=project,
         data_dir=tmp / "data",
@@ -120,7 +119,7 @@ async def run_memora(url: str, tmp: Path, turns: int) -> list[float]:
     try:
         for i in range(turns):
             t = time.process_time()
-            async for chunk in agent.chat(f"turn {i}: please use the tool"):
+            async for _chunk in agent.chat(f"turn {i}: please use the tool"):
                 pass
             samples.append(time.process_time() - t)
     finally:

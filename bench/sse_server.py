@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 
 def event(delta: dict, finish: str | None = None) -> bytes:
@@ -88,8 +89,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 async def main(port_file: str) -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    with open(port_file, "w") as fh:
-        fh.write(str(server.sockets[0].getsockname()[1]))
+    Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))  # noqa: ASYNC240
     async with server:
         await server.serve_forever()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -341,10 +342,8 @@ async def test_no_connection_leaks_after_faults(
     ]
     for sc in scenarios:
         server.script = [sc]
-        try:
+        with contextlib.suppress(ProviderError):
             await collect(provider)
-        except ProviderError:
-            pass
     # pooled keep-alive connections may stay open while the client lives; at most one here
     assert server.open_connections <= 1
     await provider.aclose()

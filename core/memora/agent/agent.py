@@ -221,10 +221,10 @@ class Agent:
             return self
         opts = self.options
         project = Path(opts.project_path)
-        if not project.is_dir():
+        if not project.is_dir():  # noqa: ASYNC240 - one stat at start-up
             raise MemoraError(ErrorCode.INVALID_CONFIG, f"project_path {project} is not a folder")
         data_dir = Path(opts.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
         extra: builtins.list[Any] = list(opts.plugins)
         if opts.pre_execution_check is not None:
             extra.append(("host-check", _HostCheck(opts.pre_execution_check)))

@@ -12,6 +12,7 @@ Nothing is scripted: every answer comes from the model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -91,10 +92,8 @@ def main() -> None:
     root = _repo_root()
     base = (root or Path.cwd()) / ".memora-demo"
     click.secho("== installed plugins", bold=True)
-    try:
+    with contextlib.suppress(SystemExit):
         cli_main(["plugins", "--all"])
-    except SystemExit:
-        pass
     if root is not None:
         click.secho("\n== example role packs", bold=True)
         try:

@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from memora import hookimpl
 from memora.llm import ProviderError
@@ -148,8 +148,8 @@ class LlamaCppProvider:
             ]
             kwargs["tool_choice"] = "auto"
             handler = get_chat_completion_handler("chatml-function-calling")
-            return handler(llama=llm, **kwargs)  # type: ignore[no-any-return]
-        return llm.create_chat_completion(**kwargs)  # type: ignore[no-any-return]
+            return cast(Iterator[dict[str, Any]], handler(llama=llm, **kwargs))
+        return cast(Iterator[dict[str, Any]], llm.create_chat_completion(**kwargs))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
         llm = await self._model()
