@@ -16,7 +16,7 @@ def _run(args: list[str], extra_path: Path | None = None) -> subprocess.Complete
     if extra_path is not None:
         env["PYTHONPATH"] = str(extra_path) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "memora.cli.main", *args],
+        [sys.executable, "-m", "memora.cli", *args],
         capture_output=True,
         text=True,
         env=env,

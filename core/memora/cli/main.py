@@ -90,5 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+if __name__ == "__main__":  # pragma: no cover - prefer `python -m memora.cli`
+    from memora.cli.main import main as _main  # the commands register on that module's group
+
+    _main()

@@ -67,6 +67,17 @@ def _message_dict(m: Message) -> dict[str, Any]:
     return d
 
 
+def _as_stream_chunk(response: Any) -> dict[str, Any]:
+    """A non-streamed chat completion as one streaming chunk."""
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    delta: dict[str, Any] = {"content": message.get("content") or ""}
+    calls = message.get("tool_calls") or []
+    if calls:
+        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls)]
+    return {"choices": [{"delta": delta, "finish_reason": choice.get("finish_reason") or "stop"}]}
+
+
 class LlamaCppProvider:
     """A local GGUF model.  Loaded lazily (on the first request), on a worker thread."""
 
@@ -133,8 +144,11 @@ class LlamaCppProvider:
         if isinstance(request.max_tokens, int) and request.max_tokens > 0:
             kwargs["max_tokens"] = request.max_tokens
         if request.tools:
+            # llama-cpp-python's function-calling format cannot stream with tool_choice="auto":
+            # generate the whole answer, then hand it over as one stream chunk
             from llama_cpp.llama_chat_format import get_chat_completion_handler
 
+            kwargs["stream"] = False
             kwargs["tools"] = [
                 {
                     "type": "function",
@@ -148,7 +162,8 @@ class LlamaCppProvider:
             ]
             kwargs["tool_choice"] = "auto"
             handler = get_chat_completion_handler("chatml-function-calling")
-            return cast(Iterator[dict[str, Any]], handler(llama=llm, **kwargs))
+            response = handler(llama=llm, **kwargs)
+            return iter([_as_stream_chunk(response)])
         return cast(Iterator[dict[str, Any]], llm.create_chat_completion(**kwargs))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:

@@ -1,0 +1,5 @@
+"""``python -m memora.cli``."""
+
+from memora.cli.main import main
+
+main()
