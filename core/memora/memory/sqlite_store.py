@@ -304,23 +304,62 @@ class _Core:
         include_superseded: bool,
         round_ids: builtins.list[str] | None,
     ) -> builtins.list[ScoredMemory]:
+        """Top-k first: rank on the FTS table alone (FTS5 keeps only the best k while sorting),
+        then fetch and filter those rows; fall back to the full join when filters discard too
+        many candidates."""
+        k = max(limit * 4, 40)
+        where, args = self._filters(source, include_superseded, round_ids, prefix="m.")
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        sql = (
+            "WITH top AS MATERIALIZED (SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ? "
+            f"ORDER BY rank LIMIT ?) SELECT {cols}, top.rank, (SELECT count(*) FROM top) "
+            "FROM top JOIN memories m ON m.rowid = top.rowid"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY top.rank LIMIT ?"
+        )
+        rows = self.db.execute(sql, (match, k, *args, limit)).fetchall()
+        if len(rows) >= limit or not rows or rows[0][12] < k:
+            if not rows and where:
+                # every top candidate was filtered out: ask again without the shortcut
+                return self._search_join(match, limit, where, args)
+            return [ScoredMemory(_row(r[:11]), -float(r[11])) for r in rows]
+        return self._search_join(match, limit, where, args)
+
+    @staticmethod
+    def _filters(
+        source: str | None,
+        include_superseded: bool,
+        round_ids: builtins.list[str] | None,
+        *,
+        prefix: str,
+    ) -> tuple[builtins.list[str], builtins.list[Any]]:
+        where: builtins.list[str] = []
+        args: builtins.list[Any] = []
+        if not include_superseded:
+            where.append(f"{prefix}superseded_by IS NULL")
+        if source is not None:
+            where.append(f"{prefix}source = ?")
+            args.append(source)
+        if round_ids is not None:
+            where.append(f"{prefix}round_id IN (SELECT value FROM json_each(?))")
+            args.append(json.dumps(round_ids))
+        return where, args
+
+    def _search_join(
+        self, match: str, limit: int, where: builtins.list[str], args: builtins.list[Any]
+    ) -> builtins.list[ScoredMemory]:
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
         sql = (
             f"SELECT {cols}, bm25(memories_fts) AS score FROM memories_fts "
             "JOIN memories m ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ?"
         )
-        args: builtins.list[Any] = [match]
-        if not include_superseded:
-            sql += " AND m.superseded_by IS NULL"
-        if source is not None:
-            sql += " AND m.source = ?"
-            args.append(source)
-        if round_ids is not None:
-            sql += " AND m.round_id IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps(round_ids))
+        for clause in where:
+            sql += " AND " + clause
         sql += " ORDER BY score LIMIT ?"
-        args.append(limit)
-        return [ScoredMemory(_row(r[:11]), -float(r[11])) for r in self.db.execute(sql, args)]
+        return [
+            ScoredMemory(_row(r[:11]), -float(r[11]))
+            for r in self.db.execute(sql, (match, *args, limit))
+        ]
 
     def count(self, source: str | None) -> int:
         if source is None:
