@@ -272,3 +272,33 @@ async def test_tool_decorator_and_registry() -> None:
     assert not r.ok and r.error_code == "EXECUTION_FAILED" and "bug in tool" in r.content
     with pytest.raises(TypeError):
         tool(lambda: None)  # type: ignore[arg-type]
+
+
+async def test_file_consistency_check(project: Path) -> None:
+    ctx = ToolContext.for_project(project, consistency_check=True)
+    r = await run_tool(write_file, ctx, {"path": "README.md", "content": "blind overwrite"})
+    assert not r.ok and r.error_code == "INVALID_ARGS" and "not been read" in r.content
+    assert (await run_tool(read_file, ctx, {"path": "README.md"})).ok
+    (project / "README.md").write_text(
+        "changed behind the model's back, longer\n", encoding="utf-8"
+    )
+    r = await run_tool(
+        edit_file, ctx, {"path": "README.md", "old_text": "changed", "new_text": "x"}
+    )
+    assert not r.ok and "changed on disk" in r.content
+    assert (await run_tool(read_file, ctx, {"path": "README.md"})).ok
+    r = await run_tool(
+        edit_file, ctx, {"path": "README.md", "old_text": "changed", "new_text": "edited"}
+    )
+    assert r.ok
+    r = await run_tool(write_file, ctx, {"path": "README.md", "content": "after my own edit"})
+    assert r.ok  # the model's own writes keep the stamp fresh
+    assert (
+        await run_tool(write_file, ctx, {"path": "brand-new.txt", "content": "new files are fine"})
+    ).ok
+
+
+async def test_edit_keeps_the_file_encoding(ctx: ToolContext, project: Path) -> None:
+    (project / "gbk.txt").write_bytes("旧的内容".encode("gb18030"))
+    r = await run_tool(edit_file, ctx, {"path": "gbk.txt", "old_text": "旧的", "new_text": "新的"})
+    assert r.ok and (project / "gbk.txt").read_bytes().decode("gb18030") == "新的内容"

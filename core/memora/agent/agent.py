@@ -336,6 +336,7 @@ class Agent:
             services=services,
             node_path=opts.node_path,
             branch_round_ids=lambda: list(self._round_ids),
+            consistency_check=opts.file_consistency_check,
         )
         self._polish = PolishManager(self)
         self._sessions = SessionManager(self)

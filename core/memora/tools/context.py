@@ -44,6 +44,11 @@ class ToolContext:
     """Per-turn counters (``web_search`` calls...); the loop resets them each turn."""
     web_search_limit: int = 5
     command_timeout_max: float = 600.0
+    consistency_check: bool = False
+    """Refuse to overwrite or edit a file that changed on disk since the model last read it
+    (or that it never read)."""
+    file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Resolved path -> (mtime_ns, size) when the model last read or wrote it."""
 
     @staticmethod
     def for_project(project: str | Path, **kwargs: Any) -> ToolContext:

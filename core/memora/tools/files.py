@@ -41,6 +41,34 @@ def decode_text(data: bytes) -> tuple[str, str]:
     return data.decode("latin-1"), "latin-1"
 
 
+def _stamp(ctx: ToolContext, fd: int, resolved: object) -> None:
+    st = os.fstat(fd)
+    ctx.file_stamps[str(resolved)] = (st.st_mtime_ns, st.st_size)
+
+
+def _check_fresh(ctx: ToolContext, path: str) -> None:
+    """With ``file_consistency_check``: an existing file must have been read, unchanged since."""
+    if not ctx.consistency_check:
+        return
+    resolved = ctx.guard.resolve(path, purpose="write")
+    try:
+        st = os.stat(resolved)
+    except FileNotFoundError:
+        return
+    seen = ctx.file_stamps.get(str(resolved))
+    shown = ctx.guard.display(resolved)
+    if seen is None:
+        raise ToolError(
+            ToolErrorCode.INVALID_ARGS,
+            f"{shown} exists and has not been read yet; read it before changing it",
+        )
+    if seen != (st.st_mtime_ns, st.st_size):
+        raise ToolError(
+            ToolErrorCode.INVALID_ARGS,
+            f"{shown} changed on disk since you last read it; read it again before changing it",
+        )
+
+
 def _read_range(fd: int, offset: int, length: int) -> bytes:
     return os.pread(fd, length, offset)
 
@@ -104,6 +132,7 @@ async def read_file(
     and the encoding reported."""
     fd, resolved = ctx.guard.open_read(path)
     try:
+        _stamp(ctx, fd, resolved)
         size = os.fstat(fd).st_size
         shown = ctx.guard.display(resolved)
         if offset is not None:
@@ -152,6 +181,7 @@ async def write_file(
     check_permission(
         "write_file", writes=True, runs_code=False, permission=ctx.permission, readonly=ctx.readonly
     )
+    _check_fresh(ctx, path)
     data = content.encode("utf-8")
     if len(data) > MAX_WRITE_BYTES:
         raise ToolError(
@@ -159,6 +189,8 @@ async def write_file(
             f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}",
         )
     resolved = await asyncio.to_thread(ctx.guard.write_atomic, path, data)
+    st = os.stat(resolved)
+    ctx.file_stamps[str(resolved)] = (st.st_mtime_ns, st.st_size)
     summary = f"wrote {ctx.guard.display(resolved)} ({len(data)} bytes)"
     return ToolOutput(summary, summary)
 
@@ -183,6 +215,7 @@ async def edit_file(
     check_permission(
         "edit_file", writes=True, runs_code=False, permission=ctx.permission, readonly=ctx.readonly
     )
+    _check_fresh(ctx, path)
     fd, resolved = ctx.guard.open_read(path)
     try:
         size = os.fstat(fd).st_size
@@ -210,9 +243,16 @@ async def edit_file(
     updated = (
         text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
     )
-    await asyncio.to_thread(
-        ctx.guard.write_atomic, str(resolved), updated.encode(enc if enc != "latin-1" else "utf-8")
-    )
+    try:
+        encoded = updated.encode(enc)  # keep the file's own encoding
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            ToolErrorCode.INVALID_ARGS,
+            f"{shown} is {enc}-encoded and new_text has characters {enc} cannot hold",
+        ) from exc
+    await asyncio.to_thread(ctx.guard.write_atomic, str(resolved), encoded)
+    st = os.stat(resolved)
+    ctx.file_stamps[str(resolved)] = (st.st_mtime_ns, st.st_size)
     summary = f"edited {shown}: {count if replace_all else 1} replacement(s)"
     return ToolOutput(summary, summary)
 
