@@ -3,7 +3,6 @@ server with SmolLM2-135M), and the embedded llamacpp provider.  All on 127.0.0.1
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -201,33 +200,3 @@ def test_cli_run_against_llama_server(llama_server: str, tmp_path: Path) -> None
     )
     assert proc.returncode == 1
     assert json.loads(proc.stdout.splitlines()[-1])["type"] == "error"
-
-
-async def test_two_agents_share_nothing(llama_server: str, tmp_path: Path) -> None:
-    agents = []
-    for i in range(2):
-        (tmp_path / f"p{i}").mkdir()
-        agents.append(
-            Agent(
-                project_path=tmp_path / f"p{i}",
-                data_dir=tmp_path / f"d{i}",
-                provider="openai",
-                provider_options={"model": "smollm2", "base_url": llama_server},
-                strategy_override={
-                    "act": {"toolMode": "block", "outputLimit": 16},
-                    "reflect": {"summary": "off"},
-                },
-            )
-        )
-    for a in agents:
-        await a.init()
-    try:
-
-        async def turn(a: Agent) -> list[object]:
-            return [c async for c in a.chat("Hi")]
-
-        outs = await asyncio.gather(*(turn(a) for a in agents))
-        assert all(o[-1].type == "done" for o in outs)  # type: ignore[attr-defined]
-    finally:
-        for a in agents:
-            await a.close()

@@ -386,31 +386,13 @@ class TurnEngine:
                         )
         except TimeoutError as exc:
             err = exc
-            self._keep_partial(state, text_parts, stage)
             state.events.append({"type": "error", "category": "timeout", "message": "LLM stalled"})
-            raise _Stop(
-                AbortedChunk(
-                    reason=agent.messages.aborted_by_timeout,
-                    stop_reason="timeout",
-                    usage=state.usage_model(),
-                    round_id=rid,
-                ),
-                "aborted",
-            ) from exc
+            raise self._stalled(state, text_parts, stage) from exc
         except ProviderError as exc:
             err = exc
             state.events.append({"type": "error", "category": exc.category, "message": exc.message})
             if exc.category == "timeout":
-                self._keep_partial(state, text_parts, stage)
-                raise _Stop(
-                    AbortedChunk(
-                        reason=agent.messages.aborted_by_timeout,
-                        stop_reason="timeout",
-                        usage=state.usage_model(),
-                        round_id=rid,
-                    ),
-                    "aborted",
-                ) from exc
+                raise self._stalled(state, text_parts, stage) from exc
             if strategy.error_handling == "degrade" and (state.answer or text_parts):
                 self._keep_partial(state, text_parts, stage, marker=False)
                 state.phase = "finish"
@@ -430,6 +412,17 @@ class TurnEngine:
             state.events.append(
                 {"type": "thought", "content": result.reasoning, "step_index": step_index}
             )
+
+    def _stalled(self, state: TurnState, parts: list[str], stage: str) -> _Stop:
+        """The LLM stopped answering: keep the partial text, end with ``aborted(timeout)``."""
+        self._keep_partial(state, parts, stage)
+        chunk = AbortedChunk(
+            reason=self.agent.messages.aborted_by_timeout,
+            stop_reason="timeout",
+            usage=state.usage_model(),
+            round_id=state.round_id,
+        )
+        return _Stop(chunk, "aborted")
 
     def _keep_partial(
         self, state: TurnState, parts: list[str], stage: str, *, marker: bool = True

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes
-from .storage import check_new, clamp_limit, score_records, tokens_of
+from .storage import check_new, clamp_limit, score_records, tokens_of, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source
 
 __all__ = ["InMemoryStorage", "JsonFileStorage"]
@@ -102,16 +102,7 @@ class InMemoryStorage:
         async with self._lock:
             snap = self._snapshot()
             record = self._require(memory_id)
-            changes: dict[str, Any] = {}
-            if content is not None:
-                check_new(NewMemory(content=content))
-                changes["content"] = content
-            if name is not None:
-                changes["name"] = name
-            if summary_type is not None:
-                changes["summary_type"] = summary_type
-            if meta is not None:
-                changes["meta"] = dict(meta)
+            changes = update_changes(content, name, summary_type, meta)
             updated = record.with_changes(**changes)
             self._put(updated)
             await self._commit(snap)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError
 from .keywords import index_tokens, query_terms
-from .storage import ReadOnlyView, check_new, clamp_limit
+from .storage import ReadOnlyView, check_new, clamp_limit, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
 
 __all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
@@ -444,16 +444,7 @@ class SqliteStorage:
         summary_type: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        changes: dict[str, Any] = {}
-        if content is not None:
-            check_new(NewMemory(content=content))
-            changes["content"] = content
-        if name is not None:
-            changes["name"] = name
-        if summary_type is not None:
-            changes["summary_type"] = summary_type
-        if meta is not None:
-            changes["meta"] = dict(meta)
+        changes = update_changes(content, name, summary_type, meta)
         return await self._run(self._core.update, memory_id, changes)
 
     async def delete(self, memory_id: str) -> bool:

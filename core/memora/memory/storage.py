@@ -166,6 +166,23 @@ def check_new(item: NewMemory) -> None:
         )
 
 
+def update_changes(
+    content: str | None, name: str | None, summary_type: str | None, meta: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The fields an ``update`` call changes, checked like new content."""
+    changes: dict[str, Any] = {}
+    if content is not None:
+        check_new(NewMemory(content=content))
+        changes["content"] = content
+    if name is not None:
+        changes["name"] = name
+    if summary_type is not None:
+        changes["summary_type"] = summary_type
+    if meta is not None:
+        changes["meta"] = dict(meta)
+    return changes
+
+
 def clamp_limit(limit: int, maximum: int = 1000) -> int:
     return max(0, min(int(limit), maximum))
 

