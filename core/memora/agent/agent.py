@@ -610,8 +610,8 @@ class Agent:
     async def chat(self, text: str) -> AsyncIterator[AgentChunk]:
         """Run one turn; yields every chunk.  Never raises once started (errors are chunks)."""
         self._start()
+        self.session_state.start()  # raises while an unrecovered error stands
         self._busy = True
-        self.session_state.start()
         self._tool_context.counters.clear()
         self._tool_context.task_table.clear()
         self.duplicate_interceptor.reset()
@@ -769,8 +769,8 @@ class Agent:
             raise MemoraError(ErrorCode.INVALID_INPUT, "approve or reject the pending call first")
         if self._busy:
             raise MemoraError(ErrorCode.BUSY, "a turn is already running")
-        self._busy = True
         self.session_state.start()
+        self._busy = True
         async for chunk in self._drive(turn):
             yield chunk
 
