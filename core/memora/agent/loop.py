@@ -543,13 +543,7 @@ class TurnEngine:
                 if tool is None
                 else f"{ToolErrorCode.NOT_AVAILABLE}: tool {name!r} is not enabled for this role"
             )
-            yield self._result_chunk(
-                state,
-                call_id,
-                name,
-                ToolRun(False, why, why, ToolErrorCode.NOT_AVAILABLE.value),
-                blocked=True,
-            )
+            yield self._blocked(state, call_id, name, ToolErrorCode.NOT_AVAILABLE.value, why, why)
             return
         try:
             args = tool.parse_args(raw_args)
@@ -573,32 +567,20 @@ class TurnEngine:
                 f"{ToolErrorCode.PERMISSION_DENIED}: {name} changes files and this role is read-only "
                 "(toolReadonly = readonly); describe the change instead"
             )
-            yield self._result_chunk(
-                state,
-                call_id,
-                name,
-                ToolRun(False, msg, msg, ToolErrorCode.PERMISSION_DENIED.value),
-                blocked=True,
+            yield self._blocked(
+                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
             )
             return
         if agent.options.permission == "guest" and (tool.writes or tool.runs_code):
             msg = f"{ToolErrorCode.PERMISSION_DENIED}: {name} is not available to a guest (no writes, no commands)"
-            yield self._result_chunk(
-                state,
-                call_id,
-                name,
-                ToolRun(False, msg, msg, ToolErrorCode.PERMISSION_DENIED.value),
-                blocked=True,
+            yield self._blocked(
+                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
             )
             return
         if name == "ask_user" and state.questions_asked >= strategy.ask_limit:
             msg = f"{ToolErrorCode.PERMISSION_DENIED}: the question limit of this turn ({strategy.ask_limit}) is reached; decide with what you know"
-            yield self._result_chunk(
-                state,
-                call_id,
-                name,
-                ToolRun(False, msg, msg, ToolErrorCode.PERMISSION_DENIED.value),
-                blocked=True,
+            yield self._blocked(
+                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
             )
             return
         verdict = agent.duplicate_interceptor.check(name, args)
@@ -606,14 +588,13 @@ class TurnEngine:
             msg = agent.messages.render(
                 "duplicate_tool_call_warning", threshold=agent.options.duplicate_call_threshold
             )
-            yield self._result_chunk(
+            yield self._blocked(
                 state,
                 call_id,
                 name,
-                ToolRun(
-                    False, msg, "duplicate call blocked", ToolErrorCode.PERMISSION_DENIED.value
-                ),
-                blocked=True,
+                ToolErrorCode.PERMISSION_DENIED.value,
+                msg,
+                "duplicate call blocked",
             )
             return
 
@@ -650,14 +631,13 @@ class TurnEngine:
                     "reason": verdict_.reason,
                 }
             )
-            yield self._result_chunk(
+            yield self._blocked(
                 state,
                 call_id,
                 name,
-                ToolRun(
-                    False, msg, f"blocked: {verdict_.reason}", ToolErrorCode.PERMISSION_DENIED.value
-                ),
-                blocked=True,
+                ToolErrorCode.PERMISSION_DENIED.value,
+                msg,
+                f"blocked: {verdict_.reason}",
             )
             return
         if isinstance(verdict_, Skip):
@@ -676,12 +656,8 @@ class TurnEngine:
                 args = tool.parse_args(dict(verdict_.args))
             except Exception as exc:
                 msg = f"{ToolErrorCode.INVALID_ARGS}: a check rewrote the arguments into something invalid: {exc}"
-                yield self._result_chunk(
-                    state,
-                    call_id,
-                    name,
-                    ToolRun(False, msg, msg, ToolErrorCode.INVALID_ARGS.value),
-                    blocked=True,
+                yield self._blocked(
+                    state, call_id, name, ToolErrorCode.INVALID_ARGS.value, msg, msg
                 )
                 return
             state.events.append(
@@ -788,6 +764,14 @@ class TurnEngine:
         )
         yield QuestionPendingChunk(questions=questions, round_id=state.round_id)
         yield PausedChunk(round_id=state.round_id)
+
+    def _blocked(
+        self, state: TurnState, call_id: str, name: str, code: str, content: str, summary: str
+    ) -> ToolResultChunk:
+        """A call refused before it ran: ``tool_result(blocked=True)``; the model gets ``content``."""
+        return self._result_chunk(
+            state, call_id, name, ToolRun(False, content, summary, code), blocked=True
+        )
 
     def _result_chunk(
         self, state: TurnState, call_id: str, name: str, run: ToolRun, *, blocked: bool = False
