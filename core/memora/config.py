@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ErrorCode, MemoraError
+from .errors import ErrorCode, MemoraError, describe_validation_error
 
 __all__ = ["MemoraConfig", "ProviderConfig", "create_provider_from_config", "load_config"]
 
@@ -55,11 +55,7 @@ class MemoraConfig(BaseModel):
 
 
 def _format(exc: ValidationError, path: Path) -> str:
-    parts = []
-    for err in exc.errors()[:10]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
-        parts.append(f"{loc}: {err.get('msg')}")
-    return f"{path}: " + "; ".join(parts)
+    return f"{path}: " + describe_validation_error(exc, "(root)", limit=10)
 
 
 def load_config(path: str | Path) -> MemoraConfig:

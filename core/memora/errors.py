@@ -21,6 +21,7 @@ __all__ = [
     "PluginError",
     "ToolError",
     "ToolErrorCode",
+    "describe_validation_error",
     "is_retryable",
 ]
 
@@ -135,6 +136,16 @@ RETRYABLE_TOOL_ERRORS: frozenset[ToolErrorCode] = frozenset(
         ToolErrorCode.NETWORK_ERROR,
     }
 )
+
+
+def describe_validation_error(exc: Any, root: str, limit: int = 8) -> str:
+    """``loc: message; ...`` for a pydantic ``ValidationError`` (duck-typed: no pydantic import
+    here, so ``import memora`` stays light)."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or root
+        parts.append(f"{loc}: {err.get('msg')}")
+    return "; ".join(parts)
 
 
 def is_retryable(code: ToolErrorCode | str) -> bool:

@@ -241,7 +241,11 @@ async def test_self_review_only_after_tool_steps(make_agent: Any) -> None:
     agent._base_router = type(agent._base_router)(provider)
     chunks = await collect(agent.chat("q3"))
     assert (await agent.sessions.rounds())[-1].assistant == "Corrected final answer with details."
-    assert await agent.chat_text("q4") if False else True
+    provider = ScriptedProvider(
+        [tool_call(("list_dir", {})), text("draft"), text("No changes needed.")]
+    )
+    agent._base_router = type(agent._base_router)(provider)
+    assert await agent.chat_text("q4") == "draft"  # the satisfied review keeps the draft
 
 
 ASK = {"reflect": {"userFollowup": "ask", "summary": "off"}, "global": {"askLimit": 1}}

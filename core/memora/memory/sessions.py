@@ -107,6 +107,16 @@ class JsonlSessionStore:
             )
         return self.root / session_id
 
+    def _existing(self, session_id: str) -> Path:
+        folder = self._dir(session_id)
+        if not (folder / "meta.json").is_file():
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            )
+        return folder
+
     def _lock(self, session_id: str) -> asyncio.Lock:
         return self._locks.setdefault(session_id, asyncio.Lock())
 
@@ -132,13 +142,7 @@ class JsonlSessionStore:
         )
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
-        folder = self._dir(session_id)
-        if not (folder / "meta.json").is_file():
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            )
+        folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode(
             "utf-8"
@@ -157,13 +161,7 @@ class JsonlSessionStore:
             os.close(fd)
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
-        folder = self._dir(session_id)
-        if not (folder / "meta.json").is_file():
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            )
+        folder = self._existing(session_id)
         out: builtins.list[dict[str, Any]] = []
         for path in sorted(folder.glob("*.jsonl")):
             with path.open("rb") as fh:

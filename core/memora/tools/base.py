@@ -27,7 +27,7 @@ from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
+from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode, describe_validation_error
 from ..llm.types import ToolSpec
 
 __all__ = [
@@ -65,11 +65,7 @@ Handler = Callable[..., Awaitable["ToolOutput | str"]]
 
 
 def format_validation_error(name: str, exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:8]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(arguments)"
-        parts.append(f"{loc}: {err.get('msg')}")
-    return f"invalid arguments for {name}: " + "; ".join(parts)
+    return f"invalid arguments for {name}: " + describe_validation_error(exc, "(arguments)")
 
 
 @dataclass
