@@ -3,25 +3,45 @@
 Each Agent (and each test) gets its own :class:`Plugins` from :func:`create_plugin_manager`;
 there is no module-level manager.
 
-* Built-in implementations (``memora.default_plugins.*``) are registered with the same call as
-  third-party ones and are listed with ``builtin=True``.
-* Third-party plugins come from the entry-point group ``memora``.  A plugin that fails to import is
-  recorded in :attr:`Plugins.failures` (name, distribution, error) and the rest still loads;
-  ``MEMORA_STRICT_PLUGINS=1`` re-raises instead.  ``MEMORA_LOAD_PLUGINS=a,b`` loads only the named
-  entry points (an empty value loads none).
-* After loading, ``check_pending()`` makes a misspelt hook name fail at start-up, and every
-  register-style hook is collected once so two plugins claiming one name fail at start-up too.
+Plugins come from three places, in rising precedence:
+
+``builtin``
+    ``memora.default_plugins.*``, registered with the same call as everyone else.
+``installed``
+    entry points of the group ``memora`` (``pip install memora-plugin-…``).
+``host``
+    plugin objects the host passes in code (``Agent(plugins=[...])``, ``extra=``,
+    :meth:`Plugins.register`).
+
+**An installed plugin that fails costs only itself.**  Failing to import, an invalid or unknown
+(misspelt) hook implementation, or raising inside a register hook: the plugin is unregistered
+and recorded in :attr:`Plugins.failures` with its distribution and the error; everything else
+keeps working.  ``MEMORA_STRICT_PLUGINS=1`` turns each of these into a :class:`PluginError`.
+Host plugins are code the host wrote and passed explicitly, so their mistakes raise at once.
+
+**Name clashes follow one rule.**  Two plugins registering the same name for the same kind: the
+one from the higher level above keeps it (a host plugin may override an installed or built-in
+name, an installed plugin a built-in one); on the same level the first registered keeps it
+(installed plugins register in the order of their entry-point names).  Every clash is recorded
+in :attr:`Plugins.clashes`; a same-level clash between installed plugins is a failure under
+``MEMORA_STRICT_PLUGINS=1``, and between host plugins always raises
+:class:`PluginConflictError`.
+
+Hooks are called through pluggy, so ``wrapper=True``/``hookwrapper`` implementations, ``tryfirst``
+and ``trylast`` behave as pluggy documents.
 """
 
 from __future__ import annotations
 
+import contextvars
+import difflib
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import pluggy
 
@@ -34,13 +54,16 @@ from .checks import (
     ToolCallInfo,
     combine_decisions,
 )
-from .errors import ErrorCode, NotAvailableError, PluginConflictError, PluginError
+from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
 
 __all__ = [
     "DEFAULT_PLUGINS",
     "ENTRY_POINT_GROUP",
+    "INSTALL_HINTS",
     "KINDS",
     "Kind",
+    "NameClash",
+    "Origin",
     "PluginFailure",
     "PluginInfo",
     "Plugins",
@@ -51,6 +74,7 @@ __all__ = [
 logger = logging.getLogger("memora.plugins")
 
 ENTRY_POINT_GROUP = "memora"
+KERNEL_DISTRIBUTION = "memora-kernel"
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "memora.default_plugins.checks",
@@ -85,11 +109,17 @@ KINDS: dict[Kind, str] = {
 }
 """Each kind of registered thing and the hook that registers it."""
 
-_INSTALL_HINTS: dict[str, str] = {
+_HOOK_KINDS: dict[str, Kind] = {hook: kind for kind, hook in KINDS.items()}
+
+INSTALL_HINTS: dict[str, str] = {
     "provider": "pip install memora-plugin-openai (or memora-plugin-llamacpp)",
-    "web_search": "pip install memora-plugin-ddgs",
     "web_fetch": "pip install memora-plugin-fetch",
 }
+"""Install hints shown when nothing of a kind is installed.  Only distributions that exist in
+this repository's ``plugins/`` folder are named (a test checks it)."""
+
+Origin = Literal["builtin", "installed", "host"]
+_RANK: dict[Origin, int] = {"builtin": 0, "installed": 1, "host": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +139,43 @@ class PluginInfo:
     version: str | None
     hooks: tuple[str, ...]
     builtin: bool
+    origin: Origin = "host"
+    registers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Kind -> the names this plugin provides (those it won; see :attr:`Plugins.clashes`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PluginFailure:
+    """A plugin that was left out, and why."""
+
     name: str
     distribution: str | None
     error: str
+    stage: str = "import"
+    """``import`` (the module failed to import), ``register`` (an invalid or unknown hook
+    implementation) or ``hook`` (it raised inside a register hook)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NameClash:
+    """Two plugins registered one name for one kind; ``kept`` keeps it."""
+
+    kind: Kind
+    name: str
+    kept: str
+    dropped: str
+    reason: str
 
 
 @dataclass(slots=True)
 class _Meta:
     distribution: str | None
     version: str | None
-    builtin: bool
+    origin: Origin
+
+    @property
+    def builtin(self) -> bool:
+        return self.origin == "builtin"
 
 
 def _env_flag(name: str) -> bool:
@@ -136,14 +189,138 @@ def _load_only() -> list[str] | None:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+class _Collector:
+    """The ``register`` callable handed to every register hook during one collection.
+
+    The attribution shim (see :func:`_attribute`) sets :attr:`current` to the plugin whose
+    implementation is running, so each registration is staged under its owner, and a plugin that
+    raises half-way loses everything it registered.
+    """
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self.current: str | None = None
+        self.staged: list[tuple[str, str, Any]] = []  # (plugin, name, value), in call order
+        self.errors: dict[str, BaseException] = {}
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, name_or_tool: Any, value: Any = None) -> None:
+        plugin = self.current or "(unknown plugin)"
+        name, value = _check_registration(self.kind, plugin, name_or_tool, value)
+        if (plugin, name) in self._seen:
+            raise PluginError(
+                ErrorCode.PLUGIN_CONFLICT,
+                f"plugin {plugin!r} registered {self.kind.replace('_', ' ')} {name!r} twice",
+                context={"plugin": plugin, "kind": self.kind, "name": name},
+            )
+        self._seen.add((plugin, name))
+        self.staged.append((plugin, name, value))
+
+
+def _check_registration(kind: Kind, plugin: str, name_or_tool: Any, value: Any) -> tuple[str, Any]:
+    if kind == "tool":
+        name = getattr(name_or_tool, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(
+                ErrorCode.INVALID_CONFIG,
+                f"plugin {plugin!r} registered a tool without a name: {name_or_tool!r}",
+                context={"plugin": plugin},
+            )
+        return name, name_or_tool
+    name = name_or_tool
+    if not isinstance(name, str) or not name.strip():
+        raise PluginError(
+            ErrorCode.INVALID_CONFIG,
+            f"plugin {plugin!r} registered a {kind} with an empty or non-string name",
+            context={"plugin": plugin},
+        )
+    if not callable(value):
+        raise PluginError(
+            ErrorCode.INVALID_CONFIG,
+            f"plugin {plugin!r} registered {kind} {name!r} with a non-callable factory",
+            context={"plugin": plugin},
+        )
+    return name, value
+
+
+_CHECK_ANSWERS: contextvars.ContextVar[list[tuple[str, object]] | None] = contextvars.ContextVar(
+    "memora_check_answers", default=None
+)
+
+
+def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
+    """Wrap one (non-wrapper) hook implementation so memora knows who answered.
+
+    pluggy calls ``impl.function(*args, **kwargs)`` with the arguments in ``impl.argnames``
+    order; the shim passes them on unchanged.  Wrappers are left alone: they see exactly what pluggy gives them.
+    """
+    if impl.wrapper or impl.hookwrapper or getattr(impl.function, "_memora_shim", False):
+        return
+    fn = impl.function
+    plugin = impl.plugin_name
+    if hook_name in _HOOK_KINDS:
+        try:
+            slot: int | None = list(impl.argnames).index("register")
+        except ValueError:
+            slot = None
+
+        def register_shim(*args: Any, **kwargs: Any) -> Any:
+            collector = args[slot] if slot is not None else None
+            if not isinstance(collector, _Collector):
+                # called by someone else through pm.hook: stay out of the way
+                return fn(*args, **kwargs)
+            collector.current = plugin
+            try:
+                fn(*args, **kwargs)
+            except Exception as exc:
+                collector.errors[plugin] = exc
+            finally:
+                collector.current = None
+            return None
+
+        shim: Callable[..., Any] = register_shim
+    elif hook_name == "pre_execution_check":
+
+        def check_shim(*args: Any, **kwargs: Any) -> Any:
+            try:
+                answer = fn(*args, **kwargs)
+            except Exception as exc:
+                # fail closed: a check that cannot decide denies, naming itself
+                logger.warning("pre_execution_check of plugin %r raised: %r", plugin, exc)
+                answer = Deny(f"check of plugin {plugin!r} failed: {exc}")
+            sink = _CHECK_ANSWERS.get()
+            if sink is not None and answer is not None:
+                sink.append((plugin, answer))
+            return answer
+
+        shim = check_shim
+    else:  # pragma: no cover - every hook of memora is one of the above
+        return
+    shim._memora_shim = True  # type: ignore[attr-defined]
+    # HookImpl.function is a slot pluggy reads on every call; replacing it is how the answer of
+    # each plugin stays attributed while pluggy still orders and wraps the calls.
+    setattr(impl, "function", shim)  # noqa: B010 - the attribute is declared Final in pluggy
+
+
+def _readable_name(obj: object) -> str:
+    if isinstance(obj, ModuleType):
+        return obj.__name__
+    if isinstance(obj, type):
+        return obj.__name__
+    return type(obj).__name__
+
+
 @dataclass
 class Plugins:
     """A pluggy manager plus what memora knows about its plugins."""
 
     pm: pluggy.PluginManager
+    strict: bool = False
     failures: list[PluginFailure] = field(default_factory=list)
+    clashes: list[NameClash] = field(default_factory=list)
     _meta: dict[str, _Meta] = field(default_factory=dict)
     _registry: dict[Kind, dict[str, Registered]] = field(default_factory=dict)
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
 
     # -- registration -------------------------------------------------------------------------
 
@@ -156,92 +333,232 @@ class Plugins:
         version: str | None = None,
         builtin: bool = False,
     ) -> str:
-        """Register a plugin object (a module or an instance with ``@hookimpl`` methods).
+        """Register a host plugin (a module, class or instance with ``@hookimpl`` methods).
 
-        Used for built-ins, entry points and host hooks alike.  Re-collects every registry, so a
-        name clash with an already registered plugin raises :class:`PluginConflictError` and
-        leaves the manager as it was.
+        Works before and after an Agent's ``init()``: every register hook runs again, and Agents
+        built on this manager recompute their tools, services and capability map.  A mistake in
+        the plugin (an unknown hook, a hook that raises, a name another host plugin already
+        holds) raises :class:`PluginError` and leaves the manager as it was.
         """
-        plugin_name = self.pm.register(plugin, name=name)
-        if plugin_name is None:  # pragma: no cover - pluggy returns None only for blocked names
-            raise PluginError(ErrorCode.PLUGIN_LOAD_FAILED, f"plugin {name!r} is blocked")
-        self._meta[plugin_name] = _Meta(distribution, version, builtin)
+        origin: Origin = "builtin" if builtin else "host"
+        plugin_name = self._add(plugin, name, distribution, version, origin)
         try:
-            self.pm.check_pending()
             self._collect()
-        except Exception:
-            self.pm.unregister(plugin)
+        except BaseException:
+            self.pm.unregister(name=plugin_name)
             self._meta.pop(plugin_name, None)
             self._collect()
             raise
+        self._changed()
+        return plugin_name
+
+    def unregister(self, name: str) -> None:
+        """Remove a plugin by name; Agents built on this manager recompute what it provided."""
+        if self.pm.get_plugin(name) is None:
+            raise NotAvailableError(
+                f"no plugin named {name!r} is registered", context={"name": name}
+            )
+        self.pm.unregister(name=name)
+        self._meta.pop(name, None)
+        self._collect()
+        self._changed()
+
+    def add_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after every later :meth:`register`/:meth:`unregister`.
+
+        Returns a function that removes the listener.
+        """
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    def _add(
+        self,
+        obj: object,
+        name: str | None,
+        distribution: str | None,
+        version: str | None,
+        origin: Origin,
+    ) -> str:
+        """pm.register plus memora's checks; raises PluginError and leaves nothing behind."""
+        if name is None:
+            base = _readable_name(obj)
+            name, n = base, 2
+            while self.pm.get_plugin(name) is not None or self.pm.is_blocked(name):
+                name, n = f"{base}#{n}", n + 1
+        try:
+            plugin_name = self.pm.register(obj, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                ErrorCode.PLUGIN_LOAD_FAILED,
+                f"plugin {name!r} has an invalid hook implementation: {exc}",
+                context={"plugin": name, "distribution": distribution},
+            ) from exc
+        except ValueError as exc:  # the name or the object is already registered
+            raise PluginError(
+                ErrorCode.PLUGIN_LOAD_FAILED,
+                f"plugin {name!r} could not be registered: {exc}",
+                context={"plugin": name, "distribution": distribution},
+            ) from exc
+        if plugin_name is None:  # pragma: no cover - pluggy returns None only for blocked names
+            raise PluginError(ErrorCode.PLUGIN_LOAD_FAILED, f"plugin {name!r} is blocked")
+        unknown = [
+            caller.name
+            for caller in self.pm.get_hookcallers(obj) or []
+            if not caller.has_spec()
+            and any(i.plugin is obj and not i.optionalhook for i in caller.get_hookimpls())
+        ]
+        if unknown:
+            self.pm.unregister(obj)
+            hints = []
+            for hook in unknown:
+                close = difflib.get_close_matches(hook, [*KINDS.values(), "pre_execution_check"])
+                hints.append(f"{hook!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise PluginError(
+                ErrorCode.PLUGIN_LOAD_FAILED,
+                f"plugin {plugin_name!r} implements a hook memora does not define: "
+                + ", ".join(hints),
+                context={"plugin": plugin_name, "distribution": distribution, "hooks": unknown},
+            )
+        for caller in self.pm.get_hookcallers(obj) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is obj:
+                    _attribute(impl, caller.name)
+        self._meta[plugin_name] = _Meta(distribution, version, origin)
         return plugin_name
 
     def _collect(self) -> None:
+        """Run every register hook through pluggy and build the registry.
+
+        An installed plugin whose hook raises is unregistered and recorded (under strict mode:
+        raised); a built-in or host plugin that raises is an error of the host's own making and
+        raises :class:`PluginError`.  Name clashes are settled by :func:`_settle`.
+        """
+        while True:
+            staged: dict[Kind, list[tuple[str, str, Any]]] = {}
+            errors: dict[str, tuple[str, BaseException]] = {}
+            for kind, hook_name in KINDS.items():
+                collector = _Collector(kind)
+                getattr(self.pm.hook, hook_name)(register=collector)
+                staged[kind] = collector.staged
+                for plugin, exc in collector.errors.items():
+                    errors.setdefault(plugin, (hook_name, exc))
+            if not errors:
+                break
+            for plugin, (hook_name, exc) in errors.items():
+                meta = self._meta.get(plugin)
+                if isinstance(exc, PluginError):
+                    error: PluginError = exc
+                else:
+                    error = PluginError(
+                        ErrorCode.PLUGIN_HOOK_FAILED,
+                        f"plugin {plugin!r} raised in hook {hook_name}: "
+                        f"{type(exc).__name__}: {exc}",
+                        context={"plugin": plugin, "hook": hook_name},
+                    )
+                if meta is None or meta.origin != "installed" or self.strict:
+                    if error is exc:
+                        raise error
+                    raise error from exc
+                # an installed plugin that breaks loses only itself; collect again without it
+                self._drop(plugin, meta, error.message, "hook")
+        self._registry = self._settle(staged)
+
+    def _drop(self, plugin: str, meta: _Meta, error: str, stage: str) -> None:
+        logger.warning("plugin %r (%s) left out: %s", plugin, meta.distribution, error)
+        self.failures.append(PluginFailure(plugin, meta.distribution, error, stage))
+        self.pm.unregister(name=plugin)
+        self._meta.pop(plugin, None)
+
+    def _settle(
+        self, staged: Mapping[Kind, list[tuple[str, str, Any]]]
+    ) -> dict[Kind, dict[str, Registered]]:
+        order = {name: i for i, name in enumerate(self._meta)}  # registration order
         registry: dict[Kind, dict[str, Registered]] = {}
-        for kind, hook_name in KINDS.items():
+        clashes: list[NameClash] = []
+        for kind, entries in staged.items():
             table: dict[str, Registered] = {}
-            # registration order, so the message names the earlier owner first
-            for plugin_name, impl in self._impls(hook_name, call_order=False):
-                adder = _make_adder(kind, plugin_name, table)
-                self._call_impl(hook_name, plugin_name, impl, {"register": adder})
+            for plugin, name, value in sorted(entries, key=lambda e: order.get(e[0], 0)):
+                new = Registered(kind, name, value, plugin)
+                old = table.get(name)
+                if old is None:
+                    table[name] = new
+                    continue
+                old_origin = self._origin(old.plugin)
+                new_origin = self._origin(plugin)
+                label = kind.replace("_", " ")
+                if _RANK[new_origin] > _RANK[old_origin]:
+                    table[name] = new
+                    clashes.append(
+                        NameClash(
+                            kind, name, plugin, old.plugin,
+                            f"{new_origin} plugin {plugin!r} overrides {label} {name!r} of "
+                            f"{old_origin} plugin {old.plugin!r}",
+                        )
+                    )  # fmt: skip
+                    continue
+                message = (
+                    f"{label} name {name!r} is registered by both plugin {old.plugin!r} and plugin "
+                    f"{plugin!r}; {old.plugin!r} keeps it"
+                )
+                context = {"kind": kind, "name": name, "owners": [old.plugin, plugin]}
+                if new_origin == "host" or new_origin == "builtin":
+                    raise PluginConflictError(
+                        message.replace(f"; {old.plugin!r} keeps it", "; give one another name"),
+                        context=context,
+                    )
+                if self.strict:
+                    raise PluginConflictError(
+                        message.replace(
+                            f"; {old.plugin!r} keeps it",
+                            "; uninstall one of them or leave one out with MEMORA_LOAD_PLUGINS",
+                        ),
+                        context=context,
+                    )
+                logger.warning("%s", message)
+                clashes.append(NameClash(kind, name, old.plugin, plugin, message))
             registry[kind] = table
-        self._registry = registry
+        self.clashes = clashes
+        return registry
+
+    def _origin(self, plugin: str) -> Origin:
+        meta = self._meta.get(plugin)
+        return meta.origin if meta is not None else "host"
 
     # -- calling hooks --------------------------------------------------------------------------
 
-    def _impls(
-        self, hook_name: str, *, call_order: bool = True
-    ) -> Iterator[tuple[str, pluggy.HookImpl]]:
-        """Hook implementations in pluggy's call order (last registered first, tryfirst/trylast
-        honoured), or in registration order."""
-        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
-        for impl in reversed(impls) if call_order else impls:
-            yield impl.plugin_name, impl
-
-    @staticmethod
-    def _call_impl(
-        hook_name: str, plugin_name: str, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]
-    ) -> Any:
-        try:
-            return impl.function(*[kwargs[a] for a in impl.argnames])
-        except (PluginConflictError, NotAvailableError):
-            raise
-        except Exception as exc:
-            raise PluginError(
-                ErrorCode.PLUGIN_HOOK_FAILED,
-                f"plugin {plugin_name!r} raised in hook {hook_name}: {type(exc).__name__}: {exc}",
-                context={"plugin": plugin_name, "hook": hook_name},
-            ) from exc
-
-    def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call every implementation of ``hook_name``; returns ``(plugin, result)`` pairs.
-
-        An exception inside a hook is re-raised as :class:`PluginError` naming the plugin.
-        """
-        return [
-            (plugin_name, self._call_impl(hook_name, plugin_name, impl, kwargs))
-            for plugin_name, impl in self._impls(hook_name)
-        ]
-
     def pre_execution_check(self, call: ToolCallInfo, context: CheckContext) -> CheckOutcome:
-        """Run every ``pre_execution_check`` and combine the answers (see :mod:`memora.checks`).
+        """Run every ``pre_execution_check`` through pluggy and combine the answers (see
+        :mod:`memora.checks`).
 
-        A check that raises denies the call (fail closed) with a reason naming the plugin.
+        A check that raises denies the call (fail closed) with a reason naming the plugin; so
+        does a hook wrapper that raises.  Answers a wrapper adds are attributed to the wrapper.
         """
-        results: list[tuple[str, CheckDecision | None]] = []
-        kwargs: dict[str, object] = {"call": call, "context": context}
-        for plugin_name, impl in self._impls("pre_execution_check"):
-            try:
-                answer = cast(
-                    "CheckDecision | None", impl.function(*[kwargs[a] for a in impl.argnames])
-                )
-                results.append((plugin_name, answer))
-            except Exception as exc:
-                logger.warning("pre_execution_check of plugin %r raised: %r", plugin_name, exc)
-                results.append(
-                    (plugin_name, Deny(f"check of plugin {plugin_name!r} failed: {exc}"))
-                )
-        return combine_decisions(results)
+        answers: list[tuple[str, object]] = []
+        token = _CHECK_ANSWERS.set(answers)
+        try:
+            results = self.pm.hook.pre_execution_check(call=call, context=context)
+        except Exception as exc:
+            wrappers = self._wrapper_names("pre_execution_check") or ["a hook wrapper"]
+            logger.warning("pre_execution_check wrapper raised: %r", exc)
+            return combine_decisions(
+                [(wrappers[0], Deny(f"check wrapper {wrappers[0]!r} failed: {exc}"))]
+            )
+        finally:
+            _CHECK_ANSWERS.reset(token)
+        by_id = {id(answer): plugin for plugin, answer in answers}
+        fallback = ", ".join(self._wrapper_names("pre_execution_check")) or "a hook wrapper"
+        combined: list[tuple[str, CheckDecision | None]] = [
+            (by_id.get(id(answer), fallback), answer) for answer in results or []
+        ]
+        return combine_decisions(combined)
+
+    def _wrapper_names(self, hook_name: str) -> list[str]:
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        return [i.plugin_name for i in impls if i.wrapper or i.hookwrapper]
 
     # -- looking things up -------------------------------------------------------------------------
 
@@ -252,6 +569,11 @@ class Plugins:
     def names(self, kind: Kind) -> list[str]:
         return sorted(self._registry.get(kind, {}))
 
+    def owner(self, kind: Kind, name: str) -> str | None:
+        """The plugin that provides ``name`` of ``kind``, or None."""
+        entry = self._registry.get(kind, {}).get(name)
+        return entry.plugin if entry is not None else None
+
     def get(self, kind: Kind, name: str) -> Any:
         """The factory (or tool) registered as ``name``; a clear error listing what exists."""
         table = self._registry.get(kind, {})
@@ -259,11 +581,14 @@ class Plugins:
             return table[name].value
         except KeyError:
             available = sorted(table)
-            hint = _INSTALL_HINTS.get(kind)
-            msg = f"no {kind.replace('_', ' ')} named {name!r} is installed; available: " + (
+            label = kind.replace("_", " ")
+            msg = f"no {label} named {name!r} is installed; available: " + (
                 ", ".join(available) if available else "none"
             )
-            if hint:
+            broken = [f for f in self.failures if f.name == name]
+            if broken:
+                msg += f" (plugin {name!r} failed to load: {broken[0].error})"
+            elif hint := INSTALL_HINTS.get(kind):
                 msg += f" (to add one: {hint})"
             raise NotAvailableError(
                 msg, context={"kind": kind, "name": name, "available": available}
@@ -275,7 +600,7 @@ class Plugins:
         owner = self._registry[kind][name].plugin
         try:
             return factory(dict(options or {}))
-        except (NotAvailableError, PluginError):
+        except MemoraError:
             raise
         except Exception as exc:
             raise PluginError(
@@ -285,9 +610,13 @@ class Plugins:
             ) from exc
 
     def plugin_infos(self, *, include_builtin: bool = True) -> list[PluginInfo]:
+        provides: dict[str, dict[str, list[str]]] = {}
+        for kind, table in self._registry.items():
+            for reg in table.values():
+                provides.setdefault(reg.plugin, {}).setdefault(kind, []).append(reg.name)
         infos = []
         for name, plugin in self.pm.list_name_plugin():
-            meta = self._meta.get(name, _Meta(None, None, False))
+            meta = self._meta.get(name, _Meta(None, None, "host"))
             if meta.builtin and not include_builtin:
                 continue
             callers = self.pm.get_hookcallers(plugin) or []
@@ -298,49 +627,12 @@ class Plugins:
                     version=meta.version,
                     hooks=tuple(sorted(c.name for c in callers)),
                     builtin=meta.builtin,
+                    origin=meta.origin,
+                    registers={k: tuple(sorted(v)) for k, v in provides.get(name, {}).items()},
                 )
             )
-        infos.sort(key=lambda i: (not i.builtin, i.name))
+        infos.sort(key=lambda i: (_RANK[i.origin], i.name))
         return infos
-
-
-def _make_adder(kind: Kind, plugin_name: str, table: dict[str, Registered]) -> Callable[..., None]:
-    def add(name_or_tool: Any, value: Any = None) -> None:
-        if kind == "tool":
-            tool = name_or_tool
-            name = getattr(tool, "name", None)
-            if not isinstance(name, str) or not name:
-                raise PluginError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"plugin {plugin_name!r} registered a tool without a name: {tool!r}",
-                    context={"plugin": plugin_name},
-                )
-            value = tool
-        else:
-            name = name_or_tool
-            if not isinstance(name, str) or not name.strip():
-                raise PluginError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"plugin {plugin_name!r} registered a {kind} with an empty or non-string name",
-                    context={"plugin": plugin_name},
-                )
-            if not callable(value):
-                raise PluginError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"plugin {plugin_name!r} registered {kind} {name!r} with a non-callable factory",
-                    context={"plugin": plugin_name},
-                )
-        if name in table:
-            other = table[name].plugin
-            raise PluginConflictError(
-                f"{kind.replace('_', ' ')} name {name!r} is registered by both plugin "
-                f"{other!r} and plugin {plugin_name!r}; uninstall one or restrict loading with "
-                "MEMORA_LOAD_PLUGINS",
-                context={"kind": kind, "name": name, "owners": [other, plugin_name]},
-            )
-        table[name] = Registered(kind, name, value, plugin_name)
-
-    return add
 
 
 def _dist_of(entry_point: Any) -> tuple[str | None, str | None]:
@@ -366,14 +658,15 @@ def _discover_entry_points(
     # keyed by sys.path and file mtimes, still makes the scan cheap).
     ExtensionManager.ENTRY_POINT_CACHE.pop(ENTRY_POINT_GROUP, None)
 
-    def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
-        dist, _ = _dist_of(entry_point)
-        if dist is None:
-            from importlib.metadata import entry_points
+    from importlib.metadata import entry_points
 
-            for ep in entry_points(group=ENTRY_POINT_GROUP, name=getattr(entry_point, "name", "")):
-                dist, _ = _dist_of(ep)
+    # stevedore may hand back entry points rebuilt from its cache, without ``dist``: look the
+    # distributions up from importlib.metadata once.
+    owners = {ep.name: _dist_of(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+    def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
         name = getattr(entry_point, "name", str(entry_point))
+        dist = _dist_of(entry_point)[0] or owners.get(name, (None, None))[0]
         failure = PluginFailure(name=name, distribution=dist, error=f"{type(exc).__name__}: {exc}")
         logger.warning("plugin %r (%s) failed to load: %s", name, dist, failure.error)
         if strict:
@@ -397,17 +690,14 @@ def _discover_entry_points(
             on_load_failure_callback=on_failure,
             name_order=True,
         )
-    # stevedore may hand back entry points rebuilt from its cache, without ``dist``: look the
-    # distributions up from importlib.metadata once.
-    from importlib.metadata import entry_points
-
-    owners = {ep.name: _dist_of(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
     loaded = []
     for ext in mgr.extensions:
         dist, version = _dist_of(ext.entry_point)
         if dist is None:
             dist, version = owners.get(ext.name, (None, None))
         loaded.append((ext.name, ext.plugin, dist, version))
+    if only is None:
+        loaded.sort(key=lambda item: item[0])  # the documented clash rule needs a stable order
     return loaded
 
 
@@ -419,36 +709,32 @@ def create_plugin_manager(
 ) -> Plugins:
     """Create a fresh plugin manager: built-ins, then entry points, then ``extra`` (host hooks).
 
-    ``extra`` items are plugin objects or ``(name, plugin)`` pairs.  ``strict`` defaults to the
-    ``MEMORA_STRICT_PLUGINS`` environment variable.
+    ``extra`` items are plugin objects or ``(name, plugin)`` pairs; an object without a name is
+    known by its class (or module) name.  ``strict`` defaults to the ``MEMORA_STRICT_PLUGINS``
+    environment variable.
     """
     if strict is None:
         strict = _env_flag("MEMORA_STRICT_PLUGINS")
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
-    plugins = Plugins(pm)
+    plugins = Plugins(pm, strict=strict)
 
     import memora
 
     version = getattr(memora, "__version__", None)
     for module_name in DEFAULT_PLUGINS:
         module: ModuleType = importlib.import_module(module_name)
-        _register_raw(plugins, module, module_name, "memora", version, builtin=True)
+        plugins._add(module, module_name, KERNEL_DISTRIBUTION, version, "builtin")
 
     if load_entrypoints:
         for name, obj, dist, ver in _discover_entry_points(_load_only(), strict, plugins.failures):
             try:
-                _register_raw(plugins, obj, name, dist, ver, builtin=False)
-            except ValueError as exc:  # pluggy: name already registered
-                failure = PluginFailure(name, dist, f"{type(exc).__name__}: {exc}")
+                plugins._add(obj, name, dist, ver, "installed")
+            except PluginError as exc:
                 if strict:
-                    raise PluginError(
-                        ErrorCode.PLUGIN_LOAD_FAILED,
-                        f"plugin {name!r}: {exc}",
-                        context={"plugin": name, "distribution": dist},
-                    ) from exc
-                logger.warning("plugin %r not registered: %s", name, exc)
-                plugins.failures.append(failure)
+                    raise
+                logger.warning("plugin %r (%s) left out: %s", name, dist, exc.message)
+                plugins.failures.append(PluginFailure(name, dist, exc.message, "register"))
 
     for item in extra:
         host_name: str | None
@@ -456,37 +742,7 @@ def create_plugin_manager(
             host_name, obj = item
         else:
             host_name, obj = None, item
-        _register_raw(plugins, obj, host_name, None, None, builtin=False)
+        plugins._add(obj, host_name, None, None, "host")
 
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(
-            ErrorCode.PLUGIN_LOAD_FAILED,
-            f"plugin {exc.plugin!r} implements a hook memora does not define: {exc}",
-            context={"plugin": getattr(exc, "plugin", None)},
-        ) from exc
     plugins._collect()
     return plugins
-
-
-def _register_raw(
-    plugins: Plugins,
-    obj: object,
-    name: str | None,
-    dist: str | None,
-    version: str | None,
-    *,
-    builtin: bool,
-) -> None:
-    """Register without re-collecting (the factory collects once at the end)."""
-    try:
-        registered = plugins.pm.register(obj, name=name)
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(
-            ErrorCode.PLUGIN_LOAD_FAILED,
-            f"plugin {name!r} has an invalid hook implementation: {exc}",
-            context={"plugin": name, "distribution": dist},
-        ) from exc
-    if registered is not None:
-        plugins._meta[registered] = _Meta(dist, version, builtin)

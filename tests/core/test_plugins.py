@@ -45,7 +45,7 @@ def test_every_register_hook_has_a_kind() -> None:
 def test_builtins_registered_like_plugins() -> None:
     plugins = create_plugin_manager(load_entrypoints=False)
     infos = plugins.plugin_infos()
-    assert any(i.builtin and i.distribution == "memora" for i in infos)
+    assert any(i.builtin and i.distribution == "memora-kernel" for i in infos)
     assert all(i.builtin for i in infos)
     assert plugins.plugin_infos(include_builtin=False) == []
 
@@ -109,9 +109,12 @@ def test_load_plugins_restricts(fake_site: Path, monkeypatch: pytest.MonkeyPatch
     assert plugins.plugin_infos()  # built-ins always load
 
 
-def test_duplicate_names_fail_naming_both(fake_site: Path) -> None:
+def test_duplicate_names_fail_naming_both_under_strict(
+    fake_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_dist(fake_site, "memora-good", {"good": "memora_good_mod"}, {"memora_good_mod": GOOD})
     make_dist(fake_site, "memora-twin", {"twin": "memora_twin_mod"}, {"memora_twin_mod": GOOD})
+    monkeypatch.setenv("MEMORA_STRICT_PLUGINS", "1")
     with pytest.raises(PluginConflictError) as info:
         create_plugin_manager()
     msg = str(info.value)
