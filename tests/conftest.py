@@ -15,6 +15,8 @@ import pytest
 # stevedore caches entry-point scans under XDG_CACHE_HOME; keep tests out of the user's home.
 _CACHE = tempfile.mkdtemp(prefix="memora-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE
+# the user's own ~/.config/memora/config.json must not change what the tests see
+_HOME = tempfile.mkdtemp(prefix="memora-test-home-")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,8 +55,16 @@ socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
 @pytest.fixture(autouse=True)
 def _plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with the default plugin-loading environment."""
-    monkeypatch.delenv("MEMORA_LOAD_PLUGINS", raising=False)
-    monkeypatch.delenv("MEMORA_STRICT_PLUGINS", raising=False)
+    for name in (
+        "MEMORA_LOAD_PLUGINS",
+        "MEMORA_STRICT_PLUGINS",
+        "MEMORA_STORAGE",
+        "MEMORA_PROVIDER",
+        "MEMORA_BACKGROUND_PROVIDER",
+        "MEMORA_BASE_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMORA_HOME", _HOME)
 
 
 def make_dist(

@@ -29,7 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ErrorCode, MemoraError, describe_validation_error
 
-__all__ = ["MemoraConfig", "ProviderConfig", "create_provider_from_config", "load_config"]
+__all__ = [
+    "MemoraConfig",
+    "ProviderConfig",
+    "check_secrets",
+    "create_provider_from_config",
+    "format_config_error",
+    "load_config",
+]
 
 _SECRET_KEYS = {"api_key", "apikey", "secret", "token", "password"}
 
@@ -54,8 +61,23 @@ class MemoraConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-def _format(exc: ValidationError, path: Path) -> str:
-    return f"{path}: " + describe_validation_error(exc, "(root)", limit=10)
+def format_config_error(exc: ValidationError, source: str | Path) -> str:
+    """``SOURCE: field.path: what is wrong`` for a config that failed validation."""
+    return f"{source}: " + describe_validation_error(exc, "(root)", limit=10)
+
+
+def check_secrets(config: MemoraConfig, path: Path) -> None:
+    """Refuse a provider entry that holds a secret: keys are read from the environment only."""
+    for name, provider in config.providers.items():
+        leaked = _SECRET_KEYS & {k.lower() for k in provider.options()}
+        if leaked:
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"{path}: providers.{name} contains {', '.join(sorted(leaked))}; secrets are read "
+                "from the environment only (e.g. MEMORA_API_KEY, or name a variable with "
+                "api_key_env)",
+                context={"path": str(path)},
+            )
 
 
 def load_config(path: str | Path) -> MemoraConfig:
@@ -78,17 +100,9 @@ def load_config(path: str | Path) -> MemoraConfig:
         config = MemoraConfig.model_validate(data)
     except ValidationError as exc:
         raise MemoraError(
-            ErrorCode.INVALID_CONFIG, _format(exc, p), context={"path": str(p)}
+            ErrorCode.INVALID_CONFIG, format_config_error(exc, p), context={"path": str(p)}
         ) from exc
-    for name, provider in config.providers.items():
-        leaked = _SECRET_KEYS & {k.lower() for k in provider.options()}
-        if leaked:
-            raise MemoraError(
-                ErrorCode.INVALID_CONFIG,
-                f"{p}: providers.{name} contains {', '.join(sorted(leaked))}; secrets are read from the "
-                "environment only (e.g. MEMORA_API_KEY, or name a variable with api_key_env)",
-                context={"path": str(p)},
-            )
+    check_secrets(config, p)
     if config.active_provider and config.active_provider not in config.providers:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,

@@ -1,21 +1,25 @@
 """Protocols of the capability services plugins provide: web search, web fetch, code execution
 and project search, plus their result types.
 
-A plugin registers a *factory* for one of these (see :mod:`memora.hookspecs`); the agent calls the
-factory once at ``init()`` with the plugin's options (``config["plugins"][name]``) and wraps the
-object in the matching privileged or resident tool.
+A plugin registers a *factory* for one of these (see :mod:`memora.hookspecs`).  The agent keeps
+them in a :class:`LazyServices` table and calls a factory the first time a tool uses the service,
+with the plugin's options (``config["plugins"][name]``): a service that fails to start costs only
+the tool calls that need it, never the Agent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "CodeExecutor",
     "ExecutionResult",
     "FetchResult",
+    "LazyServices",
     "ProjectMatch",
     "ProjectSearch",
     "SearchHit",
@@ -88,3 +92,86 @@ class ProjectSearch(Protocol):
         glob: str | None = None,
         max_results: int = 200,
     ) -> list[ProjectMatch]: ...
+
+
+logger = logging.getLogger("memora.services")
+
+
+class LazyServices(Mapping[str, Any]):
+    """Service objects by kind, created on first use.
+
+    ``sources`` maps a kind (``web_search``...) to either a ready object or a zero-argument
+    factory (marked by wrapping it in :meth:`deferred`).  :meth:`available` answers without
+    creating anything; ``table[kind]`` / ``table.get(kind)`` create the service once and keep it.
+    A factory that raises raises again on every use (it is not retried silently) and is logged
+    once.
+    """
+
+    def __init__(self, sources: Mapping[str, Any] | None = None) -> None:
+        self._sources: dict[str, Any] = dict(sources or {})
+        self._made: dict[str, Any] = {}
+        self._failed: dict[str, BaseException] = {}
+
+    @staticmethod
+    def deferred(key: object, factory: Callable[[], Any]) -> _Deferred:
+        """A factory called on first use; ``key`` (e.g. kind, name, plugin) identifies it, so
+        :meth:`replace` keeps a created service whose source did not change."""
+        return _Deferred(key, factory)
+
+    def available(self) -> set[str]:
+        """The kinds that have a service (created or not)."""
+        return {k for k, v in self._sources.items() if v is not None}
+
+    def created(self) -> list[Any]:
+        """The services created so far (for closing them)."""
+        return list(self._made.values())
+
+    def replace(self, sources: Mapping[str, Any]) -> list[Any]:
+        """Swap in new sources; returns the created services that are no longer wanted."""
+        keep = {k: v for k, v in self._made.items() if _same(sources.get(k), self._sources[k])}
+        stale = [obj for kind, obj in self._made.items() if kind not in keep]
+        self._sources = dict(sources)
+        self._made = keep
+        self._failed = {k: e for k, e in self._failed.items() if k in keep}
+        return stale
+
+    def __getitem__(self, kind: str) -> Any:
+        if kind in self._made:
+            return self._made[kind]
+        source = self._sources.get(kind)
+        if source is None:
+            raise KeyError(kind)
+        if not isinstance(source, _Deferred):
+            self._made[kind] = source
+            return source
+        if kind in self._failed:
+            raise self._failed[kind]
+        try:
+            made = source.factory()
+        except Exception as exc:
+            logger.warning("the %s service failed to start: %s", kind, exc)
+            self._failed[kind] = exc
+            raise
+        self._made[kind] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.available()))
+
+    def __len__(self) -> int:
+        return len(self.available())
+
+    def __contains__(self, kind: object) -> bool:
+        return isinstance(kind, str) and kind in self.available()
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    key: object
+    factory: Callable[[], Any] = field(compare=False)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, _Deferred) and isinstance(b, _Deferred):
+        return a == b
+    return a is b

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..capabilities import CapabilityMap, compute_capability_map
 from ..checks import CheckContext, CheckDecision, ToolCallInfo
@@ -31,6 +34,7 @@ from ..plugins import Plugins, create_plugin_manager
 from ..role_pack.manager import RolePackManager
 from ..security.lock import ProjectLock
 from ..security.paths import PathGuard
+from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
 from ..tools.process import BackgroundTasks
@@ -61,6 +65,13 @@ class _HostCheck:
         self, call: ToolCallInfo, context: CheckContext
     ) -> CheckDecision | None:
         return self._fn(call, context)
+
+
+def _available_services(services: Mapping[str, Any]) -> builtins.list[str]:
+    """The service kinds present, without creating any lazy service."""
+    if isinstance(services, LazyServices):
+        return sorted(services.available())
+    return [k for k, v in services.items() if v is not None]
 
 
 class PolishManager:
@@ -163,6 +174,8 @@ class Agent:
         self._role_pack: RolePackManager
         self._router_fixed: ProviderRouter | None = None
         self._sync_runner: asyncio.Runner | None = None
+        self._explicit: set[str] = set(self.options.model_fields_set)
+        self._unlisten: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------------------------------------
     # managers (available after init)
@@ -219,10 +232,11 @@ class Agent:
         """Assemble plugins, take the project lock, load role packs, open the stores."""
         if self._initialised:
             return self
-        opts = self.options
-        project = Path(opts.project_path)
+        project = Path(self.options.project_path)
         if not project.is_dir():  # noqa: ASYNC240 - one stat at start-up
             raise MemoraError(ErrorCode.INVALID_CONFIG, f"project_path {project} is not a folder")
+        self._apply_settings(project)
+        opts = self.options
         data_dir = Path(opts.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
         extra: builtins.list[Any] = list(opts.plugins)
@@ -240,8 +254,72 @@ class Agent:
         self._initialised = True
         return self
 
+    def _apply_settings(self, project: Path) -> None:
+        """Resolve the settings (see :mod:`memora.settings`) and apply the config's ``options``
+        to the Agent options the host did not set."""
+        from ..settings import resolve_settings
+
+        opts = self.options
+        explicit = set(opts.model_fields_set)
+        self._explicit = explicit
+        self.settings = resolve_settings(
+            project,
+            config_dir=opts.config_dir,
+            explicit={"storage": opts.storage}
+            if "storage" in explicit and isinstance(opts.storage, str)
+            else None,
+            explicit_label="Agent option",
+        )
+        updates = {k: v for k, v in self.settings.config.options.items() if k not in explicit}
+        if not updates:
+            return
+        current = {name: getattr(opts, name) for name in explicit}
+        try:
+            self.options = AgentOptions.model_validate(
+                {"project_path": opts.project_path, "data_dir": opts.data_dir, **current, **updates}
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = str(first["loc"][0]) if first["loc"] else "?"
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"options.{key} (from {self.settings.origin('options.' + key)}): {first['msg']}",
+                context={"key": f"options.{key}"},
+            ) from exc
+        self.duplicate_interceptor = DuplicateCallInterceptor(self.options.duplicate_call_threshold)
+        self.retry_policy = RetryPolicy(
+            max_attempts=self.options.retry_attempts, base_delay=self.options.retry_base_delay
+        )
+
     def _plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return {**self.options.plugin_options.get(name, {}), **(extra or {})}
+        """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
+        ``plugin_options[name]`` < ``extra``."""
+        return {
+            **self.settings.plugin_options(name),
+            **self.options.plugin_options.get(name, {}),
+            **(extra or {}),
+        }
+
+    def _provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
+        """The chat (``provider``) or ``background_provider``: an Agent option wins, then the
+        configured provider entry (``active_provider`` / ``background_provider``)."""
+        opts = self.options
+        if key in self._explicit and getattr(opts, key) is not None:
+            extra = opts.provider_options if key == "provider" else {}
+            return getattr(opts, key), dict(extra)
+        entry = self.settings.provider(
+            self.settings.config.active_provider
+            if key == "provider"
+            else self.settings.config.background_provider
+        )
+        if entry is not None:
+            kind, options = entry
+            if key == "provider":
+                options = {**options, **opts.provider_options}
+            return kind, options
+        if key == "provider":
+            return "llamacpp", dict(opts.provider_options)
+        return None, {}
 
     def _provider(
         self, plugins: Plugins, spec: Any, options: Mapping[str, Any] | None = None
@@ -259,19 +337,24 @@ class Agent:
     ) -> None:
         opts = self.options
         self._plugins = plugins
-        chat = self._provider(plugins, opts.provider, opts.provider_options)
+        chat = self._provider(plugins, *self._provider_spec("provider"))
+        background_spec, background_options = self._provider_spec("background_provider")
         background = (
-            self._provider(plugins, opts.background_provider)
-            if opts.background_provider is not None
+            self._provider(plugins, background_spec, background_options)
+            if background_spec is not None
             else None
         )
         routes = {k: self._provider(plugins, v) for k, v in (opts.provider_router or {}).items()}
         self._base_router = ProviderRouter(chat, background=background, routes=routes)
         self._router_fixed = None
 
-        storage = opts.storage
+        storage = opts.storage if "storage" in self._explicit else self.settings.storage
         if isinstance(storage, str):
-            storage = plugins.create("storage", storage, {"path": data_dir, **opts.storage_options})
+            storage = plugins.create(
+                "storage",
+                storage,
+                {"path": data_dir, **self._plugin_options(storage, opts.storage_options)},
+            )
             self._owned.append(storage)
         sessions = opts.session_store
         if isinstance(sessions, str):
@@ -301,25 +384,10 @@ class Agent:
         )
         self._role_pack.resolve_initial()
         self._tools = ToolRegistry()
-        for reg in plugins.registered("tool").values():
-            self._tools.register(reg.value, owner=reg.plugin)
-
-        services: dict[str, Any] = {}
-        for kind, explicit in (
-            ("web_search", opts.web_search),
-            ("web_fetch", opts.web_fetch),
-            ("code_executor", opts.code_executor),
-            ("project_search", opts.project_search),
-        ):
-            if explicit is not None and not isinstance(explicit, str):
-                services[kind] = explicit
-                continue
-            names = plugins.names(kind)  # type: ignore[arg-type]
-            name = explicit if isinstance(explicit, str) else (names[0] if names else None)
-            if name is not None:
-                svc = plugins.create(kind, name, self._plugin_options(name))  # type: ignore[arg-type]
-                services[kind] = svc
-                self._owned.append(svc)
+        self._plugin_tools: dict[str, Tool] = {}
+        self._sync_plugin_tools()
+        services = LazyServices(self._service_sources())
+        self._services = services
         guard = PathGuard(project, opts.allowed_paths)
         self._security = SecurityManager(guard, opts.permission, lock)
         self._background = BackgroundTasks()
@@ -341,6 +409,69 @@ class Agent:
         self._polish = PolishManager(self)
         self._sessions = SessionManager(self)
         await self._open_session(opts.session_id)
+        self._unlisten = plugins.add_listener(self._plugins_changed)
+
+    # ------------------------------------------------------------------------------------------
+    # what plugins provide, recomputed when a plugin is registered after init()
+
+    def _service_sources(self) -> dict[str, Any]:
+        """Each service kind -> a ready object (an Agent option) or a factory called on first
+        use.  A service named in the options must exist (checked now); otherwise the first
+        installed one by name is used."""
+        opts = self.options
+        plugins = self._plugins
+        sources: dict[str, Any] = {}
+        for kind, explicit in (
+            ("web_search", opts.web_search),
+            ("web_fetch", opts.web_fetch),
+            ("code_executor", opts.code_executor),
+            ("project_search", opts.project_search),
+        ):
+            if explicit is not None and not isinstance(explicit, str):
+                sources[kind] = explicit
+                continue
+            names = plugins.names(kind)  # type: ignore[arg-type]
+            name = explicit if isinstance(explicit, str) else (names[0] if names else None)
+            if name is None:
+                continue
+            factory = plugins.get(kind, name)  # type: ignore[arg-type]
+            sources[kind] = LazyServices.deferred(
+                (kind, name, plugins.owner(kind, name), id(factory)),  # type: ignore[arg-type]
+                functools.partial(self._create_service, kind, name),
+            )
+        return sources
+
+    def _create_service(self, kind: Any, name: str) -> Any:
+        svc = self._plugins.create(kind, name, self._plugin_options(name))
+        self._owned.append(svc)
+        return svc
+
+    def _sync_plugin_tools(self) -> None:
+        wanted = self._plugins.registered("tool")
+        for name, old in list(self._plugin_tools.items()):
+            reg = wanted.get(name)
+            if reg is None or reg.value is not old:
+                if self._tools.get(name) is old:
+                    self._tools.unregister(name)
+                del self._plugin_tools[name]
+        for name, reg in wanted.items():
+            if name in self._plugin_tools:
+                continue
+            if name in self._tools:  # registered directly on agent.tools by the host: it wins
+                logger.info("tool %r of plugin %r is shadowed by agent.tools", name, reg.plugin)
+                continue
+            self._tools.register(reg.value, owner=reg.plugin)
+            self._plugin_tools[name] = reg.value
+
+    def _plugins_changed(self) -> None:
+        """A plugin was registered or unregistered on ``agent.plugins`` after init()."""
+        self._sync_plugin_tools()
+        stale = self._services.replace(self._service_sources())
+        for svc in stale:
+            if svc not in self._owned:
+                self._owned.append(svc)  # closed with the Agent
+        self._cap_map = None
+        self._visible_cache = None
 
     async def _open_session(self, session_id: str | None) -> None:
         store = self._session_store
@@ -378,6 +509,7 @@ class Agent:
             self._closed = True
             return
         self._closed = True
+        self._unlisten()
         with contextlib.suppress(Exception):
             await self._background.close()
         await self._release_owned()
@@ -483,7 +615,7 @@ class Agent:
     def _capability_map(self) -> CapabilityMap:
         pack = self._role_pack.active
         if self._cap_map is None or self._cap_map.role_pack != pack.name:
-            services = {k: [k] for k, v in self._tool_context.services.items() if v is not None}
+            services = {k: [k] for k in _available_services(self._tool_context.services)}
             self._cap_map = compute_capability_map(pack.name, list(pack.capabilities), services)
         return self._cap_map
 

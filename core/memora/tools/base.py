@@ -287,6 +287,10 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def owner(self, name: str) -> str | None:
+        """Who registered ``name``: a plugin name, or ``host`` for direct registrations."""
+        return self._owners.get(name)
+
     def names(self) -> list[str]:
         return sorted(self._tools)
 

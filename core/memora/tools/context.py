@@ -50,6 +50,30 @@ class ToolContext:
     file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Resolved path -> (mtime_ns, size) when the model last read or wrote it."""
 
+    def service(self, kind: str, capability: str) -> Any:
+        """The service of ``kind``, created on first use; a ``NOT_AVAILABLE`` tool error when no
+        plugin provides it or it failed to start (the message names the plugin and the cause)."""
+        from ..errors import MemoraError, ToolError, ToolErrorCode
+
+        try:
+            svc = self.services.get(kind)
+        except MemoraError as exc:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE, f"{capability} is not available: {exc.message}"
+            ) from exc
+        except Exception as exc:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                f"{capability} is not available: the {kind} service failed to start: "
+                f"{type(exc).__name__}: {exc}",
+            ) from exc
+        if svc is None:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                f"{capability} is not available: no plugin provides {kind}",
+            )
+        return svc
+
     @staticmethod
     def for_project(project: str | Path, **kwargs: Any) -> ToolContext:
         project = Path(project)

@@ -31,8 +31,9 @@ async def search_project(
     root = ctx.guard.resolve(path, purpose="search")
     if not root.is_dir():
         raise ToolError(ToolErrorCode.FILE_NOT_FOUND, f"{path} is not a folder")
-    searcher = ctx.services.get("project_search")
-    if searcher is None:
+    if "project_search" in ctx.services:
+        searcher = ctx.service("project_search", "search_project")
+    else:
         from .project_search import BuiltinProjectSearch
 
         searcher = BuiltinProjectSearch()

@@ -14,15 +14,6 @@ from .context import ToolContext
 __all__ = ["PRIVILEGED_TOOLS"]
 
 
-def _service(ctx: ToolContext, kind: str, capability: str) -> object:
-    svc = ctx.services.get(kind)
-    if svc is None:
-        raise ToolError(
-            ToolErrorCode.NOT_AVAILABLE, f"{capability} is not available: no plugin provides {kind}"
-        )
-    return svc
-
-
 @tool(idempotency="read-only")
 async def web_search(
     ctx: ToolContext,
@@ -36,9 +27,9 @@ async def web_search(
             ToolErrorCode.PERMISSION_DENIED,
             f"web_search limit reached ({ctx.web_search_limit} per turn); answer with what you found",
         )
-    svc = _service(ctx, "web_search", "web:search")
+    svc = ctx.service("web_search", "web:search")
     ctx.counters["web_search"] = used + 1
-    hits = await svc.search(query, max_results=max_results)  # type: ignore[attr-defined]
+    hits = await svc.search(query, max_results=max_results)
     if not hits:
         return ToolOutput(f"no results for {query!r}", "0 results")
     lines = [f"{i}. {h.title}\n   {h.url}\n   {h.snippet}" for i, h in enumerate(hits, 1)]
@@ -52,10 +43,10 @@ async def web_fetch(
     max_chars: Annotated[int, Field(ge=500, le=200_000)] = 20_000,
 ) -> ToolOutput:
     """Fetch a web page and return its main text."""
-    svc = _service(ctx, "web_fetch", "web:fetch")
+    svc = ctx.service("web_fetch", "web:fetch")
     if ctx.progress:
         ctx.progress(f"fetching {url}")
-    result = await svc.fetch(url, max_chars=max_chars)  # type: ignore[attr-defined]
+    result = await svc.fetch(url, max_chars=max_chars)
     title = f"{result.title}\n" if result.title else ""
     more = "\n[truncated]" if result.truncated else ""
     return ToolOutput(
@@ -72,8 +63,8 @@ async def run_code(
     timeout: Annotated[float, Field(gt=0, le=300)] = 30,
 ) -> ToolOutput:
     """Run a code snippet in the code-execution sandbox and return its output."""
-    svc = _service(ctx, "code_executor", "code:execute")
-    result = await svc.execute(code, language=language, timeout=timeout)  # type: ignore[attr-defined]
+    svc = ctx.service("code_executor", "code:execute")
+    result = await svc.execute(code, language=language, timeout=timeout)
     if result.timed_out:
         raise ToolError(ToolErrorCode.TIMEOUT, f"the snippet ran longer than {timeout:g}s")
     text = f"[exit {result.exit_code}]\n{result.stdout}" + (

@@ -1,0 +1,257 @@
+"""Settings: one resolution of configuration, used by the Agent and by every command.
+
+Sources, highest precedence first:
+
+1. **explicit** — Agent keyword arguments, or command-line flags;
+2. **environment** — ``MEMORA_STORAGE``, ``MEMORA_PROVIDER`` (the name of a configured provider),
+   ``MEMORA_BACKGROUND_PROVIDER``;
+3. **project** — ``<project>/.memora/config.json``;
+4. **user** — ``<user config dir>/config.json``: the Agent's ``config_dir``, else
+   ``$MEMORA_HOME``, else ``$XDG_CONFIG_HOME/memora`` (``~/.config/memora``);
+5. **defaults**.
+
+Scalars (``storage``, ``active_provider``, ``background_provider``) are taken whole from the
+highest source that sets them.  ``providers`` merge by provider name, ``plugins`` by plugin name
+and then key, ``options`` by key.  :attr:`Settings.origins` says where each value came from
+(``memora config show`` prints it, like ``git config --show-origin``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .config import MemoraConfig, ProviderConfig, check_secrets, format_config_error
+from .errors import ErrorCode, MemoraError
+
+__all__ = [
+    "CONFIG_OPTIONS",
+    "ENVIRONMENT",
+    "Settings",
+    "resolve_settings",
+    "user_config_dir",
+]
+
+ENVIRONMENT: dict[str, str] = {
+    "MEMORA_STORAGE": "storage",
+    "MEMORA_PROVIDER": "active_provider",
+    "MEMORA_BACKGROUND_PROVIDER": "background_provider",
+}
+"""Environment variables that set a setting, and the setting they set."""
+
+CONFIG_OPTIONS: frozenset[str] = frozenset(
+    {
+        "active_role_pack",
+        "archive_mode",
+        "disabled_skills",
+        "duplicate_call_threshold",
+        "enable_context_summary",
+        "file_consistency_check",
+        "llm_stall_timeout",
+        "max_context_tokens",
+        "max_iterations",
+        "max_tokens",
+        "retry_attempts",
+        "retry_base_delay",
+    }
+)
+"""Agent options a config file may set under ``"options"``.  Options that widen what the agent
+may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
+
+_SCALARS = ("active_provider", "background_provider", "storage")
+
+
+def user_config_dir(config_dir: str | Path | None = None) -> Path:
+    """The user's memora folder: ``config_dir``, else ``$MEMORA_HOME``, else the XDG folder."""
+    if config_dir is not None:
+        return Path(config_dir)
+    home = os.environ.get("MEMORA_HOME")
+    if home:
+        return Path(home)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "memora"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration and where each value came from."""
+
+    config: MemoraConfig
+    origins: dict[str, str] = field(default_factory=dict)
+    """Dotted key (``storage``, ``providers.local``, ``plugins.fetch.timeout``,
+    ``options.max_tokens``) -> its source: ``default``, ``user config PATH``, ``project config
+    PATH``, ``environment NAME`` or the label of the explicit source."""
+    files: tuple[Path, ...] = ()
+    """The config files that were read, lowest precedence first."""
+    user_dir: Path | None = None
+
+    @property
+    def storage(self) -> str:
+        return self.config.storage
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, "default")
+
+    def plugin_options(self, name: str) -> dict[str, Any]:
+        """``plugins[name]``: the options passed to the factory registered under ``name``."""
+        return dict(self.config.plugins.get(name, {}))
+
+    def provider(self, name: str | None = None) -> tuple[str, dict[str, Any]] | None:
+        """``(plugin type, options)`` of the configured provider ``name`` (default: the active
+        one), with ``plugins[type]`` under the entry's own options; None when none is set."""
+        name = name or self.config.active_provider
+        if not name:
+            return None
+        entry = self.config.providers.get(name)
+        if entry is None:
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"provider {name!r} (from {self.origin('active_provider')}) is not configured; "
+                f"configured: {', '.join(self.config.providers) or 'none'}",
+                context={"provider": name},
+            )
+        return entry.type, {**self.plugin_options(entry.type), **entry.options()}
+
+    def rows(self) -> list[tuple[str, Any, str]]:
+        """``(key, value, origin)`` for every effective setting, for display."""
+        out: list[tuple[str, Any, str]] = [
+            (key, getattr(self.config, key), self.origin(key)) for key in _SCALARS
+        ]
+        for name, entry in sorted(self.config.providers.items()):
+            key = f"providers.{name}"
+            out.append((key, entry.model_dump(), self.origin(key)))
+        for name, options in sorted(self.config.plugins.items()):
+            for opt, value in sorted(options.items()):
+                key = f"plugins.{name}.{opt}"
+                out.append((key, value, self.origin(key)))
+        for opt, value in sorted(self.config.options.items()):
+            key = f"options.{opt}"
+            out.append((key, value, self.origin(key)))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": self.config.model_dump(),
+            "origins": {key: origin for key, _, origin in self.rows()},
+            "files": [str(p) for p in self.files],
+            "user_config_dir": str(self.user_dir) if self.user_dir else None,
+        }
+
+
+def _read_layer(path: Path) -> dict[str, Any] | None:
+    """One config file as the dict it sets (validated), or None when it does not exist."""
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, f"{path} is not a file", context={"path": str(path)}
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError) as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"{path} is not valid JSON: {exc}",
+            context={"path": str(path)},
+        ) from exc
+    try:
+        config = MemoraConfig.model_validate(data)
+    except ValidationError as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, format_config_error(exc, path), context={"path": str(path)}
+        ) from exc
+    check_secrets(config, path)
+    unknown = sorted(set(config.options) - CONFIG_OPTIONS)
+    if unknown:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"{path}: options.{unknown[0]} cannot be set in a config file; allowed: "
+            + ", ".join(sorted(CONFIG_OPTIONS)),
+            context={"path": str(path), "key": unknown[0]},
+        )
+    return config.model_dump(exclude_unset=True)
+
+
+def _merge(
+    merged: dict[str, Any], origins: dict[str, str], layer: Mapping[str, Any], origin: str
+) -> None:
+    for key in _SCALARS:
+        if layer.get(key) is not None:
+            merged[key] = layer[key]
+            origins[key] = origin
+    for name, entry in (layer.get("providers") or {}).items():
+        merged.setdefault("providers", {})[name] = dict(entry)
+        origins[f"providers.{name}"] = origin
+    for name, options in (layer.get("plugins") or {}).items():
+        target = merged.setdefault("plugins", {}).setdefault(name, {})
+        for opt, value in options.items():
+            target[opt] = value
+            origins[f"plugins.{name}.{opt}"] = origin
+    for opt, value in (layer.get("options") or {}).items():
+        merged.setdefault("options", {})[opt] = value
+        origins[f"options.{opt}"] = origin
+
+
+def resolve_settings(
+    project: str | Path | None = None,
+    *,
+    config_dir: str | Path | None = None,
+    explicit: Mapping[str, Any] | None = None,
+    explicit_label: str = "argument",
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve the effective settings for ``project`` (a folder, or None for user-level only).
+
+    ``explicit`` holds values in the config file's shape (``{"storage": "json"}``) that win over
+    every file and the environment.  Malformed files raise ``INVALID_CONFIG`` naming the file and
+    the field; an ``active_provider`` that no source configures is an error naming its source.
+    """
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    files: list[Path] = []
+    user_dir = user_config_dir(config_dir)
+    layers: list[tuple[Path, str]] = [(user_dir / "config.json", "user config")]
+    if project is not None:
+        layers.append((Path(project) / ".memora" / "config.json", "project config"))
+    for path, label in layers:
+        layer = _read_layer(path)
+        if layer is not None:
+            files.append(path)
+            _merge(merged, origins, layer, f"{label} {path}")
+    for var, key in ENVIRONMENT.items():
+        value = env.get(var, "").strip()
+        if value:
+            _merge(merged, origins, {key: value}, f"environment {var}")
+    if explicit:
+        _merge(merged, origins, explicit, explicit_label)
+    try:
+        config = MemoraConfig.model_validate(
+            {
+                **merged,
+                "providers": {
+                    k: ProviderConfig.model_validate(v)
+                    for k, v in (merged.get("providers") or {}).items()
+                },
+            }
+        )
+    except ValidationError as exc:  # only an explicit value can still be wrong here
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, format_config_error(exc, explicit_label)
+        ) from exc
+    for key in ("active_provider", "background_provider"):
+        name = getattr(config, key)
+        if name and name not in config.providers:
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"{key} {name!r} (from {origins.get(key, 'default')}) is not one of the "
+                f"configured providers ({', '.join(config.providers) or 'none configured'})",
+                context={"key": key, "value": name},
+            )
+    return Settings(config, origins, tuple(files), user_dir)
