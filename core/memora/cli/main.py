@@ -1,14 +1,24 @@
-"""Entry point of the ``memora`` command."""
+"""Entry point of the ``memora`` command.
+
+Exit codes shared by every command: 0 success, 1 an error (one line on stderr, never a
+traceback), 2 a usage error.  ``memora run`` adds 3 (paused without a terminal) and 130
+(aborted).  Warnings (plugin load failures, a capability no plugin provides...) go to stderr;
+``-v`` shows more, ``-q`` only errors.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import __version__
+
+_handler: logging.Handler | None = None
 
 
 def _console() -> Any:
@@ -22,20 +32,59 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _WarningFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"memora: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def setup_logging(verbose: int, quiet: bool) -> None:
+    """Send the ``memora`` logger to stderr: warnings by default, -v info, -vv debug."""
+    global _handler
+    logger = logging.getLogger("memora")
+    if _handler is not None:
+        logger.removeHandler(_handler)
+    level = (
+        logging.ERROR if quiet else [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    )
+    # sys.stderr as it is now, inside the command (a test runner swaps it per invocation)
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_WarningFormatter())
+    handler.setLevel(level)
+    logger.addHandler(handler)
+    _handler = handler
+    logger.setLevel(level)
+
+
+class _Group(click.Group):
+    """Turns every :class:`memora.MemoraError` into one line on stderr and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from ..errors import MemoraError
+
+        try:
+            return super().invoke(ctx)
+        except MemoraError as exc:
+            raise click.ClickException(str(exc).replace("\n", " ")) from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="memora")
-def cli() -> None:
+@click.option("-v", "--verbose", count=True, help="Show more on stderr (-vv: debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Show only errors on stderr.")
+def cli(verbose: int, quiet: bool) -> None:
     """memora — an embeddable LLM agent kernel."""
+    setup_logging(verbose, quiet)
 
 
 @cli.command("plugins")
 @click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def plugins_cmd(show_all: bool, as_json: bool) -> None:
-    """List installed plugins, their hooks and load failures."""
-    from ..plugins import create_plugin_manager
+@click.option("--check", is_flag=True, help="Exit 1 when any plugin failed to load.")
+def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
+    """List installed plugins, what each provides, load failures and name clashes."""
+    from .common import plugin_manager
 
-    plugins = create_plugin_manager()
+    plugins = plugin_manager()
     infos = plugins.plugin_infos(include_builtin=show_all)
     if as_json:
         emit_json(
@@ -45,37 +94,137 @@ def plugins_cmd(show_all: bool, as_json: bool) -> None:
                         "name": i.name,
                         "distribution": i.distribution,
                         "version": i.version,
-                        "hooks": list(i.hooks),
+                        "origin": i.origin,
                         "builtin": i.builtin,
+                        "hooks": list(i.hooks),
+                        "provides": {k: list(v) for k, v in i.registers.items()},
+                        "lost_names": [
+                            {"kind": c.kind, "name": c.name, "kept_by": c.kept}
+                            for c in plugins.clashes
+                            if c.dropped == i.name
+                        ],
                     }
                     for i in infos
                 ],
                 "failures": [
-                    {"name": f.name, "distribution": f.distribution, "error": f.error}
+                    {
+                        "name": f.name,
+                        "distribution": f.distribution,
+                        "stage": f.stage,
+                        "error": f.error,
+                    }
                     for f in plugins.failures
                 ],
             }
         )
-        return
-    from rich.table import Table
+    else:
+        from rich.table import Table
 
-    console = _console()
-    table = Table(title="memora plugins")
-    for col in ("name", "distribution", "version", "hooks", "builtin"):
-        table.add_column(col)
-    for i in infos:
-        table.add_row(
-            i.name,
-            i.distribution or "-",
-            i.version or "-",
-            ", ".join(i.hooks),
-            "yes" if i.builtin else "",
+        console = _console()
+        table = Table(title="memora plugins")
+        for col in ("name", "distribution", "version", "provides", "status"):
+            table.add_column(col, overflow="fold")
+        for i in infos:
+            provides = "; ".join(
+                f"{k}: {', '.join(v) if len(v) <= 4 else f'{len(v)} ({v[0]}, …)'}"
+                for k, v in sorted(i.registers.items())
+            )
+            status = "built-in" if i.builtin else "ok"
+            table.add_row(i.name, i.distribution or "-", i.version or "-", provides or "-", status)
+        for f in plugins.failures:
+            table.add_row(
+                f.name, f.distribution or "?", "-", "-", f"[red]failed ({f.stage}): {f.error}[/red]"
+            )
+        console.print(table)
+        for c in plugins.clashes:
+            console.print(
+                f"[yellow]name clash[/yellow] {c.kind} {c.name!r}: {c.kept!r} kept it, {c.dropped!r} did not"
+            )
+        if not show_all:
+            console.print("[dim]built-in plugins hidden; use --all to show them[/dim]")
+    if check and plugins.failures:
+        sys.exit(1)
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Inspect the effective configuration."""
+
+
+@config_group.command("show")
+@click.option(
+    "--project",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+)
+@click.option(
+    "--config-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The user config folder (default: $MEMORA_HOME, else ~/.config/memora).",
+)
+@click.option("--storage", default=None, help="As on other commands: shows its effect.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def config_show(project: Path, config_dir: Path | None, storage: str | None, as_json: bool) -> None:
+    """Print every effective setting and where it came from (flag, environment, file, default)."""
+    from .common import settings_for
+
+    settings = settings_for(project.resolve(), config_dir, storage=storage)
+    if as_json:
+        emit_json(settings.to_json())
+        return
+    width = max(len(key) for key, _, _ in settings.rows())
+    for key, value, origin in settings.rows():
+        shown = json.dumps(value, ensure_ascii=False)
+        click.echo(f"{key:<{width}}  {shown:<24}  {origin}")
+    click.echo(f"(user config folder: {settings.user_dir})", err=True)
+
+
+def _pip(action: str, args: list[str]) -> int:
+    """Run pip in memora's own environment (uv's pip when that environment has no pip)."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    if importlib.util.find_spec("pip") is not None:
+        cmd = [sys.executable, "-m", "pip", action, *args]
+    elif uv := shutil.which("uv"):
+        cmd = [uv, "pip", action, "--python", sys.executable, *[a for a in args if a != "-y"]]
+    else:
+        raise click.ClickException(
+            f"neither pip nor uv is available for {sys.executable}; install pip there first"
         )
-    console.print(table)
-    if not show_all:
-        console.print("[dim]built-in plugins hidden; use --all to show them[/dim]")
-    for f in plugins.failures:
-        console.print(f"[red]failed to load[/red] {f.name} ({f.distribution or '?'}): {f.error}")
+    return subprocess.call(cmd)
+
+
+@cli.command("install")
+@click.argument("packages", nargs=-1, required=True)
+@click.option("-U", "--upgrade", is_flag=True, help="Upgrade to the newest version.")
+@click.option(
+    "-e", "--editable", is_flag=True, help="Install the (local folder) packages editable."
+)
+@click.option("--force-reinstall", is_flag=True)
+def install_cmd(
+    packages: tuple[str, ...], upgrade: bool, editable: bool, force_reinstall: bool
+) -> None:
+    """Install plugins (or any package) into memora's own environment, like `llm install`."""
+    args: list[str] = []
+    if upgrade:
+        args.append("--upgrade")
+    if force_reinstall:
+        args.append("--force-reinstall")
+    for package in packages:
+        args += ["-e", package] if editable else [package]
+    sys.exit(_pip("install", args))
+
+
+@cli.command("uninstall")
+@click.argument("packages", nargs=-1, required=True)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+def uninstall_cmd(packages: tuple[str, ...], yes: bool) -> None:
+    """Uninstall packages from memora's own environment."""
+    sys.exit(_pip("uninstall", [*packages, *(["-y"] if yes else [])]))
 
 
 def _register_commands() -> None:

@@ -11,40 +11,19 @@ from typing import Any, TypeVar
 
 import click
 
+from .common import StorageTarget, session_options, store_options
 from .main import cli, emit_json
 
 T = TypeVar("T")
 
-data_dir_option = click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    required=True,
-    help="The Agent's data directory.",
-)
-backend_option = click.option(
-    "--backend",
-    default="sqlite",
-    show_default=True,
-    help="Storage backend name (see memora plugins).",
-)
-
-
-def _open(data_dir: Path, backend: str, *, read_only: bool = False) -> Any:
-    from ..plugins import create_plugin_manager
-
-    options: dict[str, Any] = {"path": data_dir}
-    if read_only and backend == "sqlite":
-        options["read_only"] = True
-    return create_plugin_manager().create("storage", backend, options)
-
 
 def _run(
-    data_dir: Path, backend: str, work: Callable[[Any], Awaitable[T]], *, read_only: bool = False
+    where: StorageTarget, work: Callable[[Any], Awaitable[T]], *, read_only: bool = False
 ) -> T:
     from ..errors import MemoraError
 
     async def main() -> T:
-        store = _open(data_dir, backend, read_only=read_only)
+        store = where.open(read_only=read_only)
         try:
             return await work(store)
         finally:
@@ -63,20 +42,19 @@ def memory_group() -> None:
 
 @memory_group.command("search")
 @click.argument("query")
-@data_dir_option
-@backend_option
+@store_options
 @click.option("--source", default=None, help="Only this source label (e.g. round_summary).")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
 def search_cmd(
-    query: str, data_dir: Path, backend: str, source: str | None, limit: int, as_json: bool
+    query: str, where: StorageTarget, source: str | None, limit: int, as_json: bool
 ) -> None:
     """Keyword search (Chinese and English), most relevant first."""
 
     async def work(store: Any) -> list[Any]:
         return list(await store.search_by_keyword(query, source=source, limit=limit))
 
-    hits = _run(data_dir, backend, work, read_only=True)
+    hits = _run(where, work, read_only=True)
     if as_json:
         emit_json(
             {
@@ -101,17 +79,16 @@ def search_cmd(
 
 
 @memory_group.command("stats")
-@data_dir_option
-@backend_option
+@store_options
 @click.option("--json", "as_json", is_flag=True)
-def stats_cmd(data_dir: Path, backend: str, as_json: bool) -> None:
+def stats_cmd(where: StorageTarget, as_json: bool) -> None:
     """Totals by source label."""
     from ..memory.manager import MemoryManager
 
     async def work(store: Any) -> Any:
         return await MemoryManager(store).snapshot()
 
-    snap = _run(data_dir, backend, work, read_only=True)
+    snap = _run(where, work, read_only=True)
     if as_json:
         emit_json(snap.to_dict())
         return
@@ -122,16 +99,15 @@ def stats_cmd(data_dir: Path, backend: str, as_json: bool) -> None:
 
 @memory_group.command("history")
 @click.argument("memory_id")
-@data_dir_option
-@backend_option
+@store_options
 @click.option("--json", "as_json", is_flag=True)
-def history_cmd(memory_id: str, data_dir: Path, backend: str, as_json: bool) -> None:
+def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
     """Show a memory's supersede chain, oldest first."""
 
     async def work(store: Any) -> list[Any]:
         return list(await store.history(memory_id))
 
-    chain = _run(data_dir, backend, work, read_only=True)
+    chain = _run(where, work, read_only=True)
     if as_json:
         emit_json({"history": [r.to_dict() for r in chain]})
         return
@@ -142,8 +118,7 @@ def history_cmd(memory_id: str, data_dir: Path, backend: str, as_json: bool) -> 
 
 
 @memory_group.command("export")
-@data_dir_option
-@backend_option
+@store_options
 @click.option(
     "--output",
     "-o",
@@ -151,7 +126,7 @@ def history_cmd(memory_id: str, data_dir: Path, backend: str, as_json: bool) -> 
     default=None,
     help="File to write (default: stdout).",
 )
-def export_cmd(data_dir: Path, backend: str, output: Path | None) -> None:
+def export_cmd(where: StorageTarget, output: Path | None) -> None:
     """Export every memory as JSONL, one memory a line."""
 
     async def work(store: Any) -> list[Any]:
@@ -163,7 +138,7 @@ def export_cmd(data_dir: Path, backend: str, output: Path | None) -> None:
                 return out
             offset += 1000
 
-    records = _run(data_dir, backend, work, read_only=True)
+    records = _run(where, work, read_only=True)
     lines = [
         json.dumps(
             {
@@ -189,9 +164,8 @@ def export_cmd(data_dir: Path, backend: str, output: Path | None) -> None:
 @click.argument(
     "file", type=click.Path(path_type=Path, dir_okay=False, exists=True, allow_dash=True)
 )
-@data_dir_option
-@backend_option
-def import_cmd(file: Path, data_dir: Path, backend: str) -> None:
+@store_options
+def import_cmd(file: Path, where: StorageTarget) -> None:
     """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is bad."""
     from ..memory.types import NewMemory
 
@@ -230,19 +204,13 @@ def import_cmd(file: Path, data_dir: Path, backend: str) -> None:
         await store.add_many(items)
         return int(await store.count()) - int(before)
 
-    added = _run(data_dir, backend, work)
+    added = _run(where, work)
     click.echo(f"imported {added} new memories ({len(items) - added} already present)")
 
 
 @cli.group("sessions")
 def sessions_group() -> None:
     """List, show and fork sessions."""
-
-
-def _sessions(data_dir: Path) -> Any:
-    from ..memory.sessions import JsonlSessionStore
-
-    return JsonlSessionStore(data_dir)
 
 
 def _arun(coro: Awaitable[T]) -> T:
@@ -258,11 +226,11 @@ def _arun(coro: Awaitable[T]) -> T:
 
 
 @sessions_group.command("list")
-@data_dir_option
+@session_options
 @click.option("--all", "include_archived", is_flag=True, help="Include archived sessions.")
 @click.option("--json", "as_json", is_flag=True)
-def sessions_list(data_dir: Path, include_archived: bool, as_json: bool) -> None:
-    infos = _arun(_sessions(data_dir).list(include_archived=include_archived))
+def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -> None:
+    infos = _arun(where.open_sessions().list(include_archived=include_archived))
     if as_json:
         emit_json({"sessions": [i.to_dict() for i in infos]})
         return
@@ -273,10 +241,10 @@ def sessions_list(data_dir: Path, include_archived: bool, as_json: bool) -> None
 
 @sessions_group.command("show")
 @click.argument("session_id")
-@data_dir_option
+@session_options
 @click.option("--json", "as_json", is_flag=True)
-def sessions_show(session_id: str, data_dir: Path, as_json: bool) -> None:
-    store = _sessions(data_dir)
+def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
+    store = where.open_sessions()
     info = _arun(store.get(session_id))
     rounds = _arun(store.rounds(session_id))
     if as_json:
@@ -291,11 +259,13 @@ def sessions_show(session_id: str, data_dir: Path, as_json: bool) -> None:
 
 @sessions_group.command("fork")
 @click.argument("session_id")
-@data_dir_option
+@session_options
 @click.option("--at-round", default=None, help="Copy rounds up to and including this round id.")
 @click.option("--json", "as_json", is_flag=True)
-def sessions_fork(session_id: str, data_dir: Path, at_round: str | None, as_json: bool) -> None:
-    info, count = _arun(_sessions(data_dir).fork(session_id, at_round))
+def sessions_fork(
+    session_id: str, where: StorageTarget, at_round: str | None, as_json: bool
+) -> None:
+    info, count = _arun(where.open_sessions().fork(session_id, at_round))
     if as_json:
         emit_json({"session": info.to_dict(), "round_count": count})
         return

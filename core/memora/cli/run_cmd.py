@@ -13,30 +13,24 @@ from typing import Any
 
 import click
 
+from ..errors import ErrorCode, MemoraError
+from .common import data_dir_for, location_options, storage_option
 from .main import cli
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
 
 
 def choose_provider(
-    provider: str | None, base_url: str | None, model: str | None, project: Path
-) -> tuple[str, dict[str, Any]]:
-    """--provider wins; else --base-url / MEMORA_BASE_URL means openai; else the project config's
-    active provider; else the embedded llamacpp model."""
+    provider: str | None, base_url: str | None, model: str | None
+) -> tuple[str | None, dict[str, Any]]:
+    """--provider wins; else --base-url / MEMORA_BASE_URL means openai; else None: the Agent
+    uses the configured provider (see memora config show), else the embedded llamacpp model."""
     options: dict[str, Any] = {}
     if model:
         options["model"] = model
     base = base_url or os.environ.get("MEMORA_BASE_URL")
     if provider is None and base:
         provider = "openai"
-    if provider is None:
-        from ..config import load_config
-
-        config = load_config(project)
-        if config.active_provider:
-            entry = config.providers[config.active_provider]
-            return entry.type, {**entry.options(), **options}
-        provider = "llamacpp"
     if base and provider == "openai":
         options["base_url"] = base
     return provider, options
@@ -46,11 +40,12 @@ async def _run(
     prompt: str,
     *,
     events: str,
-    provider: str,
+    provider: str | None,
     provider_options: dict[str, Any],
     project: Path,
     data_dir: Path,
     config_dir: Path | None,
+    storage: str | None,
     role_pack: str | None,
     role_pack_dirs: list[Path],
     session: str | None,
@@ -60,18 +55,32 @@ async def _run(
     from ..chunks import AgentChunk
 
     override = None if tools else {"act": {"toolMode": "block"}}
+    explicit: dict[str, Any] = {}
+    if provider is not None:
+        explicit["provider"] = provider
+    if provider_options:
+        explicit["provider_options"] = provider_options
+    if storage is not None:
+        explicit["storage"] = storage
     agent = Agent(
         project_path=project,
         data_dir=data_dir,
-        provider=provider,
-        provider_options=provider_options,
         config_dir=config_dir,
         active_role_pack=role_pack,
         role_pack_dirs=role_pack_dirs,
         session_id=session,
         strategy_override=override,
+        **explicit,
     )
     await agent.init()
+    if role_pack is not None and agent.role_pack.active.name != role_pack:
+        available = ", ".join(agent.role_pack.names())
+        await agent.close()
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"role pack {role_pack!r} does not exist; available: {available}",
+            context={"role_pack": role_pack},
+        )
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, agent.abort)
@@ -178,19 +187,8 @@ def _emit(chunk: Any, events: str) -> None:
     "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
 )
 @click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")
-@click.option(
-    "--project",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("."),
-    show_default=True,
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Default: <project>/.memora/data",
-)
-@click.option("--config-dir", type=click.Path(path_type=Path, file_okay=False), default=None)
+@location_options
+@storage_option
 @click.option("--role-pack", default=None, help="Active role pack name.")
 @click.option(
     "--role-pack-dir",
@@ -212,16 +210,15 @@ def run_cmd(
     project: Path,
     data_dir: Path | None,
     config_dir: Path | None,
+    storage: str | None,
     role_pack: str | None,
     role_pack_dirs: tuple[Path, ...],
     session: str | None,
     tools: bool,
 ) -> None:
     """Run one turn. Exit 0 on done, 1 on error, 130 on abort, 3 when paused without a terminal."""
-    from ..errors import MemoraError
-
     project = project.resolve()
-    name, options = choose_provider(provider, base_url, model, project)
+    name, options = choose_provider(provider, base_url, model)
     try:
         code = asyncio.run(
             _run(
@@ -230,8 +227,9 @@ def run_cmd(
                 provider=name,
                 provider_options=options,
                 project=project,
-                data_dir=(data_dir or project / ".memora" / "data").resolve(),
+                data_dir=data_dir_for(project, data_dir),
                 config_dir=config_dir,
+                storage=storage,
                 role_pack=role_pack,
                 role_pack_dirs=list(role_pack_dirs),
                 session=session,
