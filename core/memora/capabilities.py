@@ -91,11 +91,14 @@ def compute_capability_map(
     role_pack: str | None,
     declared: Sequence[str],
     available_services: Mapping[str, Sequence[str]],
+    *,
+    log: bool = True,
 ) -> CapabilityMap:
     """Compute which privileged tools the pack may see.
 
     ``available_services`` maps a service kind (``web_search``...) to the names of installed
-    implementations.  Warnings are logged under ``memora.capabilities`` and returned.
+    implementations.  Warnings are returned, and logged under ``memora.capabilities`` unless
+    ``log`` is false.
     """
     pack = role_pack or "(none)"
     enabled: dict[str, Privileged] = {}
@@ -121,6 +124,7 @@ def compute_capability_map(
             )
             unavailable[cap] = reason
             warnings.append(reason)
-    for w in warnings:
-        logger.warning(w)
+    if log:
+        for w in warnings:
+            logger.warning(w)
     return CapabilityMap(pack if role_pack else None, enabled, unavailable, tuple(warnings))

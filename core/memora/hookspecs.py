@@ -2,12 +2,14 @@
 
 Hooks are cheap and synchronous: they hand over objects or factories; all I/O (async included)
 lives in those objects' methods.  Register-style hooks receive a ``register`` callable and call it
-once per thing they provide.  A *factory* is called once when an Agent is assembled, with the
-options the host gave for that name (``config["plugins"][name]`` or explicit Agent options) as a
-plain ``dict``.
+once per thing they provide.  A *factory* is called when an Agent needs the thing (providers,
+storage and session stores at ``init()``; web search, fetch, code execution and project search
+the first time a tool uses them), with the options the host gave for that name
+(``config["plugins"][name]``, then the Agent's options) as a plain ``dict``.
 
-Names are short ids users see (``sqlite``, ``openai``, ``ddgs``).  Two plugins registering the same
-name for the same kind fail at start-up, naming both.
+Names are short ids users see (``sqlite``, ``openai``, ``fetch``).  When two plugins register the
+same name for the same kind, one documented rule decides (see :mod:`memora.plugins`): a host
+plugin overrides an installed one, an installed one a built-in; on one level the first keeps it.
 
 Implement a hook in a plugin module with :data:`memora.hookimpl`::
 
@@ -42,7 +44,9 @@ Register = Callable[[str, Factory], None]
 def register_providers(register: Register) -> None:
     """Register LLM provider factories.
 
-    Called once when a plugin manager is created.  Call ``register(name, factory)`` for each
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  Call ``register(name, factory)`` for each
     provider; ``factory(options)`` returns an object implementing :class:`memora.llm.Provider`
     (``name``, ``context_window``, async ``stream(request)``, ``aclose()``).  ``options`` holds
     ``model``, ``base_url`` and the like as the host configured them.  Returns nothing.
@@ -53,7 +57,9 @@ def register_providers(register: Register) -> None:
 def register_storage(register: Register) -> None:
     """Register memory storage backends by name (``memory``, ``json``, ``sqlite``, ...).
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     ``MemoryStorage`` (see :mod:`memora.memory`); ``options["path"]`` is the data directory the
     Agent was given, plus any backend options (``options["dsn"]`` for a networked backend).
     Returns nothing.
@@ -64,7 +70,9 @@ def register_storage(register: Register) -> None:
 def register_session_stores(register: Register) -> None:
     """Register session/round store backends by name (``jsonl`` is built in).
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns an object with the
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns an object with the
     session-store API of :mod:`memora.memory` (append messages, rounds, list, fork, archive);
     ``options["path"]`` is the data directory.  Returns nothing.
     """
@@ -74,7 +82,9 @@ def register_session_stores(register: Register) -> None:
 def register_web_search(register: Register) -> None:
     """Register web search services (capability ``web:search``, tool ``web_search``).
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     :class:`memora.services.WebSearch`.  The tool is only exposed when the active role pack
     declares ``web:search``.  Returns nothing.
     """
@@ -84,7 +94,9 @@ def register_web_search(register: Register) -> None:
 def register_web_fetch(register: Register) -> None:
     """Register web fetch services (capability ``web:fetch``, tool ``web_fetch``).
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     :class:`memora.services.WebFetch`.  The tool is only exposed when the active role pack
     declares ``web:fetch``.  Returns nothing.
     """
@@ -94,7 +106,9 @@ def register_web_fetch(register: Register) -> None:
 def register_code_executors(register: Register) -> None:
     """Register code execution services (capability ``code:execute``, tool ``run_code``).
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     :class:`memora.services.CodeExecutor`.  The tool is only exposed when the active role pack
     declares ``code:execute``.  Returns nothing.
     """
@@ -104,7 +118,9 @@ def register_code_executors(register: Register) -> None:
 def register_project_search(register: Register) -> None:
     """Register project search implementations behind the resident ``search_project`` tool.
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     :class:`memora.services.ProjectSearch`.  The built-in one is named ``builtin``; a host picks
     another with the Agent option ``project_search``.  Returns nothing.
     """
@@ -114,9 +130,12 @@ def register_project_search(register: Register) -> None:
 def register_tools(register: Callable[[Any], None]) -> None:
     """Register extra tools for every Agent.
 
-    Called once when a plugin manager is created.  Call ``register(tool)`` with a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  Call ``register(tool)`` with a
     :class:`memora.tools.Tool` (build one from a typed async function with ``memora.tool``).  Tool
-    names share one namespace with the built-in tools; a clash fails at start-up.  Returns nothing.
+    names share one namespace with the built-in tools; a clash follows the rule in
+    :mod:`memora.plugins`.  Returns nothing.
     """
 
 
@@ -125,7 +144,9 @@ def register_tracers(register: Register) -> None:
     """Register tracers that receive the spans ``recall``, ``llm_call``, ``tool_exec`` and
     ``response``.
 
-    Called once when a plugin manager is created.  ``factory(options)`` returns a
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a
     :class:`memora.tracing.Tracer`.  With no tracer registered, tracing is a no-op.  Returns nothing.
     """
 

@@ -307,11 +307,9 @@ class Agent:
         if key in self._explicit and getattr(opts, key) is not None:
             extra = opts.provider_options if key == "provider" else {}
             return getattr(opts, key), dict(extra)
-        entry = self.settings.provider(
-            self.settings.config.active_provider
-            if key == "provider"
-            else self.settings.config.background_provider
-        )
+        config = self.settings.config
+        name = config.active_provider if key == "provider" else config.background_provider
+        entry = self.settings.provider(name) if name else None
         if entry is not None:
             kind, options = entry
             if key == "provider":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -54,8 +55,46 @@ def validate_cmd(path: Path, as_json: bool) -> None:
     """Validate one pack folder or a folder of packs; exit 1 on any error."""
     from ..role_pack import validate
 
-    reports = [validate(p).to_dict() for p in _pack_folders(path)]
+    reports = []
+    services = _installed_services()
+    for folder in _pack_folders(path):
+        report = validate(folder)
+        if not report.errors:
+            _check_capabilities_installed(folder, report, services)
+        reports.append(report.to_dict())
     sys.exit(_print_reports(reports, as_json))
+
+
+def _installed_services() -> dict[str, list[str]]:
+    from ..capabilities import PRIVILEGED
+    from .common import plugin_manager
+
+    plugins = plugin_manager()
+    return {
+        p.service_kind: plugins.names(p.service_kind)  # type: ignore[arg-type]
+        for p in PRIVILEGED.values()
+    }
+
+
+def _check_capabilities_installed(
+    folder: Path, report: Any, services: dict[str, list[str]]
+) -> None:
+    """Warn about capabilities neither memora nor an installed plugin provides."""
+    from ..capabilities import PRIVILEGED, compute_capability_map
+    from ..plugins import INSTALL_HINTS
+
+    data = json.loads((folder / "manifest.json").read_text(encoding="utf-8-sig"))
+    declared = [e["capability"] for e in data.get("capabilities") or []]
+    cmap = compute_capability_map(report.name, declared, services, log=False)
+    for i, cap in enumerate(declared):
+        for warning in cmap.warnings:
+            if repr(cap) in warning:
+                spec = PRIVILEGED.get(cap)
+                hint = INSTALL_HINTS.get(spec.service_kind) if spec else None
+                report.warn(
+                    f"capabilities[{i}].capability",
+                    warning + (f" (to add one: {hint})" if hint else ""),
+                )
 
 
 @role_pack_group.command("check")

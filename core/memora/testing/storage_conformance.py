@@ -10,7 +10,9 @@ Use it from a plugin's tests by subclassing and providing ``open_storage``::
         async def open_storage(self, path):   # path: a fresh directory per test
             return MyStorage(path / "db")
 
-Requires pytest and pytest-asyncio (``asyncio_mode = "auto"``).
+Needs pytest and pytest-asyncio (``pip install memora-kernel[testing]``) and no pytest
+configuration: the tests and the ``store`` fixture are marked for pytest-asyncio themselves, so
+they run in its default strict mode as well as in ``asyncio_mode = "auto"``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from ..errors import MemoraError
 from ..memory.storage import MemoryStorage
@@ -57,12 +60,14 @@ HOSTILE_QUERIES = [
 class StorageConformance:
     """Subclass and implement :meth:`open_storage`."""
 
+    pytestmark = pytest.mark.asyncio(loop_scope="function")
+
     persistent: bool = False
 
     async def open_storage(self, path: Path) -> MemoryStorage:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    @pytest.fixture
+    @pytest_asyncio.fixture(loop_scope="function")
     async def store(self, tmp_path: Path) -> AsyncIterator[MemoryStorage]:
         storage = await self.open_storage(tmp_path)
         try:

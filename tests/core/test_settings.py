@@ -1,0 +1,203 @@
+"""One resolution of settings: precedence, origins, and the Agent using it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memora import Agent, hookimpl
+from memora.errors import MemoraError
+from memora.settings import resolve_settings
+from memora.testing import ScriptedProvider, text
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    project, user = tmp_path / "project", tmp_path / "user"
+    project.mkdir()
+    user.mkdir()
+    return project, user
+
+
+def test_precedence_and_origins(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    project, user = dirs
+    _write(
+        user / "config.json",
+        {
+            "storage": "json",
+            "providers": {"local": {"type": "llamacpp"}, "remote": {"type": "openai"}},
+            "active_provider": "local",
+            "plugins": {"openai": {"timeout": 5, "model": "user-model"}},
+            "options": {"max_tokens": 100},
+        },
+    )
+    _write(
+        project / ".memora" / "config.json",
+        {
+            "storage": "memory",
+            "providers": {"remote": {"type": "openai", "model": "project-model"}},
+            "plugins": {"openai": {"timeout": 9}},
+            "options": {"max_iterations": 7},
+        },
+    )
+    s = resolve_settings(project, config_dir=user)
+    assert s.storage == "memory" and "project config" in s.origin("storage")
+    assert s.config.active_provider == "local" and "user config" in s.origin("active_provider")
+    # plugins merge by key, providers by name
+    assert s.plugin_options("openai") == {"timeout": 9, "model": "user-model"}
+    assert "project config" in s.origin("plugins.openai.timeout")
+    assert "user config" in s.origin("plugins.openai.model")
+    assert s.provider("remote") == ("openai", {"timeout": 9, "model": "project-model"})
+    assert s.config.options == {"max_tokens": 100, "max_iterations": 7}
+
+    monkeypatch.setenv("MEMORA_STORAGE", "sqlite")
+    monkeypatch.setenv("MEMORA_PROVIDER", "remote")
+    s = resolve_settings(project, config_dir=user)
+    assert s.storage == "sqlite" and s.origin("storage") == "environment MEMORA_STORAGE"
+    assert s.config.active_provider == "remote"
+    s = resolve_settings(project, config_dir=user, explicit={"storage": "json"}, explicit_label="x")
+    assert s.storage == "json" and s.origin("storage") == "x"
+
+
+def test_user_dir_from_memora_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    _write(home / "config.json", {"storage": "json"})
+    monkeypatch.setenv("MEMORA_HOME", str(home))
+    s = resolve_settings(None)
+    assert s.storage == "json" and s.user_dir == home and s.files == (home / "config.json",)
+
+
+def test_defaults_without_files(dirs: tuple[Path, Path]) -> None:
+    project, user = dirs
+    s = resolve_settings(project, config_dir=user)
+    assert s.storage == "sqlite" and s.origin("storage") == "default" and s.files == ()
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ({"active_provider": "nope"}, "active_provider 'nope' (from project config"),
+        ({"storage": 3}, "storage"),
+        ({"options": {"permission": "owner"}}, "options.permission cannot be set"),
+        ({"providers": {"x": {"type": "openai", "api_key": "sk-1"}}}, "secrets are read"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_config_names_file_and_field(dirs: tuple[Path, Path], doc: Any, needle: str) -> None:
+    project, user = dirs
+    _write(project / ".memora" / "config.json", doc)
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    assert info.value.code == "INVALID_CONFIG"
+    assert needle in str(info.value)
+
+
+def test_not_json_names_the_file(dirs: tuple[Path, Path]) -> None:
+    project, user = dirs
+    (user / "config.json").write_text("{oops", encoding="utf-8")
+    with pytest.raises(MemoraError, match="config.json is not valid JSON"):
+        resolve_settings(project, config_dir=user)
+
+
+class Recorder:
+    """A host plugin: a storage and a provider type whose factories record their options."""
+
+    def __init__(self) -> None:
+        self.storage_options: list[dict[str, Any]] = []
+        self.provider_options: list[dict[str, Any]] = []
+        self.provider = ScriptedProvider([text("hello")] * 4)
+
+    @hookimpl
+    def register_storage(self, register: Any) -> None:
+        from memora.memory.simple_backends import InMemoryStorage
+
+        def factory(options: Any) -> Any:
+            self.storage_options.append(dict(options))
+            return InMemoryStorage()
+
+        register("recording", factory)
+
+    @hookimpl
+    def register_providers(self, register: Any) -> None:
+        def factory(options: Any) -> Any:
+            self.provider_options.append(dict(options))
+            return self.provider
+
+        register("scripted", factory)
+
+
+async def test_agent_uses_project_config(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    project, user = dirs
+    _write(
+        project / ".memora" / "config.json",
+        {
+            "storage": "recording",
+            "providers": {"mine": {"type": "scripted", "model": "m1"}},
+            "active_provider": "mine",
+            "plugins": {"recording": {"flavour": "plain"}, "scripted": {"temperature": 0.1}},
+            "options": {"max_iterations": 7, "archive_mode": "manual"},
+        },
+    )
+    rec = Recorder()
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=user,
+        plugins=[rec],
+        load_entrypoints=False,
+    ) as agent:
+        chunks = [c async for c in agent.chat("hi")]
+        assert chunks[-1].type == "done"
+        assert agent.options.max_iterations == 7 and agent.options.archive_mode == "manual"
+        assert agent.settings.storage == "recording"
+    assert rec.storage_options == [{"flavour": "plain", "path": tmp_path / "data"}]
+    assert rec.provider_options == [{"temperature": 0.1, "model": "m1"}]
+    assert rec.provider.requests  # the configured provider answered
+
+
+async def test_agent_kwargs_win_over_config(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    project, user = dirs
+    _write(
+        project / ".memora" / "config.json",
+        {"storage": "recording", "options": {"max_iterations": 7}},
+    )
+    rec = Recorder()
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=user,
+        plugins=[rec],
+        provider=rec.provider,
+        storage="memory",
+        max_iterations=3,
+        load_entrypoints=False,
+    ) as agent:
+        assert agent.options.max_iterations == 3
+        assert agent.settings.origin("storage") == "Agent option"
+    assert rec.storage_options == []
+
+
+async def test_bad_config_option_value_names_key_and_file(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    project, user = dirs
+    _write(project / ".memora" / "config.json", {"options": {"max_iterations": 0}})
+    agent = Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=user,
+        provider=ScriptedProvider([]),
+        load_entrypoints=False,
+    )
+    with pytest.raises(MemoraError) as info:
+        await agent.init()
+    assert info.value.code == "INVALID_CONFIG"
+    assert "options.max_iterations" in str(info.value) and "config.json" in str(info.value)
