@@ -1,9 +1,14 @@
 """A scripted OpenAI-compatible streaming server for benchmarks (runs as its own process so its
 CPU is not counted).  POST /v1/chat/completions:
 
-* if the last message is from the user and the request has tools -> one tool call
-  ``bench_tool({"n": 1})`` streamed as 4 fragments;
-* otherwise a text answer of ``max_tokens`` tokens (default 50), one SSE event per token.
+* if the request has tools and fewer tool results follow the last user message than the
+  ``steps=K`` that message asks for (default 1) -> one tool call ``bench_tool({"n": 1})``
+  streamed as 4 fragments;
+* otherwise a text answer of ``max_tokens`` tokens (default 50), one SSE event per token; a
+  round-summary request (no tools, a system prompt asking for a summary) gets at most 60.
+
+``GET /v1/stats`` answers ``{"connections": N}``: the TCP connections accepted so far, so a
+benchmark can check that a client reuses one connection.
 
 Usage: python bench/sse_server.py PORT_FILE
 """
@@ -12,8 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
+
+CONNECTIONS = 0
+STEPS = re.compile(r"steps=(\d+)")
+
+
+def wants_tool(body: dict) -> bool:
+    if not body.get("tools"):
+        return False
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    m = STEPS.search(messages[last_user].get("content") or "")
+    steps = int(m.group(1)) if m else 1
+    done = sum(1 for msg in messages[last_user + 1 :] if msg["role"] == "tool")
+    return done < steps
 
 
 def event(delta: dict, finish: str | None = None) -> bytes:
@@ -35,9 +55,20 @@ def chunked(data: bytes) -> bytes:
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    global CONNECTIONS
+    CONNECTIONS += 1
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET /v1/stats"):
+                doc = json.dumps({"connections": CONNECTIONS}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(doc)}\r\n\r\n".encode()
+                    + doc
+                )
+                await writer.drain()
+                continue
             headers = dict(
                 (k.strip().lower(), v.strip())
                 for k, _, v in (
@@ -48,8 +79,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             )
-            last = body["messages"][-1]
-            if last["role"] == "user" and body.get("tools"):
+            if wants_tool(body):
                 args = ['{"', 'n": ', "1", "}"]
                 parts = [
                     event(
@@ -73,6 +103,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 parts.append(event({}, "tool_calls"))
             else:
                 n = int(body.get("max_tokens") or 50)
+                first = body["messages"][0]
+                if not body.get("tools") and "summar" in (first.get("content") or "").lower():
+                    n = min(n, 60)  # a round summary: as long as a real one, not max_tokens
                 parts = [event({"role": "assistant", "content": ""})]
                 parts += [event({"content": "tok "}) for _ in range(n)]
                 parts.append(event({}, "stop"))

@@ -57,6 +57,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
         "max_context_tokens",
         "max_iterations",
         "max_tokens",
+        "resident_tools",
         "retry_attempts",
         "retry_base_delay",
     }

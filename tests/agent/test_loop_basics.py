@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ async def test_plain_turn_chunks_persistence_and_summary(make_agent: Any) -> Non
     added: list[MemoryAdded] = []
     agent.events.on(MemoryAdded, added.append)
     chunks = await collect(agent.chat("hi"))
+    await agent.idle()  # the round summary is written after `done`
     assert types(chunks) == [
         "thinking",
         "thinking",
@@ -206,6 +208,22 @@ async def test_stall_aborts_with_timeout(make_agent: Any) -> None:
     chunks = await collect(agent.chat("q"))
     assert chunks[-1].type == "aborted" and chunks[-1].stop_reason == "timeout"  # type: ignore[union-attr]
     assert chunks[-1].usage is not None  # type: ignore[union-attr]
+
+
+async def test_stall_before_the_first_delta_times_out(make_agent: Any) -> None:
+    """A server that accepts the request and then sends nothing: the stall timer is armed from
+    the start, not only after a first delta."""
+
+    class Silent(ScriptedProvider):
+        async def stream(self, request: Any) -> Any:
+            await asyncio.sleep(30)
+            yield TextDelta("too late")
+
+    agent = await make_agent(Silent(), llm_stall_timeout=0.3)
+    started = time.monotonic()
+    chunks = await asyncio.wait_for(collect(agent.chat("q")), 10)
+    assert chunks[-1].type == "aborted" and chunks[-1].stop_reason == "timeout"  # type: ignore[union-attr]
+    assert time.monotonic() - started < 5
 
 
 async def test_cancel_consumer_keeps_partial_text(make_agent: Any) -> None:

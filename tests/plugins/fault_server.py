@@ -21,6 +21,8 @@ class FaultServer:
         self.script: list[Scenario] = []
         self.requests: list[dict[str, Any]] = []
         self.open_connections = 0
+        self.accepted = 0
+        """TCP connections accepted so far (a client that reuses one connection keeps it 1)."""
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -39,6 +41,7 @@ class FaultServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open_connections += 1
+        self.accepted += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

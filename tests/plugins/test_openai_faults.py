@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,9 @@ from memora.llm.types import FinishDelta, ReasoningDelta, TextDelta, ToolCallDel
 from memora_plugin_openai import OpenAIProvider, SSEDecoder
 
 from .fault_server import (
+    STREAM_HEAD,
     FaultServer,
+    chunked,
     cut_scenario,
     json_scenario,
     reset_scenario,
@@ -391,3 +394,61 @@ async def test_incremental_history_encoding() -> None:
     finally:
         prov.encode_message = real  # type: ignore[assignment]
         await p.aclose()
+
+
+TOOL_EVENTS = [
+    sse_chunk(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "list_dir", "arguments": "{}"},
+                }
+            ],
+        }
+    ),
+    sse_chunk(finish="tool_calls"),
+]
+
+
+async def test_a_conversation_uses_one_connection(server: FaultServer, tmp_path: Path) -> None:
+    """Three tool steps, an answer and the round summary: five requests, one TCP connection."""
+    from memora import Agent
+
+    answer = stream_scenario(TEXT_EVENTS)
+    tool = stream_scenario(TOOL_EVENTS, split=7)
+    server.script = [tool, tool, tool, answer, answer]
+    project = tmp_path / "p"
+    project.mkdir()
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        provider="openai",
+        provider_options={"model": "m", "base_url": server.url},
+        load_entrypoints=True,
+    ) as agent:
+        chunks = [c async for c in agent.chat("look around, then answer")]
+        await agent.idle()
+    assert chunks[-1].type == "done"
+    assert len(server.requests) == 5
+    assert server.accepted == 1
+
+
+async def test_a_body_left_open_after_done_is_not_waited_for(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    async def open_after_done(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes
+    ) -> None:
+        writer.write(STREAM_HEAD + chunked(b"".join(TEXT_EVENTS) + b"data: [DONE]\n\n"))
+        await writer.drain()
+        await asyncio.sleep(3600)  # never ends the chunked body
+
+    server.script = [open_after_done]
+    started = time.monotonic()
+    out = await collect(provider)
+    assert any(isinstance(d, FinishDelta) for d in out)
+    assert time.monotonic() - started < 1.0  # not the 1 s stall timeout, not forever

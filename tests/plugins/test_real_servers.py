@@ -80,6 +80,7 @@ async def test_full_turn_through_openai_plugin(llama_server: str, tmp_path: Path
         assert len({c.round_id for c in chunks}) == 1
         rounds = await agent.sessions.rounds()
         assert rounds[-1].status == "done" and rounds[-1].assistant.strip()
+        await agent.idle()  # the round summary is written after `done`
         snapshot = await agent.memory.snapshot()
         assert snapshot.by_source.get("round_summary") == 1
         memories = await agent.memory.storage.list()

@@ -67,6 +67,28 @@ class _HostCheck:
         return self._fn(call, context)
 
 
+_BUILTIN_TOOLS = "memora.default_plugins.tools"
+
+
+def _hidden_resident(chosen: builtins.list[str] | None) -> frozenset[str]:
+    """The resident tools the ``resident_tools`` option leaves out (checked against the real
+    names, so a typo is an error rather than a silently missing tool)."""
+    if chosen is None:
+        return frozenset()
+    from ..tools import resident_tools
+
+    names = {t.name for t in resident_tools()}
+    unknown = sorted(set(chosen) - names)
+    if unknown:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"resident_tools: {', '.join(map(repr, unknown))} is not a resident tool; "
+            f"resident tools: {', '.join(sorted(names))}",
+            context={"unknown": unknown},
+        )
+    return frozenset(names - set(chosen))
+
+
 def _available_services(services: Mapping[str, Any]) -> builtins.list[str]:
     """The service kinds present, without creating any lazy service."""
     if isinstance(services, LazyServices):
@@ -175,6 +197,8 @@ class Agent:
         self._router_fixed: ProviderRouter | None = None
         self._sync_runner: asyncio.Runner | None = None
         self._explicit: set[str] = set(self.options.model_fields_set)
+        self._summaries: set[asyncio.Task[None]] = set()
+        self._hidden_resident: frozenset[str] = frozenset()
         self._unlisten: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------------------------------------
@@ -384,6 +408,7 @@ class Agent:
         self._tools = ToolRegistry()
         self._plugin_tools: dict[str, Tool] = {}
         self._sync_plugin_tools()
+        self._hidden_resident = _hidden_resident(opts.resident_tools)
         services = LazyServices(self._service_sources())
         self._services = services
         guard = PathGuard(project, opts.allowed_paths)
@@ -480,10 +505,17 @@ class Agent:
             info = await store.get(session_id)
         else:
             info = await store.create(session_id=session_id)
-        self._session_id = info.id
-        self._history = [message_from_dict(m) for m in await store.messages(info.id)]
-        self._costs = [estimate_tokens(m) for m in self._history]
-        self._round_ids = [r.round_id for r in await self._round_store.rounds(info.id)]
+        history = [message_from_dict(m) for m in await store.messages(info.id)]
+        round_ids = [r.round_id for r in await self._round_store.rounds(info.id)]
+        self._set_session(info.id, history, round_ids)
+
+    def _set_session(
+        self, session_id: str, history: builtins.list[Message], round_ids: builtins.list[str]
+    ) -> None:
+        self._session_id = session_id
+        self._history = history
+        self._costs = [estimate_tokens(m) for m in history]
+        self._round_ids = round_ids
         self._wire = []
         self._context_note = None
         self.duplicate_interceptor.reset()
@@ -508,6 +540,7 @@ class Agent:
             return
         self._closed = True
         self._unlisten()
+        await self.idle()  # round summaries still being written
         with contextlib.suppress(Exception):
             await self._background.close()
         await self._release_owned()
@@ -604,6 +637,8 @@ class Agent:
             return False
         if tool.name in ("web_search", "web_fetch", "run_code"):
             return tool.name in self._capability_map().privileged_tools
+        if tool.name in self._hidden_resident and self._tools.owner(tool.name) == _BUILTIN_TOOLS:
+            return False
         if tool.name == "ask_user":
             return strategy.asks_user
         if tool.name == "task_table_update" and strategy.multi_step_reasoning == "manual":
@@ -665,7 +700,8 @@ class Agent:
         state.events.append({"type": "interrupted"})
 
     async def _finish_turn(self, state: TurnState, *, summarise: bool) -> None:
-        """Persist the round and its messages; write the round summary when due."""
+        """Persist the round and its messages (one append, before ``done``: a killed process
+        loses at most the running turn); start the round summary in the background when due."""
         self._busy = False
         self._turn = None
         self._consumer = None
@@ -682,8 +718,12 @@ class Agent:
             usage=dict(state.usage),
         )
         try:
-            await self._session_store.append_messages(state.session_id, state.messages)
-            await self._round_store.append_round(state.session_id, record)
+            store, rounds = self._session_store, self._round_store
+            if rounds is store and hasattr(store, "append_turn"):
+                await store.append_turn(state.session_id, state.messages, record)
+            else:  # a host's store without the one-append method
+                await store.append_messages(state.session_id, state.messages)
+                await rounds.append_round(state.session_id, record)
             self._round_ids.append(state.round_id)
         except Exception as exc:
             logger.exception("persisting round %s failed", state.round_id)
@@ -699,9 +739,21 @@ class Agent:
             for e in state.events
             if e.get("type") == "tool_result"
         ][:20]
+        # The summary is an extra LLM call: `done` does not wait for it.  The Agent owns the
+        # task; `await agent.idle()` waits for it and `close()` finishes it.
+        task = asyncio.get_running_loop().create_task(
+            self._write_summary(state, tool_notes, self.router.for_task("summary")),
+            name=f"memora-round-summary-{state.round_id}",
+        )
+        self._summaries.add(task)
+        task.add_done_callback(self._summaries.discard)
+
+    async def _write_summary(
+        self, state: TurnState, tool_notes: builtins.list[str], provider: Provider
+    ) -> None:
         try:
             await self._memory.write_round_summary(
-                self.router.for_task("summary"),
+                provider,
                 user=state.user_text,
                 assistant=state.answer,
                 session_id=state.session_id,
@@ -713,6 +765,14 @@ class Agent:
         except Exception as exc:
             logger.warning("round summary for %s failed: %s", state.round_id, exc)
             self.events.emit(ArchiveFailed(state.session_id, f"round summary failed: {exc}"))
+
+    async def idle(self) -> None:
+        """Wait until the work the Agent does after ``done`` (round summaries) has finished.
+
+        Failures are not raised: they are logged and emitted as ``ArchiveFailed`` events.
+        """
+        while self._summaries:
+            await asyncio.gather(*list(self._summaries), return_exceptions=True)
 
     # ------------------------------------------------------------------------------------------
     # chat
@@ -962,7 +1022,7 @@ class Agent:
     async def new_session(self, title: str = "") -> str:
         self._start()
         info = await self._session_store.create(title=title)
-        await self._open_session(info.id)
+        self._set_session(info.id, [], [])  # just created: nothing to read back
         return str(info.id)
 
     async def fork_session(self, at_round_id: str | None = None, *, switch: bool = True) -> str:

@@ -140,6 +140,38 @@ class _Stop(Exception):
         self.status = status
 
 
+class StallWatch:
+    """Ends the surrounding ``asyncio.timeout`` when nothing arrived for ``stall`` seconds.
+
+    The stream sets :attr:`last` on every delta (an attribute write); one timer checks it and
+    re-arms itself, instead of rescheduling a timer per delta (a cancelled and a new timer handle
+    for each of hundreds of tokens).  Armed from the start, so a server that never sends a
+    first delta stalls out too.
+    """
+
+    __slots__ = ("_handle", "_loop", "_stall", "_timeout", "last")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, stall: float, timeout: asyncio.Timeout
+    ) -> None:
+        self._loop = loop
+        self._stall = stall
+        self._timeout = timeout
+        self.last = loop.time()
+        self._handle = loop.call_at(self.last + stall, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        due = self.last + self._stall
+        if now >= due:
+            self._timeout.reschedule(now)  # expires: the task is cancelled -> TimeoutError
+        else:
+            self._handle = self._loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
 class TurnEngine:
     """Runs turns for one Agent.  Stateless between turns except through the Agent."""
 
@@ -338,52 +370,60 @@ class TurnEngine:
             "llm_call", {"round_id": rid, "iteration": step_index, "provider": provider.name}
         )
         loop = asyncio.get_running_loop()
-        stall = agent.options.llm_stall_timeout
         seen_tool = False
         err: BaseException | None = None
         try:
-            async with asyncio.timeout(loop.time() + stall) as deadline:
-                async for delta in stream_with_retries(provider, request, policy):
-                    deadline.reschedule(loop.time() + stall)
-                    kind = delta.kind
-                    if kind == "text":
-                        piece = delta.text  # type: ignore[union-attr]
-                        text_parts.append(piece)
-                        if not seen_tool:
-                            if stage == "answer":
-                                state.answer += piece
-                            yield TextChunk(content=piece, stage=stage, round_id=rid)
-                    elif kind == "reasoning":
-                        reasoning_parts.append(delta.text)  # type: ignore[union-attr]
-                        yield ThoughtChunk(content=delta.text, step_index=step_index, round_id=rid)  # type: ignore[union-attr]
-                    elif kind == "tool_call":
-                        seen_tool = True
-                        fragment: ToolCallDelta = delta  # type: ignore[assignment]
-                        announced = assembler.feed(fragment)
-                        if announced:
-                            yield ToolPendingChunk(
-                                tool_call_id=assembler.pending_id(fragment.index),
-                                name=announced,
+            async with asyncio.timeout(None) as deadline:
+                watch = StallWatch(loop, agent.options.llm_stall_timeout, deadline)
+                try:
+                    async for delta in stream_with_retries(provider, request, policy):
+                        watch.last = loop.time()
+                        kind = delta.kind
+                        if kind == "text":
+                            piece = delta.text  # type: ignore[union-attr]
+                            text_parts.append(piece)
+                            if not seen_tool:
+                                if stage == "answer":
+                                    state.answer += piece
+                                yield TextChunk(content=piece, stage=stage, round_id=rid)
+                        elif kind == "reasoning":
+                            thought = delta.text  # type: ignore[union-attr]
+                            reasoning_parts.append(thought)
+                            yield ThoughtChunk(content=thought, step_index=step_index, round_id=rid)
+                        elif kind == "tool_call":
+                            seen_tool = True
+                            fragment: ToolCallDelta = delta  # type: ignore[assignment]
+                            announced = assembler.feed(fragment)
+                            if announced:
+                                yield ToolPendingChunk(
+                                    tool_call_id=assembler.pending_id(fragment.index),
+                                    name=announced,
+                                    round_id=rid,
+                                )
+                        elif kind == "finish":
+                            result.finish_reason = delta.reason  # type: ignore[union-attr]
+                        elif kind == "usage":
+                            u = delta.usage  # type: ignore[union-attr]
+                            state.add_usage(u.input_tokens, u.output_tokens, u.reasoning_tokens)
+                        elif kind == "retry":
+                            notice: RetryNotice = delta  # type: ignore[assignment]
+                            watch.last = loop.time() + notice.delay
+                            state.events.append(
+                                {
+                                    "type": "retry",
+                                    "attempt": notice.attempt,
+                                    "error": str(notice.error),
+                                }
+                            )
+                            yield RetryChunk(
+                                attempt=notice.attempt,
+                                max_attempts=notice.max_attempts,
+                                delay_ms=int(notice.delay * 1000),
+                                error=notice.error.message,
                                 round_id=rid,
                             )
-                    elif kind == "finish":
-                        result.finish_reason = delta.reason  # type: ignore[union-attr]
-                    elif kind == "usage":
-                        u = delta.usage  # type: ignore[union-attr]
-                        state.add_usage(u.input_tokens, u.output_tokens, u.reasoning_tokens)
-                    elif kind == "retry":
-                        notice: RetryNotice = delta  # type: ignore[assignment]
-                        deadline.reschedule(loop.time() + stall + notice.delay)
-                        state.events.append(
-                            {"type": "retry", "attempt": notice.attempt, "error": str(notice.error)}
-                        )
-                        yield RetryChunk(
-                            attempt=notice.attempt,
-                            max_attempts=notice.max_attempts,
-                            delay_ms=int(notice.delay * 1000),
-                            error=notice.error.message,
-                            round_id=rid,
-                        )
+                finally:
+                    watch.close()
         except TimeoutError as exc:
             err = exc
             state.events.append({"type": "error", "category": "timeout", "message": "LLM stalled"})

@@ -73,6 +73,11 @@ class AgentOptions(BaseModel):
     plugins: list[Any] = Field(default_factory=list)
     """Host plugin objects with ``@memora.hookimpl`` methods."""
     plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    resident_tools: list[str] | None = None
+    """Which built-in resident tools the model sees (files, project search, memory recall, the
+    task table, skills, commands...).  ``None``: all of them; ``[]``: none — only the host's and
+    plugins' tools, plus the privileged ones a role pack's capabilities enable.  Fewer tools
+    make every request smaller."""
     web_search: Any = None
     web_fetch: Any = None
     code_executor: Any = None

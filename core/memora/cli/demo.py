@@ -64,8 +64,6 @@ async def _conversation(base: Path, packs: Path | None) -> None:
             async for chunk in agent.chat(question):
                 if chunk.type == "text":
                     click.echo(chunk.content, nl=False)
-                elif chunk.type == "thinking" and chunk.phase == "archiving":
-                    click.secho("\n  (writing the round summary)", dim=True, nl=False)
                 elif chunk.type == "error":
                     click.secho(f"\nerror: {chunk.message}", fg="red")
                 elif chunk.type == "done":
@@ -75,6 +73,8 @@ async def _conversation(base: Path, packs: Path | None) -> None:
                         f"\n  [{usage.output_tokens if usage else '?'} tokens, {took:.1f}s]",
                         dim=True,
                     )
+        click.secho("\n(waiting for the round summaries, written after each answer)", dim=True)
+        await agent.idle()
         snapshot = await agent.memory.snapshot()
         click.secho(f"\nmemory: {snapshot.total} memories {snapshot.by_source}", bold=True)
         for query in ("SQLite", "commit"):

@@ -1,4 +1,4 @@
-"""The built-in session/round store: ``jsonl``."""
+"""The built-in session/round stores: ``jsonl`` (the default) and ``memory``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ def _jsonl(options: Mapping[str, Any]) -> Any:
     return JsonlSessionStore(Path(options["path"]))
 
 
+def _memory(options: Mapping[str, Any]) -> Any:
+    from ..memory.sessions import InMemorySessionStore
+
+    return InMemorySessionStore()
+
+
 @hookimpl
 def register_session_stores(register: Any) -> None:
     register("jsonl", _jsonl)
+    register("memory", _memory)

@@ -2,13 +2,14 @@
 
 from .keywords import extract_keywords, index_tokens, query_terms
 from .manager import MemoryManager, MemorySnapshot
-from .sessions import JsonlSessionStore, RoundRecord, SessionInfo
+from .sessions import InMemorySessionStore, JsonlSessionStore, RoundRecord, SessionInfo
 from .simple_backends import InMemoryStorage, JsonFileStorage
 from .storage import MemoryStorage, ReadOnlyMemoryStorage, ReadOnlyView
 from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
 
 __all__ = [
     "SOURCE_LABELS",
+    "InMemorySessionStore",
     "InMemoryStorage",
     "JsonFileStorage",
     "JsonlSessionStore",

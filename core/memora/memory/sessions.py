@@ -7,14 +7,23 @@ Layout under the data directory::
 
 Each line is ``{"kind": "message", ...}`` (one LLM-history message) or ``{"kind": "round", ...}``
 (a finished round: the user message, the assistant answer and the process events — thoughts,
-tool calls and results, errors — so a host can replay a turn after a restart).  Lines are
-appended with one ``write`` + ``fsync``; a torn last line left by a crash is skipped on read.
+tool calls and results, errors — so a host can replay a turn after a restart).
+
+A finished turn is **one** append: its history messages and its round in a single ``write`` +
+``fsync`` (:meth:`JsonlSessionStore.append_turn`), so a killed process loses at most the turn
+that was running, and never half of one.  A torn last line left by a crash is skipped on read.
+
+``meta.json`` holds only what a host sets (title, parent, fork point, archived).  What follows
+from the log — ``round_count``, ``updated_at``, the default title — is derived from it, never
+read-modify-written beside it, so it cannot drift from what is on disk; ``index.json`` caches the
+derivation (file sizes and counts) so a listing reads only bytes appended since.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 import logging
 import os
@@ -28,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ErrorCode, MemoraError
-from ..security.atomic import atomic_write_text
+from ..security.atomic import atomic_write_bytes, atomic_write_text
 
-__all__ = ["JsonlSessionStore", "RoundRecord", "SessionInfo"]
+__all__ = ["InMemorySessionStore", "JsonlSessionStore", "RoundRecord", "SessionInfo"]
 
 logger = logging.getLogger("memora.sessions")
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -86,6 +95,42 @@ def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
 
+_INDEX = "index.json"
+_META_FIELDS = ("id", "title", "created_at", "updated_at", "parent_id", "fork_round_id", "archived")
+
+
+def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
+    """Rounds, first user text and last end time of one log file, reading only the bytes after
+    what ``cached`` already covers (logs are append-only)."""
+    size = path.stat().st_size
+    if cached is not None and cached.get("size") == size:
+        return cached
+    fresh = cached is None or not isinstance(cached.get("size"), int) or cached["size"] > size
+    entry: dict[str, Any] = (
+        {"size": 0, "rounds": 0, "first_user": None, "last_ended": 0.0} if fresh else dict(cached)  # type: ignore[arg-type]
+    )
+    with path.open("rb") as fh:
+        fh.seek(entry["size"])
+        data = fh.read()
+    end = data.rfind(b"\n") + 1  # a torn last line is left for the next scan
+    for raw in data[:end].splitlines():
+        if b'"round"' not in raw:
+            continue
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and item.get("kind") == "round":
+            entry["rounds"] += 1
+            if entry["first_user"] is None:
+                entry["first_user"] = str(item.get("user", ""))
+            ended = item.get("ended_at")
+            if isinstance(ended, (int, float)):
+                entry["last_ended"] = max(entry["last_ended"], float(ended))
+    entry["size"] += end
+    return entry
+
+
 class JsonlSessionStore:
     """The built-in session store (``jsonl``)."""
 
@@ -121,7 +166,9 @@ class JsonlSessionStore:
         return self._locks.setdefault(session_id, asyncio.Lock())
 
     def _read_meta(self, session_id: str) -> SessionInfo:
-        path = self._dir(session_id) / "meta.json"
+        """meta.json plus what is derived from the log (round count, last update, title)."""
+        folder = self._dir(session_id)
+        path = folder / "meta.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -132,13 +179,36 @@ class JsonlSessionStore:
             ) from None
         except ValueError as exc:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
-        known = SessionInfo.__dataclass_fields__
-        return SessionInfo(**{k: v for k, v in data.items() if k in known})
+        info = SessionInfo(**{k: v for k, v in data.items() if k in _META_FIELDS})
+        rounds, first_user, last_ended = self._derived(folder)
+        info.round_count = rounds
+        info.updated_at = max(float(info.updated_at or 0.0), last_ended)
+        if not info.title and first_user:
+            info.title = first_user.strip().splitlines()[0][:80] if first_user.strip() else ""
+        return info
+
+    def _derived(self, folder: Path) -> tuple[int, str | None, float]:
+        index_path = folder / _INDEX
+        try:
+            cached = json.loads(index_path.read_text(encoding="utf-8"))
+            if not isinstance(cached, dict):
+                cached = {}
+        except (OSError, ValueError):
+            cached = {}
+        files = {p.name: _scan_log(p, cached.get(p.name)) for p in sorted(folder.glob("*.jsonl"))}
+        if files != cached:
+            # a cache, derivable at any time: no fsync, and a failed write is harmless
+            with contextlib.suppress(OSError):
+                atomic_write_bytes(index_path, json.dumps(files).encode("utf-8"), durable=False)
+        rounds = sum(int(e["rounds"]) for e in files.values())
+        first = next((e["first_user"] for e in files.values() if e["first_user"] is not None), None)
+        last = max((float(e["last_ended"]) for e in files.values()), default=0.0)
+        return rounds, first, last
 
     def _write_meta(self, info: SessionInfo) -> None:
+        doc = {k: v for k, v in info.to_dict().items() if k in _META_FIELDS}
         atomic_write_text(
-            self._dir(info.id) / "meta.json",
-            json.dumps(info.to_dict(), ensure_ascii=False, indent=1),
+            self._dir(info.id) / "meta.json", json.dumps(doc, ensure_ascii=False, indent=1)
         )
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
@@ -230,20 +300,16 @@ class JsonlSessionStore:
         ]
 
     async def append_round(self, session_id: str, record: RoundRecord) -> None:
+        await self.append_turn(session_id, (), record)
+
+    async def append_turn(
+        self, session_id: str, messages: Sequence[dict[str, Any]], record: RoundRecord
+    ) -> None:
+        """A finished turn — its history messages and its round — as one append + one fsync."""
+        lines = [{"kind": "message", **m} for m in messages]
+        lines.append({"kind": "round", **record.to_dict()})
         async with self._lock(session_id):
-
-            def work() -> None:
-                self._append(session_id, [{"kind": "round", **record.to_dict()}])
-                info = self._read_meta(session_id)
-                info.round_count += 1
-                info.updated_at = time.time()
-                if not info.title:
-                    info.title = (
-                        record.user.strip().splitlines()[0][:80] if record.user.strip() else ""
-                    )
-                self._write_meta(info)
-
-            await asyncio.to_thread(work)
+            await asyncio.to_thread(self._append, session_id, lines)
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         lines = await asyncio.to_thread(self._lines, session_id)
@@ -311,6 +377,118 @@ class JsonlSessionStore:
             return info
 
         return await asyncio.to_thread(work)
+
+    async def close(self) -> None:
+        return None
+
+
+class InMemorySessionStore:
+    """Sessions in a dict (``memory``): for hosts that persist conversations themselves, and for
+    tests.  Same API as :class:`JsonlSessionStore`; nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._meta: dict[str, SessionInfo] = {}
+        self._lines: dict[str, builtins.list[dict[str, Any]]] = {}
+
+    def _get(self, session_id: str) -> SessionInfo:
+        info = self._meta.get(session_id)
+        if info is None:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            )
+        return info
+
+    def _info(self, session_id: str) -> SessionInfo:
+        info = SessionInfo(**asdict(self._get(session_id)))
+        rounds = [x for x in self._lines[session_id] if x["kind"] == "round"]
+        info.round_count = len(rounds)
+        if rounds:
+            info.updated_at = max(info.updated_at, max(float(r["ended_at"]) for r in rounds))
+            if not info.title and rounds[0]["user"].strip():
+                info.title = rounds[0]["user"].strip().splitlines()[0][:80]
+        return info
+
+    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+        sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        if sid in self._meta:
+            raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
+        t = time.time()
+        self._meta[sid] = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+        self._lines[sid] = []
+        return self._info(sid)
+
+    async def get(self, session_id: str) -> SessionInfo:
+        return self._info(session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return session_id in self._meta
+
+    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
+        infos = [self._info(s) for s in self._meta]
+        infos = [i for i in infos if include_archived or not i.archived]
+        infos.sort(key=lambda i: -i.updated_at)
+        return infos
+
+    async def append_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
+        self._get(session_id)
+        self._lines[session_id].extend({"kind": "message", **m} for m in messages)
+
+    async def append_round(self, session_id: str, record: RoundRecord) -> None:
+        await self.append_turn(session_id, (), record)
+
+    async def append_turn(
+        self, session_id: str, messages: Sequence[dict[str, Any]], record: RoundRecord
+    ) -> None:
+        await self.append_messages(session_id, messages)
+        self._lines[session_id].append({"kind": "round", **record.to_dict()})
+
+    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        self._get(session_id)
+        return [
+            {k: v for k, v in x.items() if k != "kind"}
+            for x in self._lines[session_id]
+            if x["kind"] == "message"
+        ]
+
+    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
+        self._get(session_id)
+        return [RoundRecord.from_dict(x) for x in self._lines[session_id] if x["kind"] == "round"]
+
+    async def fork(
+        self, session_id: str, at_round_id: str | None = None, title: str = ""
+    ) -> tuple[SessionInfo, int]:
+        source = self._info(session_id)
+        kept: builtins.list[dict[str, Any]] = []
+        found = at_round_id is None
+        for line in self._lines[session_id]:
+            kept.append(line)
+            if (
+                at_round_id is not None
+                and line["kind"] == "round"
+                and line["round_id"] == at_round_id
+            ):
+                found = True
+                break
+        if not found:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"session {session_id!r} has no round {at_round_id!r}",
+                context={"session_id": session_id, "round_id": at_round_id},
+            )
+        info = await self.create(title or (source.title + " (fork)").strip())
+        meta = self._meta[info.id]
+        meta.parent_id, meta.fork_round_id = session_id, at_round_id
+        self._lines[info.id] = list(kept)
+        new = self._info(info.id)
+        return new, new.round_count
+
+    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
+        meta = self._get(session_id)
+        meta.archived = archived
+        meta.updated_at = time.time()
+        return self._info(session_id)
 
     async def close(self) -> None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -36,6 +37,10 @@ __all__ = ["Completion", "OpenAIProvider", "encode_message"]
 logger = logging.getLogger("memora.plugins.openai")
 
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+_DRAIN_LIMIT = 64 * 1024
+_DRAIN_SECONDS = 0.25
+"""Bytes and seconds spent reading after ``data: [DONE]`` so the connection can be reused; past
+either the connection is closed instead."""
 _HISTORY_CACHE = 64
 
 
@@ -272,7 +277,26 @@ class OpenAIProvider:
                     raise await self._http_error(response)
                 decoder = SSEDecoder()
                 done = False
-                async for chunk in response.aiter_bytes():
+                drained = 0
+                chunks = response.aiter_bytes()
+                while True:
+                    try:
+                        if not done:
+                            chunk = await anext(chunks)
+                        else:
+                            # Read the rest of the body (the chunked terminator, usually a few
+                            # bytes) so httpx2 returns the connection to the pool: leaving at
+                            # [DONE] closes it, and the next request pays a new connection (a
+                            # TLS handshake against a real API).  A server that keeps sending,
+                            # or keeps the body open, after [DONE] loses its connection instead.
+                            async with asyncio.timeout(_DRAIN_SECONDS):
+                                chunk = await anext(chunks)
+                            drained += len(chunk)
+                            if drained > _DRAIN_LIMIT:
+                                break
+                            continue
+                    except (StopAsyncIteration, TimeoutError):
+                        break
                     for data in decoder.feed(chunk):
                         if data == "[DONE]":
                             done = True
@@ -282,8 +306,6 @@ class OpenAIProvider:
                             if delta.kind == "finish":
                                 finished = True
                             yield delta
-                    if done:
-                        break
                 if not done:
                     for data in decoder.flush():
                         if data != "[DONE]":

@@ -1,0 +1,206 @@
+"""Client CPU per LLM step over whole conversations, memora with its documented defaults versus
+a bare httpx2 streaming loop, against one scripted OpenAI-compatible server in another process.
+
+A conversation is a new session and one user message that asks for K tool steps: the model calls
+``bench_tool`` K times, then answers (K + 1 LLM calls).  The bare loop does the same requests with
+the same tool schemas and reads every response to its end (so httpx2 keeps one connection).
+memora's CPU includes everything it does for the conversation — session files, the round
+summary (an extra LLM call, written after ``done``) — measured until the Agent is idle again.
+
+Also reported: TCP connections per conversation, and the wall time from the last text chunk to
+``done``.  Targets: <= 1.3x at K=10, <= 1.6x at K=1, flat as K grows to 40; one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _server import sse_server
+
+from memora import Agent
+from memora.tools import ToolContext, tool
+from memora_plugin_openai import OpenAIProvider
+
+RUNS = {1: 40, 10: 12, 40: 4}
+"""K -> conversations measured (after one warm-up)."""
+
+
+class Recording(OpenAIProvider):
+    """Keeps the last request (to give the bare loop the same tools and system prompt)."""
+
+    last: Any = None
+
+    def encode(self, request: Any, *, stream: bool) -> bytes:
+        if request.tools:  # not the round summary's request
+            self.last = request
+        return super().encode(request, stream=stream)
+
+
+@tool(idempotency="read-only")
+async def bench_tool(ctx: ToolContext, n: int) -> str:
+    """A trivial tool."""
+    return f"result {n}"
+
+
+async def connections(url: str) -> int:
+    async with httpx2.AsyncClient() as client:
+        return int((await client.get(f"{url}/stats")).json()["connections"])
+
+
+async def bare_conversation(
+    client: httpx2.AsyncClient, tools: list[dict[str, Any]], system: str, prompt: str
+) -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": prompt},
+    ]
+    while True:
+        body = {
+            "model": "bench",
+            "messages": history,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tools": tools,
+            "temperature": 0.7,
+        }
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        async with client.stream("POST", "/chat/completions", json=body) as r:
+            async for line in r.aiter_lines():  # to the end of the body: the connection is reused
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                obj = json.loads(line[6:])
+                if not obj.get("choices"):
+                    continue
+                delta = obj["choices"][0]["delta"]
+                if delta.get("content"):
+                    text.append(delta["content"])
+                for tc in delta.get("tool_calls") or []:
+                    c = calls.setdefault(tc["index"], {"id": tc.get("id"), "name": "", "args": []})
+                    fn = tc.get("function") or {}
+                    c["name"] = fn.get("name") or c["name"]
+                    c["args"].append(fn.get("arguments") or "")
+        if not calls:
+            history.append({"role": "assistant", "content": "".join(text)})
+            return
+        call = calls[0]
+        raw = "".join(call["args"])
+        history.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": raw},
+                    }
+                ],
+            }
+        )
+        result = (await bench_tool.invoke(None, json.loads(raw))).content
+        history.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+
+
+async def run_bare(
+    url: str, k: int, runs: int, tools: list[dict[str, Any]], system: str
+) -> list[float]:
+    samples = []
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
+        for i in range(runs + 1):
+            t = time.process_time()
+            await bare_conversation(client, tools, system, f"conversation {i}: steps={k}")
+            if i:
+                samples.append(time.process_time() - t)
+    return samples
+
+
+async def run_memora(
+    url: str, tmp: Path, k: int, runs: int, **agent_options: Any
+) -> tuple[list[float], float, list[float], list[dict[str, Any]], str]:
+    project = tmp / f"proj-{k}-{len(agent_options)}"
+    project.mkdir(exist_ok=True)
+    agent = Agent(
+        project_path=project,
+        data_dir=project / "data",
+        provider=(provider := Recording(model="bench", base_url=url)),
+        strategy_override={"act": {"toolStepLimit": 0}},
+        load_entrypoints=False,
+        **agent_options,
+    )
+    await agent.init()
+    agent.tools.register(bench_tool)
+    samples: list[float] = []
+    tail: list[float] = []
+    before = await connections(url)
+    try:
+        for i in range(runs + 1):
+            t = time.process_time()
+            if i:
+                await agent.new_session()
+            last_text = 0.0
+            async for chunk in agent.chat(f"conversation {i}: steps={k}"):
+                if chunk.type == "text":
+                    last_text = time.perf_counter()
+                elif chunk.type == "done":
+                    tail.append(time.perf_counter() - last_text)
+            if hasattr(agent, "idle"):
+                await agent.idle()
+            if i:
+                samples.append(time.process_time() - t)
+        conns = (await connections(url) - before - 1) / (runs + 1)  # -1: this stats request
+        request = provider.last
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": s.name,
+                    "description": s.description,
+                    "parameters": s.parameters,
+                },
+            }
+            for s in request.tools
+        ]
+        system = request.messages[0].content
+    finally:
+        await agent.close()
+    return samples, conns, tail, tools, system
+
+
+def main() -> None:
+    with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        print("client CPU per LLM step; conversation = new session + K tool steps + an answer")
+        for label, options in (
+            ("documented defaults", {}),
+            ("round summary off", {"archive_mode": "manual"}),
+            ("host tool only", {"archive_mode": "manual", "resident_tools": []}),
+        ):
+            print(f"  {label}:")
+            for k, runs in RUNS.items():
+                mem, conns, tail, tools, system = asyncio.run(
+                    run_memora(url, tmp, k, runs, **options)
+                )
+                bare = asyncio.run(run_bare(url, k, runs, tools, system))
+                m, b = statistics.median(mem) / (k + 1), statistics.median(bare) / (k + 1)
+                print(
+                    f"    K={k:<3} memora {m * 1e3:6.2f} ms  bare {b * 1e3:6.2f} ms  "
+                    f"ratio {m / b:5.2f}x   connections/conversation {conns:4.1f}   "
+                    f"last text -> done p50 {statistics.median(tail) * 1e3:6.2f} ms   "
+                    f"({len(tools)} tools)"
+                )
+        print("  targets: <= 1.3x at K=10, <= 1.6x at K=1, flat to K=40, 1 connection")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""What a turn costs: `done` does not wait for the round summary, one append per turn (and what
+a killed process keeps), an in-memory session store, choosing resident tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memora import Agent
+from memora.errors import MemoraError
+from memora.events import ArchiveFailed, MemoryAdded
+from memora.llm.types import TextDelta
+from memora.memory import InMemorySessionStore, JsonlSessionStore, RoundRecord
+from memora.testing import ScriptedProvider, ScriptedResponse, text, tool_call
+from memora.tools import ToolContext, tool
+from tests.agent.conftest import collect
+from tests.conftest import REPO
+
+SUMMARY_ON = {"reflect": {"summary": "on"}}
+
+
+async def test_done_does_not_wait_for_the_round_summary(make_agent: Any) -> None:
+    slow_summary = ScriptedResponse([TextDelta("TYPE: fact\nthe user said hi")], delay=1.5)
+    provider = ScriptedProvider([text("hello"), slow_summary])
+    agent = await make_agent(provider, strategy=SUMMARY_ON)
+    added: list[Any] = []
+    agent.events.on(MemoryAdded, added.append)
+    started = time.monotonic()
+    chunks = await collect(agent.chat("hi"))
+    assert chunks[-1].type == "done"
+    assert time.monotonic() - started < 1.0  # the 1.5 s summary runs after `done`
+    assert added == []
+    await agent.idle()
+    assert [a.summary_type for a in added] == ["fact"]
+
+
+async def test_a_failed_summary_is_an_event_and_close_waits(make_agent: Any) -> None:
+    from memora.llm import ProviderError
+
+    broken = ScriptedResponse([], error=ProviderError("summary model down", category="unknown"))
+    provider = ScriptedProvider([text("hello"), broken])
+    agent = await make_agent(provider, strategy=SUMMARY_ON, retry_attempts=1)
+    failed: list[Any] = []
+    agent.events.on(ArchiveFailed, failed.append)
+    chunks = await collect(agent.chat("hi"))
+    assert chunks[-1].type == "done"
+    await agent.close()  # waits for the summary task, which fails quietly
+    assert failed and "summary model down" in failed[0].error
+
+
+async def test_one_append_per_turn(make_agent: Any, tmp_path: Path) -> None:
+    provider = ScriptedProvider([tool_call(("list_dir", {})), text("done"), text("again")])
+    agent = await make_agent(provider)
+    await collect(agent.chat("first"))
+    await collect(agent.chat("second"))
+    folder = tmp_path / "data" / "sessions" / agent.session_id
+    (log,) = folder.glob("*.jsonl")
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    # turn 1: user, assistant(call), tool, assistant, round; turn 2: user, assistant, round
+    assert kinds == ["message"] * 4 + ["round"] + ["message"] * 2 + ["round"]
+    meta = json.loads((folder / "meta.json").read_text())
+    assert "round_count" not in meta  # derived from the log, never written beside it
+    info = await agent.sessions.store.get(agent.session_id)
+    assert info.round_count == 2 and info.title == "first"
+
+
+async def test_derived_counts_follow_the_log(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create()
+    for i in range(3):
+        await store.append_turn(
+            s.id, [{"role": "user", "content": f"q{i}"}], RoundRecord(f"r{i}", f"q{i}", "a")
+        )
+    assert (await store.get(s.id)).round_count == 3
+    index = tmp_path / "sessions" / s.id / "index.json"
+    assert index.is_file()
+    # another writer appends: the cached derivation notices the new bytes
+    other = JsonlSessionStore(tmp_path)
+    await other.append_round(s.id, RoundRecord("r3", "q3", "a", ended_at=2e9))
+    info = await store.get(s.id)
+    assert info.round_count == 4 and info.updated_at == 2e9
+    index.write_text("{not json")  # a broken cache is rebuilt, never trusted
+    assert (await store.get(s.id)).round_count == 4
+    assert [i.round_count for i in await store.list()] == [4]
+
+
+KILLED_HOST = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from memora import Agent
+    from memora.llm.types import TextDelta
+    from memora.testing import ScriptedProvider, ScriptedResponse, text
+
+    async def main():
+        project = Path(sys.argv[1])
+        hang = ScriptedResponse([TextDelta("partial")] * 1000, delay=0.01)
+        provider = ScriptedProvider([text("complete answer"), hang])
+        async with Agent(project_path=project, data_dir=project / "data", provider=provider,
+                         strategy_override={"reflect": {"summary": "off"}},
+                         load_entrypoints=False) as agent:
+            async for _ in agent.chat("first question"):
+                pass
+            print(agent.session_id, flush=True)
+            async for _ in agent.chat("second question"):
+                pass
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+async def test_a_killed_process_loses_only_the_running_turn(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    script = tmp_path / "host.py"
+    script.write_text(KILLED_HOST, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(project)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    session_id = proc.stdout.readline().strip()
+    await asyncio.sleep(0.5)  # the second turn is streaming
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+    store = JsonlSessionStore(project / "data")
+    rounds = await store.rounds(session_id)
+    messages = await store.messages(session_id)
+    assert [r.user for r in rounds] == ["first question"]
+    assert [m["content"] for m in messages] == ["first question", "complete answer"]
+    assert (await store.get(session_id)).round_count == 1
+    # and the next process continues that session
+    provider = ScriptedProvider([text("third answer")])
+    async with Agent(
+        project_path=project,
+        data_dir=project / "data",
+        provider=provider,
+        session_id=session_id,
+        strategy_override={"reflect": {"summary": "off"}},
+        load_entrypoints=False,
+    ) as agent:
+        assert (await collect(agent.chat("third question")))[-1].type == "done"
+        contents = [m.content for m in provider.requests[0].messages[1:]]
+        assert contents == ["first question", "complete answer", "third question"]
+
+
+async def test_in_memory_session_store_writes_nothing(make_agent: Any, tmp_path: Path) -> None:
+    provider = ScriptedProvider([text("one"), text("two")])
+    agent = await make_agent(provider, session_store="memory")
+    await collect(agent.chat("a"))
+    await collect(agent.chat("b"))
+    assert isinstance(agent.sessions.store, InMemorySessionStore)
+    assert not (tmp_path / "data" / "sessions").exists()
+    rounds = await agent.sessions.rounds()
+    assert [r.user for r in rounds] == ["a", "b"]
+    other = await agent.fork_session(rounds[0].round_id)
+    assert (await agent.sessions.store.get(other)).round_count == 1
+
+
+async def test_resident_tools_choose_what_the_model_sees(make_agent: Any) -> None:
+    @tool(idempotency="read-only")
+    async def host_tool(ctx: ToolContext, n: int) -> str:
+        """The host's one tool."""
+        return str(n)
+
+    provider = ScriptedProvider(
+        [tool_call(("list_dir", {}), ("read_file", {"path": "notes.txt"})), text("ok")]
+    )
+    agent = await make_agent(provider, resident_tools=["read_file"])
+    agent.tools.register(host_tool)
+    chunks = await collect(agent.chat("go"))
+    assert sorted(s.name for s in provider.requests[0].tools) == ["host_tool", "read_file"]
+    results = {c.name: c for c in chunks if c.type == "tool_result"}  # type: ignore[union-attr]
+    assert results["list_dir"].blocked and results["list_dir"].error_code == "NOT_AVAILABLE"
+    assert results["read_file"].ok
+
+    await agent.close()  # one Agent per project at a time
+    none = ScriptedProvider([text("ok")])
+    bare = await make_agent(none, resident_tools=[])
+    bare.tools.register(host_tool)
+    await collect(bare.chat("go"))
+    assert [s.name for s in none.requests[0].tools] == ["host_tool"]
+
+
+async def test_unknown_resident_tool_is_an_error(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    agent = Agent(
+        project_path=project,
+        data_dir=tmp_path / "d",
+        provider=ScriptedProvider([]),
+        resident_tools=["read_fiel"],
+        load_entrypoints=False,
+    )
+    with pytest.raises(MemoraError, match="'read_fiel' is not a resident tool") as info:
+        await agent.init()
+    assert info.value.code == "INVALID_CONFIG" and "read_file" in str(info.value)
