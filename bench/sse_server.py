@@ -76,6 +76,30 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 )
             )
             body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
+            if not body.get("stream"):  # a non-streamed answer (round summaries use it)
+                n = min(int(body.get("max_tokens") or 50), 60)
+                doc = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "model": "bench",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "tok " * n},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": n},
+                    }
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(doc)}\r\n\r\n".encode()
+                    + doc
+                )
+                await writer.drain()
+                continue
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             )

@@ -10,13 +10,12 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .hookspecs import hookimpl
-
 __version__ = "0.1.0"
 
 logging.getLogger("memora").addHandler(logging.NullHandler())
 
 _LAZY: dict[str, str] = {
+    "hookimpl": "memora.hookspecs",
     # the agent
     "Agent": "memora.agent",
     "AgentOptions": "memora.agent",
@@ -63,7 +62,7 @@ _LAZY: dict[str, str] = {
     "Span": "memora.tracing",
 }
 
-__all__ = ["__version__", "hookimpl", *sorted(_LAZY)]
+__all__ = ["__version__", *sorted(_LAZY)]
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentOptions
@@ -81,6 +80,7 @@ if TYPE_CHECKING:
         ToolErrorCode,
         is_retryable,
     )
+    from .hookspecs import hookimpl as hookimpl
     from .llm import LLMRequest, Message, Provider, ProviderError, ProviderRouter, ToolSpec
     from .messages import Messages
     from .plugins import Plugins, create_plugin_manager

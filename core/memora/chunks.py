@@ -7,7 +7,7 @@ pydantic models so they serialise to JSON (``chunk.model_dump_json()``) and pars
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -37,8 +37,10 @@ __all__ = [
 ]
 
 
+# defer_build: each chunk class builds its validator the first time it is used, not when memora
+# is imported (18 classes and the union cost ~100 ms of start-up otherwise)
 class _Chunk(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     round_id: str | None = None
     """The round (one user question and its answer) this chunk belongs to."""
@@ -47,7 +49,7 @@ class _Chunk(BaseModel):
 class Usage(BaseModel):
     """Token usage, summed over every LLM call of a turn."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -168,7 +170,7 @@ class PausedChunk(_Chunk):
 
 
 class QuestionSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     slot: str
     question: str
@@ -244,5 +246,20 @@ AgentChunk = Annotated[
 ]
 """Any chunk of the stream."""
 
-chunk_adapter: TypeAdapter[AgentChunk] = TypeAdapter(AgentChunk)
-"""Validate or parse chunks: ``chunk_adapter.validate_json(line)``."""
+_adapter: TypeAdapter[AgentChunk] | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # ``chunk_adapter`` — validate or parse chunks: ``chunk_adapter.validate_json(line)`` —
+    # is built on first use
+    global _adapter
+    if name == "chunk_adapter":
+        if _adapter is None:
+            _adapter = TypeAdapter(AgentChunk)
+        return _adapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    chunk_adapter: TypeAdapter[AgentChunk]
+    """Validate or parse chunks: ``chunk_adapter.validate_json(line)``."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,8 @@ def _run(
             await store.close()
 
     try:
+        import asyncio
+
         return asyncio.run(main())
     except MemoraError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -220,6 +221,8 @@ def _arun(coro: Awaitable[T]) -> T:
         return await coro
 
     try:
+        import asyncio
+
         return asyncio.run(main())
     except MemoraError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -81,6 +80,8 @@ async def _run(
             f"role pack {role_pack!r} does not exist; available: {available}",
             context={"role_pack": role_pack},
         )
+    import asyncio
+
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, agent.abort)
@@ -220,6 +221,8 @@ def run_cmd(
     project = project.resolve()
     name, options = choose_provider(provider, base_url, model)
     try:
+        import asyncio
+
         code = asyncio.run(
             _run(
                 prompt,

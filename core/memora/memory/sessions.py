@@ -75,7 +75,18 @@ class RoundRecord:
     usage: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # shallow on purpose: events are plain JSON values, about to be serialised (asdict()
+        # deep-copies every event dict, a measurable cost per turn)
+        return {
+            "round_id": self.round_id,
+            "user": self.user,
+            "assistant": self.assistant,
+            "events": list(self.events),
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "usage": dict(self.usage),
+        }
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RoundRecord:
@@ -152,9 +163,15 @@ class JsonlSessionStore:
             )
         return self.root / session_id
 
+    @staticmethod
+    def _is_session(folder: Path) -> bool:
+        # meta.json is written without fsync at creation; after a power loss a folder may hold
+        # its fsynced log without it, and is still a session
+        return (folder / "meta.json").is_file() or any(folder.glob("*.jsonl"))
+
     def _existing(self, session_id: str) -> Path:
         folder = self._dir(session_id)
-        if not (folder / "meta.json").is_file():
+        if not self._is_session(folder):
             raise MemoraError(
                 ErrorCode.NOT_FOUND,
                 f"no session {session_id!r}",
@@ -172,11 +189,15 @@ class JsonlSessionStore:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            ) from None
+            logs = sorted(folder.glob("*.jsonl"))
+            if not logs:
+                raise MemoraError(
+                    ErrorCode.NOT_FOUND,
+                    f"no session {session_id!r}",
+                    context={"session_id": session_id},
+                ) from None
+            created = logs[0].stat().st_mtime
+            data = {"id": session_id, "created_at": created, "updated_at": created}
         except ValueError as exc:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
         info = SessionInfo(**{k: v for k, v in data.items() if k in _META_FIELDS})
@@ -205,10 +226,12 @@ class JsonlSessionStore:
         last = max((float(e["last_ended"]) for e in files.values()), default=0.0)
         return rounds, first, last
 
-    def _write_meta(self, info: SessionInfo) -> None:
+    def _write_meta(self, info: SessionInfo, *, durable: bool = True) -> None:
         doc = {k: v for k, v in info.to_dict().items() if k in _META_FIELDS}
         atomic_write_text(
-            self._dir(info.id) / "meta.json", json.dumps(doc, ensure_ascii=False, indent=1)
+            self._dir(info.id) / "meta.json",
+            json.dumps(doc, ensure_ascii=False, indent=1),
+            durable=durable,
         )
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
@@ -256,14 +279,16 @@ class JsonlSessionStore:
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()
         info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
-        await asyncio.to_thread(self._write_meta, info)
+        # atomic (a killed process leaves the old file or the new one) but not fsynced: a new,
+        # empty session is not worth a disk flush; its first turn's append is
+        await asyncio.to_thread(self._write_meta, info, durable=False)
         return info
 
     async def get(self, session_id: str) -> SessionInfo:
         return await asyncio.to_thread(self._read_meta, session_id)
 
     async def exists(self, session_id: str) -> bool:
-        return (self._dir(session_id) / "meta.json").is_file()
+        return self._is_session(self._dir(session_id))
 
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
         def work() -> builtins.list[SessionInfo]:
@@ -271,7 +296,7 @@ class JsonlSessionStore:
                 return []
             infos = []
             for folder in self.root.iterdir():
-                if (folder / "meta.json").is_file():
+                if self._is_session(folder):
                     try:
                         info = self._read_meta(folder.name)
                     except MemoraError as exc:

@@ -1,173 +1,40 @@
-"""memora plugin providing ``web:fetch`` over httpx2 with trafilatura main-text extraction."""
+"""memora plugin providing ``web:fetch`` over httpx2 with trafilatura main-text extraction.
+
+The entry point only registers a factory: httpx2 and trafilatura are imported when an Agent
+first fetches, so discovering plugins (``memora plugins``, every Agent's start) stays cheap.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import logging
-import socket
 from collections.abc import Mapping
-from typing import Any
-from urllib.parse import urljoin, urlsplit
+from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
-from memora.errors import ToolError, ToolErrorCode
-from memora.services import FetchResult
 
-try:
-    import httpx2
-except ImportError as exc:  # pragma: no cover - exercised only without the dependency
-    raise ImportError("memora-plugin-fetch needs httpx2: pip install memora-plugin-fetch") from exc
+if TYPE_CHECKING:
+    from .fetcher import HttpFetcher
 
 __all__ = ["HttpFetcher", "register_web_fetch"]
 
-logger = logging.getLogger("memora.plugins.fetch")
-
-_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
+_OPTIONS = {"timeout", "max_bytes", "allow_private", "user_agent", "max_redirects"}
 
 
-class HttpFetcher:
-    """Fetch a URL and return its main text."""
+def __getattr__(name: str) -> Any:
+    if name == "HttpFetcher":
+        from .fetcher import HttpFetcher
 
-    def __init__(
-        self,
-        *,
-        timeout: float = 20.0,
-        max_bytes: int = 5_000_000,
-        allow_private: bool = False,
-        user_agent: str = "memora-fetch/0.1 (+https://pypi.org/project/memora-plugin-fetch)",
-        max_redirects: int = 5,
-    ) -> None:
-        self.timeout = float(timeout)
-        self.max_bytes = int(max_bytes)
-        self.allow_private = bool(allow_private)
-        self.max_redirects = int(max_redirects)
-        self._client = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-            follow_redirects=False,
-            headers={"User-Agent": user_agent, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.5"},
-            trust_env=False,
-        )
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def _check_target(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise ToolError(
-                ToolErrorCode.INVALID_ARGS,
-                f"only http and https URLs can be fetched, not {parts.scheme or 'a bare path'!r}",
-            )
-        host = parts.hostname
-        if not host:
-            raise ToolError(ToolErrorCode.INVALID_ARGS, f"URL {url!r} has no host")
-        if self.allow_private:
-            return
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host,
-                parts.port or (443 if parts.scheme == "https" else 80),
-                type=socket.SOCK_STREAM,
-            )
-        except OSError as exc:
-            raise ToolError(ToolErrorCode.NETWORK_ERROR, f"cannot resolve {host!r}: {exc}") from exc
-        for info in infos:
-            addr = ipaddress.ip_address(info[4][0])
-            if not addr.is_global:
-                raise ToolError(
-                    ToolErrorCode.PERMISSION_DENIED,
-                    f"{host!r} resolves to the non-public address {addr}; fetching private "
-                    "networks is disabled (option allow_private)",
-                )
-
-    async def fetch(self, url: str, *, max_chars: int = 20_000) -> FetchResult:
-        current = url
-        for _hop in range(self.max_redirects + 1):
-            await self._check_target(current)
-            try:
-                async with self._client.stream("GET", current) as response:
-                    if response.is_redirect and "location" in response.headers:
-                        current = urljoin(current, response.headers["location"])
-                        continue
-                    return await self._read(current, response, max_chars)
-            except httpx2.TimeoutException as exc:
-                raise ToolError(ToolErrorCode.TIMEOUT, f"fetching {current} timed out") from exc
-            except httpx2.TransportError as exc:
-                raise ToolError(
-                    ToolErrorCode.NETWORK_ERROR, f"fetching {current} failed: {exc}"
-                ) from exc
-        raise ToolError(
-            ToolErrorCode.NETWORK_ERROR, f"more than {self.max_redirects} redirects from {url}"
-        )
-
-    async def _read(self, url: str, response: Any, max_chars: int) -> FetchResult:
-        status = response.status_code
-        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if status == 429:
-            raise ToolError(ToolErrorCode.RATE_LIMITED, f"{url} answered 429 Too Many Requests")
-        if status >= 400:
-            raise ToolError(
-                ToolErrorCode.FILE_NOT_FOUND
-                if status in (404, 410)
-                else ToolErrorCode.NETWORK_ERROR,
-                f"{url} answered HTTP {status}",
-            )
-        if ctype and not ctype.startswith(_TEXT_TYPES):
-            raise ToolError(
-                ToolErrorCode.NOT_AVAILABLE,
-                f"{url} is {ctype}, not a text page; web_fetch only reads HTML and text",
-            )
-        body = bytearray()
-        truncated = False
-        async for piece in response.aiter_bytes():
-            body.extend(piece)
-            if len(body) > self.max_bytes:
-                del body[self.max_bytes :]
-                truncated = True
-                break
-        encoding = response.encoding or "utf-8"
-        raw = bytes(body).decode(encoding, errors="replace")
-        title: str | None = None
-        if ctype in ("text/html", "application/xhtml+xml") or (
-            not ctype and "<html" in raw[:2000].lower()
-        ):
-            text, title = await asyncio.to_thread(_extract_html, raw, url)
-        else:
-            text = raw
-        if len(text) > max_chars:
-            text = text[:max_chars]
-            truncated = True
-        return FetchResult(
-            url=str(response.url),
-            status=status,
-            content_type=ctype or "text/plain",
-            text=text,
-            title=title,
-            truncated=truncated,
-        )
-
-
-def _extract_html(html: str, url: str) -> tuple[str, str | None]:
-    import trafilatura
-
-    doc = trafilatura.bare_extraction(
-        html, url=url, with_metadata=True, include_comments=False, include_tables=True
-    )
-    if doc is None:
-        return "", None
-    text = getattr(doc, "text", None) or ""
-    title = getattr(doc, "title", None)
-    return text, title
+        return HttpFetcher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _factory(options: Mapping[str, Any]) -> HttpFetcher:
-    allowed = {"timeout", "max_bytes", "allow_private", "user_agent", "max_redirects"}
-    unknown = set(options) - allowed
+    unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(
-            f"unknown fetch option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(allowed))}"
+            f"unknown fetch option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
         )
+    from .fetcher import HttpFetcher
+
     return HttpFetcher(**options)
 
 

@@ -9,12 +9,13 @@ Options (``config["providers"][name]`` or ``memora run --provider openai --base-
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 
-from .provider import Completion, OpenAIProvider, encode_message
-from .sse import SSEDecoder
+if TYPE_CHECKING:
+    from .provider import Completion, OpenAIProvider, encode_message
+    from .sse import SSEDecoder
 
 __all__ = ["Completion", "OpenAIProvider", "SSEDecoder", "encode_message", "register_providers"]
 
@@ -29,6 +30,24 @@ _OPTIONS = {
     "http2",
     "extra_body",
 }
+
+
+_LAZY = {
+    "Completion": ".provider",
+    "OpenAIProvider": ".provider",
+    "encode_message": ".provider",
+    "SSEDecoder": ".sse",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # httpx2 is imported when a provider is created, not when plugins are discovered
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
 
 
 def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
@@ -46,6 +65,8 @@ def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
         import os
 
         opts["model"] = os.environ.get("MEMORA_MODEL", "gpt-4o-mini")
+    from .provider import OpenAIProvider
+
     return OpenAIProvider(**opts)
 
 
