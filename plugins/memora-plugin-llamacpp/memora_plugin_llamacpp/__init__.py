@@ -72,6 +72,7 @@ class LlamaCppProvider:
         n_batch: int = 256,
         chat_format: str | None = None,
         seed: int = 0,
+        cache_bytes: int = 512 << 20,
     ) -> None:
         self.model_path = Path(model_path) if model_path else default_model_path()
         if not self.model_path.is_file():
@@ -81,6 +82,7 @@ class LlamaCppProvider:
         self.n_batch = int(n_batch)
         self.chat_format = chat_format
         self.seed = seed
+        self.cache_bytes = int(cache_bytes)
         self._llm: Any = None
         self._load_lock = asyncio.Lock()
         self._run_lock = asyncio.Lock()
@@ -100,7 +102,9 @@ class LlamaCppProvider:
             raise ProviderError(
                 "llama-cpp-python is not installed: pip install memora-plugin-llamacpp"
             ) from exc
-        return Llama(
+        from llama_cpp.llama_cache import LlamaRAMCache
+
+        llm = Llama(
             model_path=str(self.model_path),
             n_ctx=self.n_ctx,
             n_threads=self.n_threads,
@@ -109,6 +113,12 @@ class LlamaCppProvider:
             seed=self.seed,
             verbose=False,
         )
+        if self.cache_bytes > 0:
+            # Keep the evaluated state of recent prompts: a conversation's next turn starts from
+            # its previous prompt (system prompt and history are not evaluated again) even when
+            # a round summary, with another prompt, ran on the model in between.
+            llm.set_cache(LlamaRAMCache(capacity_bytes=self.cache_bytes))
+        return llm
 
     async def _model(self) -> Any:
         async with self._load_lock:
@@ -216,7 +226,7 @@ class LlamaCppProvider:
                 llm.close()
 
 
-_OPTIONS = {"model_path", "n_ctx", "n_threads", "n_batch", "chat_format", "seed"}
+_OPTIONS = {"model_path", "n_ctx", "n_threads", "n_batch", "chat_format", "seed", "cache_bytes"}
 
 
 def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
