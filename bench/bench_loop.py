@@ -68,8 +68,8 @@ async def bare_turn(
                 if not line.startswith("data: "):
                     continue
                 data = line[6:]
-                if data == "[DONE]":
-                    break
+                if data == "[DONE]":  # read on to the end of the body: the connection is reused
+                    continue
                 obj = json.loads(data)
                 if not obj.get("choices"):
                     continue

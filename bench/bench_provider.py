@@ -36,8 +36,8 @@ async def bare_text(client: httpx2.AsyncClient, messages: list[dict]) -> str:
         async for line in r.aiter_lines():
             if line.startswith("data: "):
                 data = line[6:]
-                if data == "[DONE]":
-                    break
+                if data == "[DONE]":  # read on to the end of the body: the connection is reused
+                    continue
                 obj = json.loads(data)
                 if obj.get("choices"):
                     c = obj["choices"][0]["delta"].get("content")
@@ -67,8 +67,8 @@ async def bare_tool(client: httpx2.AsyncClient, messages: list[dict]) -> tuple[s
         async for line in r.aiter_lines():
             if line.startswith("data: "):
                 data = line[6:]
-                if data == "[DONE]":
-                    break
+                if data == "[DONE]":  # read on to the end of the body: the connection is reused
+                    continue
                 obj = json.loads(data)
                 if obj.get("choices"):
                     for tc in obj["choices"][0]["delta"].get("tool_calls") or []:
