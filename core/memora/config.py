@@ -57,6 +57,10 @@ class MemoraConfig(BaseModel):
     background_provider: str | None = None
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     storage: str = "sqlite"
+    session_store: str | None = None
+    """Default: the session store named like ``storage`` when one exists, else ``jsonl``."""
+    project_lock: str | None = None
+    """Default: the lock named like ``storage`` when one exists, else ``file``."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
 

@@ -68,13 +68,27 @@ def register_storage(register: Register) -> None:
 
 @hookspec
 def register_session_stores(register: Register) -> None:
-    """Register session/round store backends by name (``jsonl`` is built in).
+    """Register session/round store backends by name (``jsonl`` and ``memory`` are built in).
 
     Called when a plugin manager is created, and again after every later
     ``Plugins.register()``/``unregister()``: register the same things each time, with no side
     effects.  ``factory(options)`` returns an object with the
     session-store API of :mod:`memora.memory` (append messages, rounds, list, fork, archive);
     ``options["path"]`` is the data directory.  Returns nothing.
+    """
+
+
+@hookspec
+def register_project_locks(register: Register) -> None:
+    """Register project locks by name (``file`` is built in): one Agent per project at a time.
+
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns an object with ``acquire()`` and ``release()`` (plain
+    or ``async`` methods); ``acquire`` raises ``MemoraError(PROJECT_LOCKED)`` naming the holder.
+    ``options["project"]`` is the project folder and ``options["path"]`` the data directory.  A
+    lock registered under the same name as a storage backend is used whenever that backend is
+    (``"storage": "postgres"`` moves the lock too).  Returns nothing.
     """
 
 

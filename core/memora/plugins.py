@@ -80,6 +80,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "memora.default_plugins.checks",
     "memora.default_plugins.storage",
     "memora.default_plugins.sessions",
+    "memora.default_plugins.locks",
     "memora.default_plugins.tools",
 )
 """Modules registered as built-in plugins, in this order."""
@@ -88,6 +89,7 @@ Kind = Literal[
     "provider",
     "storage",
     "session_store",
+    "project_lock",
     "web_search",
     "web_fetch",
     "code_executor",
@@ -100,6 +102,7 @@ KINDS: dict[Kind, str] = {
     "provider": "register_providers",
     "storage": "register_storage",
     "session_store": "register_session_stores",
+    "project_lock": "register_project_locks",
     "web_search": "register_web_search",
     "web_fetch": "register_web_fetch",
     "code_executor": "register_code_executors",

@@ -65,7 +65,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
 """Agent options a config file may set under ``"options"``.  Options that widen what the agent
 may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
 
-_SCALARS = ("active_provider", "background_provider", "storage")
+_SCALARS = ("active_provider", "background_provider", "storage", "session_store", "project_lock")
 
 
 def user_config_dir(config_dir: str | Path | None = None) -> Path:

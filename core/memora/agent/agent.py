@@ -32,7 +32,6 @@ from ..memory.manager import MemoryManager
 from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
 from ..role_pack.manager import RolePackManager
-from ..security.lock import ProjectLock
 from ..security.paths import PathGuard
 from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
@@ -65,6 +64,13 @@ class _HostCheck:
         self, call: ToolCallInfo, context: CheckContext
     ) -> CheckDecision | None:
         return self._fn(call, context)
+
+
+async def _maybe_await(result: Any) -> Any:
+    """Locks and stores may offer plain or async methods."""
+    if asyncio.iscoroutine(result):
+        return await result
+    return result
 
 
 _BUILTIN_TOOLS = "memora.default_plugins.tools"
@@ -125,7 +131,7 @@ class PolishManager:
 class SecurityManager:
     """``agent.security``: the path guard, permission level and project lock of the Agent."""
 
-    def __init__(self, guard: PathGuard, permission: str, lock: ProjectLock) -> None:
+    def __init__(self, guard: PathGuard, permission: str, lock: Any) -> None:
         self.guard = guard
         self.permission = permission
         self.lock = lock
@@ -267,13 +273,14 @@ class Agent:
         if opts.pre_execution_check is not None:
             extra.append(("host-check", _HostCheck(opts.pre_execution_check)))
         plugins = create_plugin_manager(load_entrypoints=opts.load_entrypoints, extra=extra)
-        lock = ProjectLock(project)
-        lock.acquire()
+        self._plugins = plugins
+        lock = self._create_lock(project, data_dir)
+        await _maybe_await(lock.acquire())
         try:
             await self._assemble(plugins, project, data_dir, lock)
         except BaseException:
             await self._release_owned()
-            lock.release()
+            await _maybe_await(lock.release())
             raise
         self._initialised = True
         return self
@@ -315,6 +322,32 @@ class Agent:
             max_attempts=self.options.retry_attempts, base_delay=self.options.retry_base_delay
         )
 
+    def _storage_name(self) -> Any:
+        return self.options.storage if "storage" in self._explicit else self.settings.storage
+
+    def _state_service(self, kind: Any, option: str, fallback: str) -> Any:
+        """The session store or project lock: an Agent option, else the config's key, else the
+        one a plugin registered under the storage backend's name, else the built-in one."""
+        if option in self._explicit and getattr(self.options, option) is not None:
+            return getattr(self.options, option)
+        configured = getattr(self.settings.config, option)
+        if configured:
+            return configured
+        storage = self._storage_name()
+        if isinstance(storage, str) and storage in self._plugins.names(kind):
+            return storage
+        return fallback
+
+    def _create_lock(self, project: Path, data_dir: Path) -> Any:
+        spec = self._state_service("project_lock", "project_lock", "file")
+        if not isinstance(spec, str):
+            return spec
+        return self._plugins.create(
+            "project_lock",
+            spec,
+            {**self._plugin_options(spec), "project": project, "path": data_dir},
+        )
+
     def _plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
         ``plugin_options[name]`` < ``extra``."""
@@ -354,9 +387,7 @@ class Agent:
             return provider  # type: ignore[no-any-return]
         return spec  # type: ignore[no-any-return]
 
-    async def _assemble(
-        self, plugins: Plugins, project: Path, data_dir: Path, lock: ProjectLock
-    ) -> None:
+    async def _assemble(self, plugins: Plugins, project: Path, data_dir: Path, lock: Any) -> None:
         opts = self.options
         self._plugins = plugins
         chat = self._provider(plugins, *self._provider_spec("provider"))
@@ -370,7 +401,7 @@ class Agent:
         self._base_router = ProviderRouter(chat, background=background, routes=routes)
         self._router_fixed = None
 
-        storage = opts.storage if "storage" in self._explicit else self.settings.storage
+        storage = self._storage_name()
         if isinstance(storage, str):
             storage = plugins.create(
                 "storage",
@@ -378,9 +409,12 @@ class Agent:
                 {"path": data_dir, **self._plugin_options(storage, opts.storage_options)},
             )
             self._owned.append(storage)
-        sessions = opts.session_store
+        sessions = self._state_service("session_store", "session_store", "jsonl")
         if isinstance(sessions, str):
-            sessions = plugins.create("session_store", sessions, {"path": data_dir})
+            sessions = plugins.create(
+                "session_store", sessions, {**self._plugin_options(sessions), "path": data_dir}
+            )
+            self._owned.append(sessions)
         self._session_store = sessions
         self._round_store = opts.round_store or sessions
 
@@ -543,10 +577,11 @@ class Agent:
         await self.idle()  # round summaries still being written
         with contextlib.suppress(Exception):
             await self._background.close()
+        if self._session_store not in self._owned:  # a host's object: closed as before
+            with contextlib.suppress(Exception):
+                await self._session_store.close()
         await self._release_owned()
-        with contextlib.suppress(Exception):
-            await self._session_store.close()
-        self._security.lock.release()
+        await _maybe_await(self._security.lock.release())
 
     # ------------------------------------------------------------------------------------------
     # conversation state

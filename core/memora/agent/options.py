@@ -55,6 +55,11 @@ class AgentOptions(BaseModel):
     """A storage backend name (``sqlite``, ``json``, ``memory``...) or a MemoryStorage object."""
     storage_options: dict[str, Any] = Field(default_factory=dict)
     session_store: Any = "jsonl"
+    """A session store name or object.  Unless set here or in the config (``"session_store"``),
+    the store named like the storage backend is used when one exists, else ``jsonl``."""
+    project_lock: Any = None
+    """A project lock name or object (``acquire``/``release``).  Default: the config's
+    ``"project_lock"``, else the lock named like the storage backend, else ``file``."""
     round_store: Any = None
     """Rounds live in the session store; set only to use a different object for them."""
     session_id: str | None = None
