@@ -1,0 +1,214 @@
+"""Sessions and rounds in PostgreSQL: the ``jsonl`` store's API, one table row per line.
+
+A finished turn (its messages and its round) is one transaction; ``round_count``,
+``updated_at`` and the default title are derived from the lines, as in the file store.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from memora.errors import ErrorCode, MemoraError
+from memora.memory.sessions import RoundRecord, SessionInfo
+
+from .database import Database, namespace_from
+
+__all__ = ["PostgresSessionStore"]
+
+_INFO = """
+SELECT s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id, s.archived,
+       count(l.seq) FILTER (WHERE l.kind = 'round'),
+       max((l.body->>'ended_at')::double precision) FILTER (WHERE l.kind = 'round'),
+       (array_agg(l.body->>'user' ORDER BY l.seq) FILTER (WHERE l.kind = 'round'))[1]
+FROM memora_sessions s
+LEFT JOIN memora_session_lines l ON l.namespace = s.namespace AND l.session_id = s.id
+WHERE s.namespace = %s {where}
+GROUP BY s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id, s.archived
+"""
+
+
+def _info(row: Sequence[Any]) -> SessionInfo:
+    info = SessionInfo(
+        id=row[0],
+        title=row[1],
+        created_at=row[2],
+        updated_at=max(row[3], row[8] or 0.0),
+        parent_id=row[4],
+        fork_round_id=row[5],
+        archived=row[6],
+        round_count=int(row[7] or 0),
+    )
+    if not info.title and row[9] and row[9].strip():
+        info.title = row[9].strip().splitlines()[0][:80]
+    return info
+
+
+class PostgresSessionStore:
+    """The ``postgres`` session store."""
+
+    def __init__(self, db: Database, namespace: str) -> None:
+        self.db = db
+        self.namespace = namespace
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> PostgresSessionStore:
+        return cls(Database.from_options(options), namespace_from(options, "path"))
+
+    async def _conn(self) -> Any:
+        return (await self.db.pool()).connection()
+
+    async def _one(self, conn: AsyncConnection[Any], session_id: str) -> SessionInfo:
+        cur = await conn.execute(_INFO.format(where="AND s.id = %s"), (self.namespace, session_id))
+        row = await cur.fetchone()
+        if row is None:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"no session {session_id!r}",
+                context={"session_id": session_id},
+            )
+        return _info(row)
+
+    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+        sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        t = time.time()
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                "INSERT INTO memora_sessions (namespace, id, title, created_at, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (self.namespace, sid, title, t, t),
+            )
+            if cur.rowcount != 1:
+                raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
+        return SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+
+    async def get(self, session_id: str) -> SessionInfo:
+        async with await self._conn() as conn:
+            return await self._one(conn, session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT 1 FROM memora_sessions WHERE namespace=%s AND id=%s",
+                (self.namespace, session_id),
+            )
+            return await cur.fetchone() is not None
+
+    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
+        where = "" if include_archived else "AND NOT s.archived"
+        async with await self._conn() as conn:
+            cur = await conn.execute(_INFO.format(where=where), (self.namespace,))
+            infos = [_info(r) for r in await cur.fetchall()]
+        infos.sort(key=lambda i: -i.updated_at)
+        return infos
+
+    async def _append(self, session_id: str, lines: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        async with await self._conn() as conn, conn.transaction():
+            await self._one(conn, session_id)
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "
+                    "VALUES (%s, %s, %s, %s)",
+                    [
+                        (self.namespace, session_id, kind, json.dumps(body, ensure_ascii=False))
+                        for kind, body in lines
+                    ],
+                )
+
+    async def append_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
+        if messages:
+            await self._append(session_id, [("message", dict(m)) for m in messages])
+
+    async def append_round(self, session_id: str, record: RoundRecord) -> None:
+        await self.append_turn(session_id, (), record)
+
+    async def append_turn(
+        self, session_id: str, messages: Sequence[dict[str, Any]], record: RoundRecord
+    ) -> None:
+        """A finished turn in one transaction."""
+        lines = [("message", dict(m)) for m in messages]
+        lines.append(("round", record.to_dict()))
+        await self._append(session_id, lines)
+
+    async def _lines(self, session_id: str, kind: str) -> builtins.list[dict[str, Any]]:
+        async with await self._conn() as conn:
+            await self._one(conn, session_id)
+            cur = await conn.execute(
+                "SELECT body FROM memora_session_lines WHERE namespace=%s AND session_id=%s "
+                "AND kind=%s ORDER BY seq",
+                (self.namespace, session_id, kind),
+            )
+            return [dict(r[0]) for r in await cur.fetchall()]
+
+    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        return await self._lines(session_id, "message")
+
+    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
+        return [RoundRecord.from_dict(b) for b in await self._lines(session_id, "round")]
+
+    async def fork(
+        self, session_id: str, at_round_id: str | None = None, title: str = ""
+    ) -> tuple[SessionInfo, int]:
+        async with await self._conn() as conn, conn.transaction():
+            source = await self._one(conn, session_id)
+            cur = await conn.execute(
+                "SELECT seq, kind, body FROM memora_session_lines WHERE namespace=%s "
+                "AND session_id=%s ORDER BY seq",
+                (self.namespace, session_id),
+            )
+            kept: builtins.list[tuple[str, Any]] = []
+            found = at_round_id is None
+            for _, kind, body in await cur.fetchall():
+                kept.append((kind, body))
+                if (
+                    at_round_id is not None
+                    and kind == "round"
+                    and body.get("round_id") == at_round_id
+                ):
+                    found = True
+                    break
+            if not found:
+                raise MemoraError(
+                    ErrorCode.NOT_FOUND,
+                    f"session {session_id!r} has no round {at_round_id!r}",
+                    context={"session_id": session_id, "round_id": at_round_id},
+                )
+            new_id = f"{session_id[:100]}-fork-{uuid.uuid4().hex[:6]}"
+            t = time.time()
+            new_title = title or (source.title + " (fork)").strip()
+            await conn.execute(
+                "INSERT INTO memora_sessions (namespace, id, title, created_at, updated_at, "
+                "parent_id, fork_round_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (self.namespace, new_id, new_title, t, t, session_id, at_round_id),
+            )
+            async with conn.cursor() as c:
+                await c.executemany(
+                    "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "
+                    "VALUES (%s, %s, %s, %s)",
+                    [
+                        (self.namespace, new_id, k, json.dumps(b, ensure_ascii=False))
+                        for k, b in kept
+                    ],
+                )
+            info = await self._one(conn, new_id)
+        return info, info.round_count
+
+    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE memora_sessions SET archived=%s, updated_at=%s WHERE namespace=%s AND id=%s",
+                (archived, time.time(), self.namespace, session_id),
+            )
+            if cur.rowcount != 1:
+                raise MemoraError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+            return await self._one(conn, session_id)
+
+    async def close(self) -> None:
+        await self.db.close()

@@ -1,0 +1,366 @@
+"""Memory storage in PostgreSQL.
+
+Search uses the kernel's tokenizer on both sides, like the SQLite backend: each memory's words
+and CJK bigrams (plus each CJK run's last character) are stored as a ``tsvector`` built from
+those tokens exactly (no PostgreSQL text parser in between), under a GIN index.  A query becomes
+a ``tsquery`` of the same tokens — a CJK phrase as the AND of its bigrams, a single CJK character
+as a prefix, terms joined by OR — passed as a parameter, so no query syntax of the user's is
+ever interpreted.  The candidates the index returns are then checked and ranked with the
+kernel's BM25 (``memora.memory.storage.score_records``): a phrase must really occur, and the
+order is the one every backend gives.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from memora.errors import ErrorCode, MemoraError
+from memora.memory.keywords import index_tokens, query_terms
+from memora.memory.storage import (
+    check_new,
+    clamp_limit,
+    score_records,
+    tokens_of,
+    update_changes,
+)
+from memora.memory.types import MemoryRecord, NewMemory, ScoredMemory, check_source
+
+from .database import Database, namespace_from
+
+__all__ = ["PostgresStorage", "lexemes_of", "tsquery_of"]
+
+logger = logging.getLogger("memora.plugins.postgres")
+
+_COLUMNS = (
+    "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
+    "session_id, round_id, meta"
+)
+_MAX_POSITION = 16383  # PostgreSQL's largest tsvector position
+_MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL's own limit)
+
+
+def _quote(token: str) -> str:
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def lexemes_of(name: str, content: str) -> str:
+    """The ``tsvector`` text of a memory: every kernel token with its positions."""
+    positions: dict[str, list[int]] = {}
+    for i, token in enumerate(index_tokens(f"{name}\n{content}"), 1):
+        slots = positions.setdefault(token, [])
+        if len(slots) < _MAX_POSITIONS:
+            slots.append(min(i, _MAX_POSITION))
+    return " ".join(
+        f"{_quote(t)}:{','.join(map(str, sorted(set(p))))}" for t, p in positions.items()
+    )
+
+
+def tsquery_of(query: str) -> str | None:
+    """The ``tsquery`` text for a user query, or None when it has no searchable term."""
+    parts = []
+    for term in query_terms(query):
+        if term.prefix:
+            parts.append(f"{_quote(term.tokens[0])}:*")
+        elif len(term.tokens) == 1:
+            parts.append(_quote(term.tokens[0]))
+        else:
+            parts.append("(" + " & ".join(_quote(t) for t in dict.fromkeys(term.tokens)) + ")")
+    return " | ".join(parts) if parts else None
+
+
+def _record(row: Sequence[Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=row[0],
+        source=row[1],
+        name=row[2],
+        content=row[3],
+        summary_type=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        superseded_by=row[7],
+        session_id=row[8],
+        round_id=row[9],
+        meta=dict(row[10] or {}),
+    )
+
+
+class PostgresStorage:
+    """The ``postgres`` storage backend (``MemoryStorage`` protocol)."""
+
+    def __init__(self, db: Database, namespace: str) -> None:
+        self.db = db
+        self.namespace = namespace
+        self._closed = False
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> PostgresStorage:
+        return cls(Database.from_options(options), namespace_from(options, "path"))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MemoraError(ErrorCode.STORAGE_ERROR, "the memory storage is closed")
+
+    async def _conn(self) -> Any:
+        self._check_open()
+        return (await self.db.pool()).connection()
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def _insert(self, conn: AsyncConnection[Any], record: MemoryRecord) -> bool:
+        cur = await conn.execute(
+            f"INSERT INTO memora_memories (namespace, {_COLUMNS}, lexemes) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector) "
+            "ON CONFLICT (namespace, id) DO NOTHING",
+            (
+                self.namespace,
+                record.id,
+                record.source,
+                record.name,
+                record.content,
+                record.summary_type,
+                record.created_at,
+                record.updated_at,
+                record.superseded_by,
+                record.session_id,
+                record.round_id,
+                json.dumps(record.meta, ensure_ascii=False),
+                lexemes_of(record.name, record.content),
+            ),
+        )
+        return cur.rowcount == 1
+
+    async def add(self, item: NewMemory) -> MemoryRecord:
+        return (await self.add_many([item]))[0]
+
+    async def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
+        for item in items:
+            check_new(item)
+        out: builtins.list[MemoryRecord] = []
+        async with await self._conn() as conn, conn.transaction():
+            for item in items:
+                check_source(item.source)
+                record = MemoryRecord.from_new(item)
+                if not await self._insert(conn, record):  # an id that exists: idempotent
+                    existing = await self._get(conn, record.id)
+                    if existing is not None:
+                        record = existing
+                out.append(record)
+        return out
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        name: str | None = None,
+        summary_type: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> MemoryRecord:
+        changes = update_changes(content, name, summary_type, meta)
+        async with await self._conn() as conn, conn.transaction():
+            record = await self._require(conn, memory_id, lock=True)
+            updated = record.with_changes(**changes)
+            await conn.execute(
+                "UPDATE memora_memories SET name=%s, content=%s, summary_type=%s, updated_at=%s, "
+                "meta=%s, lexemes=%s::tsvector WHERE namespace=%s AND id=%s",
+                (
+                    updated.name,
+                    updated.content,
+                    updated.summary_type,
+                    updated.updated_at,
+                    json.dumps(updated.meta, ensure_ascii=False),
+                    lexemes_of(updated.name, updated.content),
+                    self.namespace,
+                    memory_id,
+                ),
+            )
+            return updated
+
+    async def delete(self, memory_id: str) -> bool:
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                "DELETE FROM memora_memories WHERE namespace=%s AND id=%s",
+                (self.namespace, memory_id),
+            )
+            return bool(cur.rowcount)
+
+    async def supersede(self, old_id: str, new: NewMemory) -> MemoryRecord:
+        check_new(new)
+        async with await self._conn() as conn, conn.transaction():
+            await self._require(conn, old_id, lock=True)
+            check_source(new.source)
+            record = MemoryRecord.from_new(new)
+            await self._insert(conn, record)
+            await conn.execute(
+                "UPDATE memora_memories SET superseded_by=%s, updated_at=%s "
+                "WHERE namespace=%s AND id=%s",
+                (record.id, record.created_at, self.namespace, old_id),
+            )
+            return record
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def _get(
+        self, conn: AsyncConnection[Any], memory_id: str, *, lock: bool = False
+    ) -> MemoryRecord | None:
+        cur = await conn.execute(
+            f"SELECT {_COLUMNS} FROM memora_memories WHERE namespace=%s AND id=%s"
+            + (" FOR UPDATE" if lock else ""),
+            (self.namespace, memory_id),
+        )
+        row = await cur.fetchone()
+        return _record(row) if row else None
+
+    async def _require(
+        self, conn: AsyncConnection[Any], memory_id: str, *, lock: bool = False
+    ) -> MemoryRecord:
+        record = await self._get(conn, memory_id, lock=lock)
+        if record is None:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND, f"no memory with id {memory_id!r}", context={"id": memory_id}
+            )
+        return record
+
+    async def get(self, memory_id: str) -> MemoryRecord | None:
+        async with await self._conn() as conn:
+            return await self._get(conn, memory_id)
+
+    async def list(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_superseded: bool = True,
+    ) -> builtins.list[MemoryRecord]:
+        where, args = self._filters(source, include_superseded, None)
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM memora_memories WHERE {' AND '.join(where)} "
+                "ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
+                (*args, clamp_limit(limit), max(0, int(offset))),
+            )
+            return [_record(r) for r in await cur.fetchall()]
+
+    def _filters(
+        self, source: str | None, include_superseded: bool, round_ids: builtins.list[str] | None
+    ) -> tuple[builtins.list[str], builtins.list[Any]]:
+        where = ["namespace = %s"]
+        args: builtins.list[Any] = [self.namespace]
+        if not include_superseded:
+            where.append("superseded_by IS NULL")
+        if source is not None:
+            where.append("source = %s")
+            args.append(source)
+        if round_ids is not None:
+            where.append("round_id = ANY(%s)")
+            args.append(round_ids)
+        return where, args
+
+    async def search_by_keyword(
+        self,
+        query: str,
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        self._check_open()
+        if not isinstance(query, str):
+            return []
+        tsquery = tsquery_of(query)
+        limit = clamp_limit(limit)
+        ids = list(round_ids) if round_ids is not None else None
+        if tsquery is None or limit == 0 or ids == []:
+            return []
+        where, args = self._filters(source, include_superseded, ids)
+        # Candidates in index rank order, then the kernel's phrase check and BM25.  A page
+        # larger than `limit` leaves room for candidates the phrase check drops; more pages are
+        # read only when it dropped too many.
+        page = max(limit * 4, 40)
+        found: builtins.list[tuple[MemoryRecord, str, Counter[str], int]] = []
+        offset = 0
+        async with await self._conn() as conn:
+            while True:
+                cur = await conn.execute(
+                    "WITH query AS (SELECT CAST(%s AS tsquery) AS q) "
+                    f"SELECT {_COLUMNS} FROM memora_memories, query "
+                    f"WHERE lexemes @@ q AND {' AND '.join(where)} "
+                    "ORDER BY ts_rank(lexemes, q) DESC, created_at DESC LIMIT %s OFFSET %s",
+                    (tsquery, *args, page, offset),
+                )
+                rows = await cur.fetchall()
+                for row in rows:
+                    record = _record(row)
+                    found.append((record, *tokens_of(record)))
+                scored = _score(found, query)
+                if len(scored) >= limit or len(rows) < page:
+                    break
+                offset += page
+        return scored[:limit]
+
+    async def count(self) -> int:
+        return await self._count(None)
+
+    async def count_by_source(self, source: str) -> int:
+        return await self._count(source)
+
+    async def _count(self, source: str | None) -> int:
+        where, args = self._filters(source, True, None)
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT count(*) FROM memora_memories WHERE {' AND '.join(where)}", args
+            )
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+    async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        async with await self._conn() as conn:
+            record = await self._require(conn, memory_id)
+            chain = [record]
+            seen = {record.id}
+            cur_rec = record
+            while True:  # predecessors
+                cur = await conn.execute(
+                    f"SELECT {_COLUMNS} FROM memora_memories WHERE namespace=%s "
+                    "AND superseded_by=%s LIMIT 1",
+                    (self.namespace, cur_rec.id),
+                )
+                row = await cur.fetchone()
+                if row is None or row[0] in seen:
+                    break
+                cur_rec = _record(row)
+                chain.insert(0, cur_rec)
+                seen.add(cur_rec.id)
+            cur_rec = record
+            while cur_rec.superseded_by and cur_rec.superseded_by not in seen:
+                nxt = await self._get(conn, cur_rec.superseded_by)
+                if nxt is None:
+                    break
+                chain.append(nxt)
+                seen.add(nxt.id)
+                cur_rec = nxt
+            return chain
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.db.close()
+
+
+def _score(
+    found: builtins.list[tuple[MemoryRecord, str, Counter[str], int]], query: str
+) -> builtins.list[ScoredMemory]:
+    if not found:
+        return []
+    avg = sum(f[3] for f in found) / len(found)
+    return score_records(found, query, len(found), len(found), avg)
