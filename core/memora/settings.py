@@ -119,6 +119,17 @@ class Settings:
             )
         return entry.type, {**self.plugin_options(entry.type), **entry.options()}
 
+    def state_store(self, option: str, storage: Any, available: list[str], fallback: str) -> str:
+        """The session store (``option="session_store"``) or project lock
+        (``"project_lock"``) to use: the config's key, else the one registered under the
+        storage backend's name (``available``), else ``fallback``."""
+        configured = getattr(self.config, option)
+        if configured:
+            return str(configured)
+        if isinstance(storage, str) and storage in available:
+            return storage
+        return fallback
+
     def rows(self) -> list[tuple[str, Any, str]]:
         """``(key, value, origin)`` for every effective setting, for display."""
         out: list[tuple[str, Any, str]] = [

@@ -330,13 +330,9 @@ class Agent:
         one a plugin registered under the storage backend's name, else the built-in one."""
         if option in self._explicit and getattr(self.options, option) is not None:
             return getattr(self.options, option)
-        configured = getattr(self.settings.config, option)
-        if configured:
-            return configured
-        storage = self._storage_name()
-        if isinstance(storage, str) and storage in self._plugins.names(kind):
-            return storage
-        return fallback
+        return self.settings.state_store(
+            option, self._storage_name(), self._plugins.names(kind), fallback
+        )
 
     def _create_lock(self, project: Path, data_dir: Path) -> Any:
         spec = self._state_service("project_lock", "project_lock", "file")

@@ -99,11 +99,20 @@ class StorageTarget:
         return open_storage(self.settings(), self.data_dir, read_only=read_only)
 
     def open_sessions(self) -> Any:
-        """The session store (``jsonl``) of the data folder, through its plugin."""
-        return plugin_manager().create("session_store", "jsonl", {"path": self.data_dir})
+        """The session store the Agent would use: the config's ``session_store``, else the one
+        named like the storage backend, else ``jsonl``."""
+        settings = self.settings()
+        plugins = plugin_manager()
+        name = settings.state_store(
+            "session_store", settings.storage, plugins.names("session_store"), "jsonl"
+        )
+        options = {**settings.plugin_options(name), "path": self.data_dir}
+        return plugins.create("session_store", name, options)
 
 
-def _targeted(fn: Callable[..., Any], *, storage: bool) -> Callable[..., Any]:
+def store_options(fn: F) -> F:
+    """--project, --data-dir, --config-dir and --storage, handed to the command as ``where``."""
+
     @functools.wraps(fn)
     def wrapper(
         *args: Any,
@@ -115,15 +124,4 @@ def _targeted(fn: Callable[..., Any], *, storage: bool) -> Callable[..., Any]:
     ) -> Any:
         return fn(*args, where=StorageTarget(project, data_dir, config_dir, storage), **kwargs)
 
-    wrapped = location_options(wrapper)
-    return storage_option(wrapped) if storage else wrapped
-
-
-def store_options(fn: F) -> F:
-    """--project, --data-dir, --config-dir and --storage, handed to the command as ``where``."""
-    return _targeted(fn, storage=True)  # type: ignore[return-value]
-
-
-def session_options(fn: F) -> F:
-    """--project, --data-dir and --config-dir, handed to the command as ``where``."""
-    return _targeted(fn, storage=False)  # type: ignore[return-value]
+    return storage_option(location_options(wrapper))  # type: ignore[return-value]

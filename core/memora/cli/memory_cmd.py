@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .common import StorageTarget, session_options, store_options
+from .common import StorageTarget, store_options
 from .main import cli, emit_json
 
 T = TypeVar("T")
@@ -214,11 +214,16 @@ def sessions_group() -> None:
     """List, show and fork sessions."""
 
 
-def _arun(coro: Awaitable[T]) -> T:
+def _with_sessions(where: StorageTarget, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the session store, run ``work`` on it and close it, in one event loop."""
     from ..errors import MemoraError
 
     async def main() -> T:
-        return await coro
+        store = where.open_sessions()
+        try:
+            return await work(store)
+        finally:
+            await store.close()
 
     try:
         import asyncio
@@ -229,11 +234,16 @@ def _arun(coro: Awaitable[T]) -> T:
 
 
 @sessions_group.command("list")
-@session_options
+@store_options
 @click.option("--all", "include_archived", is_flag=True, help="Include archived sessions.")
 @click.option("--json", "as_json", is_flag=True)
 def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -> None:
-    infos = _arun(where.open_sessions().list(include_archived=include_archived))
+    """Sessions, most recently updated first."""
+
+    async def work(store: Any) -> list[Any]:
+        return list(await store.list(include_archived=include_archived))
+
+    infos = _with_sessions(where, work)
     if as_json:
         emit_json({"sessions": [i.to_dict() for i in infos]})
         return
@@ -244,12 +254,15 @@ def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -
 
 @sessions_group.command("show")
 @click.argument("session_id")
-@session_options
+@store_options
 @click.option("--json", "as_json", is_flag=True)
 def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
-    store = where.open_sessions()
-    info = _arun(store.get(session_id))
-    rounds = _arun(store.rounds(session_id))
+    """One session and its rounds."""
+
+    async def work(store: Any) -> tuple[Any, list[Any]]:
+        return await store.get(session_id), list(await store.rounds(session_id))
+
+    info, rounds = _with_sessions(where, work)
     if as_json:
         emit_json({"session": info.to_dict(), "rounds": [r.to_dict() for r in rounds]})
         return
@@ -262,13 +275,19 @@ def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
 
 @sessions_group.command("fork")
 @click.argument("session_id")
-@session_options
+@store_options
 @click.option("--at-round", default=None, help="Copy rounds up to and including this round id.")
 @click.option("--json", "as_json", is_flag=True)
 def sessions_fork(
     session_id: str, where: StorageTarget, at_round: str | None, as_json: bool
 ) -> None:
-    info, count = _arun(where.open_sessions().fork(session_id, at_round))
+    """Copy a session's rounds (up to a round) into a new session."""
+
+    async def work(store: Any) -> tuple[Any, int]:
+        info, count = await store.fork(session_id, at_round)
+        return info, int(count)
+
+    info, count = _with_sessions(where, work)
     if as_json:
         emit_json({"session": info.to_dict(), "round_count": count})
         return

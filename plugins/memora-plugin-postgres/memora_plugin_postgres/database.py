@@ -85,13 +85,18 @@ async def _m1_tables(conn: AsyncConnection[Any]) -> None:
         """
     )
     await conn.execute(
-        "CREATE INDEX memora_memories_lexemes ON memora_memories USING gin (lexemes)"
+        # fastupdate off: a search never scans a pending list of recent inserts linearly
+        "CREATE INDEX memora_memories_lexemes ON memora_memories USING gin (lexemes) "
+        "WITH (fastupdate = off)"
     )
     await conn.execute(
         "CREATE INDEX memora_memories_recent ON memora_memories (namespace, created_at DESC, id)"
     )
     await conn.execute(
-        "CREATE INDEX memora_memories_successor ON memora_memories (namespace, superseded_by)"
+        # partial: only superseded rows; a planner with stale statistics must not pick it for
+        # "superseded_by IS NULL" over the GIN index (seen: 55 ms instead of 0.5 ms)
+        "CREATE INDEX memora_memories_successor ON memora_memories (namespace, superseded_by) "
+        "WHERE superseded_by IS NOT NULL"
     )
     await conn.execute(
         """

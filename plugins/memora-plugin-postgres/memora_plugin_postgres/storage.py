@@ -42,6 +42,7 @@ _COLUMNS = (
     "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
     "session_id, round_id, meta"
 )
+_ANALYZE_AFTER = 5000  # rows in one add_many that count as a bulk import
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position
 _MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL's own limit)
 
@@ -113,46 +114,62 @@ class PostgresStorage:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    async def _insert(self, conn: AsyncConnection[Any], record: MemoryRecord) -> bool:
-        cur = await conn.execute(
-            f"INSERT INTO memora_memories (namespace, {_COLUMNS}, lexemes) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector) "
-            "ON CONFLICT (namespace, id) DO NOTHING",
-            (
-                self.namespace,
-                record.id,
-                record.source,
-                record.name,
-                record.content,
-                record.summary_type,
-                record.created_at,
-                record.updated_at,
-                record.superseded_by,
-                record.session_id,
-                record.round_id,
-                json.dumps(record.meta, ensure_ascii=False),
-                lexemes_of(record.name, record.content),
-            ),
+    _INSERT = (
+        f"INSERT INTO memora_memories (namespace, {_COLUMNS}, lexemes) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector) "
+        "ON CONFLICT (namespace, id) DO NOTHING"
+    )
+
+    def _row(self, record: MemoryRecord) -> tuple[Any, ...]:
+        return (
+            self.namespace,
+            record.id,
+            record.source,
+            record.name,
+            record.content,
+            record.summary_type,
+            record.created_at,
+            record.updated_at,
+            record.superseded_by,
+            record.session_id,
+            record.round_id,
+            json.dumps(record.meta, ensure_ascii=False),
+            lexemes_of(record.name, record.content),
         )
-        return cur.rowcount == 1
+
+    async def _insert(self, conn: AsyncConnection[Any], record: MemoryRecord) -> None:
+        await conn.execute(self._INSERT, self._row(record))
 
     async def add(self, item: NewMemory) -> MemoryRecord:
         return (await self.add_many([item]))[0]
 
     async def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
+        """One transaction; rows go in one pipelined ``executemany``.  An item whose ``id``
+        exists already returns the stored record (imports are idempotent)."""
         for item in items:
             check_new(item)
-        out: builtins.list[MemoryRecord] = []
+        records = [MemoryRecord.from_new(item) for item in items]
+        for item in items:
+            check_source(item.source)
         async with await self._conn() as conn, conn.transaction():
-            for item in items:
-                check_source(item.source)
-                record = MemoryRecord.from_new(item)
-                if not await self._insert(conn, record):  # an id that exists: idempotent
-                    existing = await self._get(conn, record.id)
-                    if existing is not None:
-                        record = existing
-                out.append(record)
-        return out
+            given = [item.id for item in items if item.id]
+            existing: dict[str, MemoryRecord] = {}
+            if given:
+                cur = await conn.execute(
+                    f"SELECT {_COLUMNS} FROM memora_memories WHERE namespace=%s AND id = ANY(%s)",
+                    (self.namespace, given),
+                )
+                existing = {r.id: r for r in map(_record, await cur.fetchall())}
+            fresh = [r for r in records if r.id not in existing]
+            if fresh:
+                async with conn.cursor() as cur:
+                    await cur.executemany(self._INSERT, [self._row(r) for r in fresh])
+        if len(fresh) >= _ANALYZE_AFTER:
+            # a bulk import: refresh the planner's statistics now rather than when autovacuum
+            # gets to it, so searches keep using the GIN index
+            async with await self._conn() as conn:
+                await conn.execute("ANALYZE memora_memories")
+        return [existing.get(r.id, r) for r in records]
 
     async def update(
         self,
@@ -296,6 +313,9 @@ class PostgresStorage:
                     f"WHERE lexemes @@ q AND {' AND '.join(where)} "
                     "ORDER BY ts_rank(lexemes, q) DESC, created_at DESC LIMIT %s OFFSET %s",
                     (tsquery, *args, page, offset),
+                    # never a prepared (generic) plan: it cannot see that the query is
+                    # selective and scans the whole table instead of the GIN index
+                    prepare=False,
                 )
                 rows = await cur.fetchall()
                 for row in rows:

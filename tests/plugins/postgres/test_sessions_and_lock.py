@@ -191,3 +191,59 @@ async def test_agent_selects_postgres_from_config(
     assert not (tmp_path / "d" / "memory.db").exists()
     assert not (tmp_path / "d" / "sessions").exists()
     assert not (project / ".memora" / ".lock").exists()
+
+
+def test_cli_memory_commands_on_postgres(pg_dsn: str, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    (project / ".memora").mkdir(parents=True)
+    (project / ".memora" / "config.json").write_text(
+        json.dumps({"plugins": {"postgres": {"namespace": _ns()}}})
+    )
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"id": "m1", "source": "persona", "content": "长期记忆 in PostgreSQL"}) + "\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "MEMORA_POSTGRES_DSN": pg_dsn}
+
+    def memora(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "memora", *args, "--project", str(project)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    r = memora("memory", "import", str(src), "--storage", "postgres")
+    assert r.returncode == 0, r.stderr
+    r = memora("memory", "search", "记忆", "--storage", "postgres", "--json")
+    assert [x["id"] for x in json.loads(r.stdout)["results"]] == ["m1"]
+    env["MEMORA_STORAGE"] = "postgres"  # the same through the environment
+    r = memora("memory", "stats", "--json")
+    assert json.loads(r.stdout) == {"total": 1, "by_source": {"persona": 1}}
+
+
+async def test_cli_sessions_follow_the_storage(pg_dsn: str, tmp_path: Path) -> None:
+    namespace = _ns()
+    store = PostgresSessionStore(Database(pg_dsn), namespace)
+    s = await store.create(title="from the service")
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    await store.close()
+    project = tmp_path / "p"
+    (project / ".memora").mkdir(parents=True)
+    (project / ".memora" / "config.json").write_text(
+        json.dumps({"storage": "postgres", "plugins": {"postgres": {"namespace": namespace}}})
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "sessions", "list", "--project", str(project), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MEMORA_POSTGRES_DSN": pg_dsn},
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    (listed,) = json.loads(r.stdout)["sessions"]
+    assert listed["id"] == s.id and listed["round_count"] == 1
