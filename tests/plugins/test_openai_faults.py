@@ -19,6 +19,7 @@ from memora_plugin_openai import OpenAIProvider, SSEDecoder
 from .fault_server import (
     STREAM_HEAD,
     FaultServer,
+    Scenario,
     chunked,
     cut_scenario,
     json_scenario,
@@ -452,3 +453,159 @@ async def test_a_body_left_open_after_done_is_not_waited_for(
     out = await collect(provider)
     assert any(isinstance(d, FinishDelta) for d in out)
     assert time.monotonic() - started < 1.0  # not the 1 s stall timeout, not forever
+
+
+# -- untrusted streams: whatever the server sends, only ProviderError leaves stream() ------------
+
+
+def _raw(head: bytes, body: bytes = b"") -> Scenario:
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(head + body)
+        await writer.drain()
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("scenario", "needle"),
+    [
+        (
+            _raw(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 13\r\n\r\n",
+                b"<html></html>",
+            ),
+            "an HTML page",
+        ),
+        (
+            _raw(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n",
+                b"{}",
+            ),
+            "a JSON body",
+        ),
+        (
+            _raw(
+                b"HTTP/1.1 302 Found\r\nlocation: http://elsewhere.invalid/v1\r\n"
+                b"content-length: 0\r\n\r\n"
+            ),
+            "redirected to http://elsewhere.invalid/v1",
+        ),
+    ],
+    ids=["html", "json-body", "redirect"],
+)
+async def test_not_an_event_stream_is_a_clear_provider_error(
+    server: FaultServer, provider: OpenAIProvider, scenario: Scenario, needle: str
+) -> None:
+    server.script = [scenario]
+    with pytest.raises(ProviderError, match=needle):
+        await collect(provider)
+
+
+MALFORMED = {
+    "choices-string": b'data: {"choices": "nope"}\n\n',
+    "delta-list": b'data: {"choices": [{"delta": ["x"]}]}\n\n',
+    "tool-index-string": (
+        b'data: {"choices": [{"delta": {"tool_calls": [{"index": "x", "function": {}}]}}]}\n\n'
+    ),
+    "usage-nan": b'data: {"choices": [], "usage": {"prompt_tokens": NaN}}\n\n',
+    "content-int": b'data: {"choices": [{"delta": {"content": 5}}]}\n\n',
+}
+
+
+@pytest.mark.parametrize("event", list(MALFORMED.values()), ids=list(MALFORMED))
+async def test_events_of_the_wrong_shape_are_provider_errors(
+    server: FaultServer, provider: OpenAIProvider, event: bytes
+) -> None:
+    server.script = [stream_scenario([event])]
+    with pytest.raises(ProviderError, match="wrong shape"):
+        await collect(provider)
+
+
+async def test_deeply_nested_json_is_skipped_not_a_crash(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    deep = b"data: " + b"[" * 10_000 + b"]" * 10_000 + b"\n\n"
+    server.script = [stream_scenario([deep, *TEXT_EVENTS])]
+    out = await collect(provider)
+    assert any(isinstance(d, FinishDelta) for d in out)
+
+
+async def test_a_line_without_end_is_cut(server: FaultServer, provider: OpenAIProvider) -> None:
+    async def endless_line(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes
+    ) -> None:
+        writer.write(STREAM_HEAD + chunked(b"data: "))
+        for _ in range(20):  # 10 MB, no newline
+            writer.write(chunked(b"x" * 500_000))
+            await writer.drain()
+        await asyncio.sleep(3600)
+
+    server.script = [endless_line]
+    with pytest.raises(ProviderError, match="longer than"):
+        await collect(provider)
+
+
+async def test_response_size_is_bounded_even_compressed(server: FaultServer) -> None:
+    import gzip
+
+    payload = gzip.compress(b"data: " + b"y" * 50_000_000 + b"\n\n")  # ~50 KB on the wire
+
+    async def bomb(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            + f"content-length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        await writer.drain()
+
+    server.script = [bomb]
+    p = OpenAIProvider(model="m", base_url=server.url, max_response_bytes=1_000_000)
+    try:
+        with pytest.raises(ProviderError, match="passed 1000000 bytes"):
+            await collect(p)
+        assert server.requests[0]["headers"]["accept-encoding"] == "identity"
+    finally:
+        await p.aclose()
+
+
+async def test_a_dripping_server_hits_the_total_deadline(server: FaultServer) -> None:
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(STREAM_HEAD)
+        for _ in range(600):  # a keep-alive comment every 0.1 s: no read ever times out
+            writer.write(chunked(b": keep-alive\n"))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    server.script = [drip]
+    p = OpenAIProvider(model="m", base_url=server.url, stall_timeout=1.0, total_timeout=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProviderError) as info:
+            await collect(p)
+    finally:
+        await p.aclose()
+    assert info.value.category == "timeout"
+    assert time.monotonic() - started < 5
+
+
+async def test_a_malformed_answer_does_not_stick_to_the_session(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    from memora import Agent
+
+    server.script = [stream_scenario([MALFORMED["delta-list"]]), stream_scenario(TEXT_EVENTS)]
+    project = tmp_path / "p"
+    project.mkdir()
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "d",
+        provider="openai",
+        provider_options={"model": "m", "base_url": server.url},
+        strategy_override={"reflect": {"summary": "off"}},
+        retry_attempts=1,
+        load_entrypoints=True,
+    ) as agent:
+        first = [c async for c in agent.chat("one")]
+        assert first[-1].type == "error" and "wrong shape" in first[-1].message  # type: ignore[union-attr]
+        second = [c async for c in agent.chat("two")]
+        assert second[-1].type == "done"

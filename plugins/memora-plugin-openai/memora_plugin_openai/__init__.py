@@ -3,7 +3,8 @@
 Options (``config["providers"][name]`` or ``memora run --provider openai --base-url ...``):
 ``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
 ``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
-``http2``, ``extra_body``.
+``http2``, ``extra_body``, ``total_timeout`` (seconds for a whole answer, default 900),
+``max_response_bytes`` (default 32 MiB).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ _OPTIONS = {
     "context_window",
     "http2",
     "extra_body",
+    "total_timeout",
+    "max_response_bytes",
 }
 
 

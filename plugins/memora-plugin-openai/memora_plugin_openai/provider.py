@@ -30,7 +30,7 @@ from memora.llm.types import (
     UsageDelta,
 )
 
-from .sse import SSEDecoder
+from .sse import SSEDecoder, SSELineTooLong
 
 __all__ = ["Completion", "OpenAIProvider", "encode_message"]
 
@@ -81,6 +81,86 @@ class _HistoryEntry:
     snapshot_ref: list[Message] | None = None
 
 
+def _count(value: Any, what: str) -> int:
+    """A token count: a non-negative integer (NaN, strings, floats with a fraction refused)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} is {type(value).__name__}, not a number")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{what} is {value!r}, not a whole number")
+    return max(0, int(value))
+
+
+def _text(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def _deltas(obj: dict[str, Any]) -> list[Delta]:
+    """The deltas of one event; a wrong type anywhere raises TypeError/ValueError."""
+    out: list[Delta] = []
+    choices = obj.get("choices")
+    if choices:
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise TypeError("choices is not a list of objects")
+        choice = choices[0]
+        delta = choice.get("delta") or choice.get("message") or {}
+        if not isinstance(delta, dict):
+            raise TypeError(f"delta is {type(delta).__name__}, not an object")
+        reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
+        if reasoning:
+            out.append(ReasoningDelta(reasoning))
+        content = _text(delta.get("content"), "content")
+        if content:
+            out.append(TextDelta(content))
+        calls = delta.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                raise TypeError("tool_calls is not a list")
+            for pos, tc in enumerate(calls):
+                if not isinstance(tc, dict):
+                    raise TypeError("a tool call is not an object")
+                fn = tc.get("function") or {}
+                if not isinstance(fn, dict):
+                    raise TypeError("a tool call's function is not an object")
+                index = tc.get("index", pos)
+                if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 128:
+                    raise ValueError(f"tool call index {index!r} is not an integer in 0..127")
+                call_id = tc.get("id")
+                out.append(
+                    ToolCallDelta(
+                        index,
+                        _text(call_id, "tool call id") or None,
+                        _text(fn.get("name"), "tool name") or None,
+                        _text(fn.get("arguments"), "tool arguments"),
+                    )
+                )
+        reason = choice.get("finish_reason")
+        if reason:
+            out.append(FinishDelta(_text(reason, "finish_reason")))
+    usage = obj.get("usage")
+    if usage:
+        if not isinstance(usage, dict):
+            raise TypeError("usage is not an object")
+        details = usage.get("completion_tokens_details") or {}
+        if not isinstance(details, dict):
+            raise TypeError("completion_tokens_details is not an object")
+        out.append(
+            UsageDelta(
+                TokenUsage(
+                    _count(usage.get("prompt_tokens"), "prompt_tokens"),
+                    _count(usage.get("completion_tokens"), "completion_tokens"),
+                    _count(details.get("reasoning_tokens"), "reasoning_tokens"),
+                )
+            )
+        )
+    return out
+
+
 @dataclass
 class Completion:
     """A non-streamed answer."""
@@ -114,8 +194,12 @@ class OpenAIProvider:
         http2: bool = False,
         extra_body: Mapping[str, Any] | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        total_timeout: float = 900.0,
+        max_response_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.model = model
+        self.total_timeout = float(total_timeout)
+        self.max_response_bytes = int(max_response_bytes)
         self.base_url = (
             base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
@@ -123,7 +207,12 @@ class OpenAIProvider:
             key = os.environ.get(api_key_env)
         else:
             key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        # identity: an answer is small text; a compressed one could expand without bound
+        hdrs = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream, application/json",
+            "Accept-Encoding": "identity",
+        }
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
         hdrs.update(headers or {})
@@ -268,16 +357,23 @@ class OpenAIProvider:
     # -- streaming ---------------------------------------------------------------------------------
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        """Stream one request.  Whatever the server sends, only :class:`ProviderError` leaves:
+        an HTML page, a JSON body or a redirect instead of an event stream, malformed events,
+        a body or a line past its size limit, a request past ``total_timeout``."""
         body = self.encode(request, stream=True)
         produced = False
         finished = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.total_timeout
         try:
             async with self._client.stream("POST", "/chat/completions", content=body) as response:
                 if response.status_code >= 400:
                     raise await self._http_error(response)
+                self._check_stream_response(response)
                 decoder = SSEDecoder()
                 done = False
                 drained = 0
+                received = 0
                 chunks = response.aiter_bytes()
                 while True:
                     try:
@@ -297,6 +393,21 @@ class OpenAIProvider:
                             continue
                     except (StopAsyncIteration, TimeoutError):
                         break
+                    received += len(chunk)
+                    if received > self.max_response_bytes:
+                        raise ProviderError(
+                            f"the answer from {self.base_url} passed "
+                            f"{self.max_response_bytes} bytes; stopped reading",
+                            category="unknown",
+                        )
+                    # a server that drips bytes just often enough to beat the read timeout
+                    # still ends here (checked per chunk: a clock read, not a timer)
+                    if loop.time() > deadline:
+                        raise ProviderError(
+                            f"the answer from {self.base_url} took longer than "
+                            f"{self.total_timeout:g} s",
+                            category="timeout",
+                        )
                     for data in decoder.feed(chunk):
                         if data == "[DONE]":
                             done = True
@@ -319,64 +430,64 @@ class OpenAIProvider:
                         category="connection",
                         retryable=not produced,
                     )
+        except ProviderError as exc:
+            exc.retryable = exc.retryable and not produced
+            raise
         except httpx2.HTTPError as exc:
             err = self._transport_error(exc)
             err.retryable = err.retryable and not produced
             raise err from exc
+        except SSELineTooLong as exc:
+            raise ProviderError(f"{self.base_url} sent {exc}", category="unknown") from exc
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as exc:  # a bug on either side must not escape as a raw exception
+            raise ProviderError(
+                f"unexpected failure reading {self.base_url}: {type(exc).__name__}: {exc}",
+                category="unknown",
+            ) from exc
+
+    def _check_stream_response(self, response: httpx2.Response) -> None:
+        if 300 <= response.status_code < 400:
+            where = response.headers.get("location", "elsewhere")
+            raise ProviderError(
+                f"{self.base_url} redirected to {where}; memora does not follow redirects for "
+                "LLM requests: set base_url to the final address",
+                category="unknown",
+                status=response.status_code,
+            )
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and kind != "text/event-stream":
+            what = {
+                "text/html": "an HTML page (a proxy, a login page or a wrong base_url?)",
+                "application/json": "a JSON body, not an event stream (does it stream?)",
+            }.get(kind, f"{kind!r}")
+            raise ProviderError(
+                f"{self.base_url} answered with {what} instead of an event stream",
+                category="unknown",
+            )
 
     def _translate(self, data: str) -> list[Delta]:
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             logger.warning("skipping a malformed SSE data line: %.200r", data)
             return []
         if not isinstance(obj, dict):
             return []
-        out: list[Delta] = []
         error = obj.get("error")
         if error:
             msg = error.get("message") if isinstance(error, dict) else str(error)
             raise ProviderError(
                 f"{self.base_url} reported an error mid-stream: {msg}", category="unknown"
             )
-        choices = obj.get("choices")
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta") or choice.get("message") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning:
-                out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if content:
-                out.append(TextDelta(content))
-            calls = delta.get("tool_calls")
-            if calls:
-                for pos, tc in enumerate(calls):
-                    fn = tc.get("function") or {}
-                    out.append(
-                        ToolCallDelta(
-                            int(tc.get("index", pos)),
-                            tc.get("id"),
-                            fn.get("name"),
-                            fn.get("arguments") or "",
-                        )
-                    )
-            reason = choice.get("finish_reason")
-            if reason:
-                out.append(FinishDelta(str(reason)))
-        usage = obj.get("usage")
-        if usage:
-            details = usage.get("completion_tokens_details") or {}
-            out.append(
-                UsageDelta(
-                    TokenUsage(
-                        int(usage.get("prompt_tokens") or 0),
-                        int(usage.get("completion_tokens") or 0),
-                        int(details.get("reasoning_tokens") or 0),
-                    )
-                )
-            )
-        return out
+        try:
+            return _deltas(obj)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise ProviderError(
+                f"{self.base_url} sent an event of the wrong shape ({exc}): {data[:200]!r}",
+                category="unknown",
+            ) from exc
 
     async def complete(self, request: LLMRequest) -> Completion:
         """A non-streamed request."""

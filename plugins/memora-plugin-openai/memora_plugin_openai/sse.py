@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import codecs
 
-__all__ = ["SSEDecoder"]
+__all__ = ["SSEDecoder", "SSELineTooLong"]
+
+MAX_LINE = 8 * 1024 * 1024
+"""Longest line (and event) the decoder buffers, in characters; a server that sends more
+without a line break gets :class:`SSELineTooLong` instead of an ever-growing buffer."""
+
+
+class SSELineTooLong(ValueError):
+    """A line or an event grew past the decoder's limit."""
 
 
 class SSEDecoder:
-    __slots__ = ("_buf", "_data", "_decoder")
+    __slots__ = ("_buf", "_data", "_decoder", "_max", "_size")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE) -> None:
         self._buf = ""
         self._data: list[str] = []
+        self._size = 0
+        self._max = max_line
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, chunk: bytes) -> list[str]:
@@ -32,6 +42,8 @@ class SSEDecoder:
             tail = ""
         lines = text.split("\n")
         self._buf = lines.pop() + tail
+        if len(self._buf) > self._max:
+            raise SSELineTooLong(f"an event-stream line longer than {self._max} characters")
         events: list[str] = []
         data = self._data
         for line in lines:
@@ -39,10 +51,14 @@ class SSEDecoder:
                 if data:
                     events.append("\n".join(data))
                     data.clear()
+                    self._size = 0
                 continue
             if line.startswith("data:"):
                 value = line[5:]
                 data.append(value[1:] if value.startswith(" ") else value)
+                self._size += len(value)
+                if self._size > self._max:
+                    raise SSELineTooLong(f"an event longer than {self._max} characters")
             # comments (":"), event:, id:, retry: and unknown fields are ignored
         return events
 
