@@ -208,3 +208,35 @@ async def test_unknown_resident_tool_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(MemoraError, match="'read_fiel' is not a resident tool") as info:
         await agent.init()
     assert info.value.code == "INVALID_CONFIG" and "read_file" in str(info.value)
+
+
+async def test_lone_surrogates_are_repaired_at_the_door(make_agent: Any) -> None:
+    """A user message or a model answer holding a lone surrogate cannot brick the session."""
+    from memora.llm.types import TextDelta as TD
+
+    evil = ScriptedResponse([TD("bad \ud800 answer"), *text("").deltas])
+    provider = ScriptedProvider([evil, text("fine")])
+    agent = await make_agent(provider)
+    first = await collect(agent.chat("hello \udc80 there"))
+    assert first[-1].type == "done"
+    second = await collect(agent.chat("next"))
+    assert second[-1].type == "done"
+    sent = provider.requests[1].messages
+    assert all(m.content.encode("utf-8") for m in sent)  # everything sent is encodable
+    assert "hello \ufffd there" in [m.content for m in sent]
+    rounds = await agent.sessions.rounds()
+    assert rounds[0].user == "hello \ufffd there"
+
+
+async def test_memory_refuses_unencodable_text(tmp_path: Path) -> None:
+    from memora.memory import NewMemory
+    from memora.memory.sqlite_store import SqliteStorage
+
+    store = SqliteStorage(tmp_path / "m.db")
+    try:
+        with pytest.raises(MemoraError, match="lone surrogate") as info:
+            await store.add(NewMemory("broken \ud800 text"))
+        assert info.value.code == "INVALID_INPUT"
+        assert await store.count() == 0
+    finally:
+        await store.close()

@@ -27,7 +27,7 @@ from ..hookspecs import hookimpl
 from ..llm.provider import Provider
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
-from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec
+from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec, clean_message, clean_text
 from ..memory.manager import MemoryManager
 from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
@@ -593,6 +593,8 @@ class Agent:
         return self._role_pack.system_prompt()
 
     def _append_message(self, state: TurnState, message: Message) -> None:
+        # the one door into history: nothing that cannot be encoded gets in
+        message = clean_message(message)
         self._history.append(message)
         self._costs.append(estimate_tokens(message))
         if self._wire:
@@ -831,6 +833,7 @@ class Agent:
     async def chat(self, text: str) -> AsyncIterator[AgentChunk]:
         """Run one turn; yields every chunk.  Never raises once started (errors are chunks)."""
         self._start()
+        text = clean_text(text)  # a lone surrogate would make every later request unencodable
         self.session_state.start()  # raises while an unrecovered error stands
         self._busy = True
         self._tool_context.counters.clear()

@@ -45,7 +45,7 @@ from ..errors import ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
-from ..llm.types import Message, ToolCall, ToolCallDelta, ToolSpec
+from ..llm.types import Message, ToolCall, ToolCallDelta, ToolSpec, clean_delta
 from ..tools.base import Tool, ToolRun, run_tool
 from ..tools.plan import AskUserSignal
 
@@ -376,8 +376,9 @@ class TurnEngine:
             async with asyncio.timeout(None) as deadline:
                 watch = StallWatch(loop, agent.options.llm_stall_timeout, deadline)
                 try:
-                    async for delta in stream_with_retries(provider, request, policy):
+                    async for raw in stream_with_retries(provider, request, policy):
                         watch.last = loop.time()
+                        delta = clean_delta(raw)  # no lone surrogate enters the turn
                         kind = delta.kind
                         if kind == "text":
                             piece = delta.text  # type: ignore[union-attr]

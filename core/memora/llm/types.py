@@ -8,7 +8,7 @@ translation per message object because messages are immutable once appended to h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 __all__ = [
     "Delta",
@@ -64,6 +64,66 @@ class Message:
     @staticmethod
     def tool(tool_call_id: str, name: str, content: str) -> Message:
         return Message("tool", content, tool_call_id=tool_call_id, name=name)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD.
+
+    A lone surrogate (from a JSON ``"\\ud800"`` escape, or a file name decoded with
+    ``surrogateescape``) cannot be encoded as UTF-8: once in the history, every later request
+    would fail.  Valid text is returned as is (one encode to check).
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+_D = TypeVar("_D")
+
+
+def clean_delta(item: _D) -> _D:
+    """A text, reasoning or tool-call delta with :func:`clean_text` applied (others as is)."""
+    delta: Any = item
+    kind = delta.kind
+    if kind == "text" or kind == "reasoning":
+        text = clean_text(delta.text)
+        return item if text is delta.text else cast(_D, type(delta)(text))
+    if kind == "tool_call":
+        args = clean_text(delta.arguments)
+        name = clean_text(delta.name) if delta.name else delta.name
+        call_id = clean_text(delta.id) if delta.id else delta.id
+        if args is delta.arguments and name is delta.name and call_id is delta.id:
+            return item
+        return cast(_D, ToolCallDelta(delta.index, call_id, name, args))
+    return item
+
+
+def clean_message(message: Message) -> Message:
+    """The message with :func:`clean_text` applied to every string it carries."""
+    try:
+        for value in (message.content, message.tool_call_id, message.name, message.reasoning):
+            if value:
+                value.encode("utf-8")
+        for call in message.tool_calls:
+            (call.id + call.name + call.arguments).encode("utf-8")
+        return message  # the common case: nothing to repair, nothing copied
+    except UnicodeEncodeError:
+        pass
+    calls = tuple(
+        ToolCall(clean_text(c.id), clean_text(c.name), clean_text(c.arguments))
+        for c in message.tool_calls
+    )
+    fixed = Message(
+        message.role,
+        clean_text(message.content),
+        calls,
+        clean_text(message.tool_call_id) if message.tool_call_id else message.tool_call_id,
+        clean_text(message.name) if message.name else message.name,
+        clean_text(message.reasoning) if message.reasoning else message.reasoning,
+    )
+    return fixed
 
 
 @dataclass(frozen=True, slots=True)

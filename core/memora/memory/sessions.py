@@ -102,6 +102,17 @@ class RoundRecord:
         )
 
 
+def _line_bytes(line: dict[str, Any]) -> bytes:
+    """One JSONL line, readable UTF-8; a line holding text UTF-8 cannot carry (a lone
+    surrogate in a tool's output, say) is written with JSON escapes instead, so it is stored
+    exactly and the append never fails."""
+    text = json.dumps(line, ensure_ascii=False) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(line) + "\n").encode("ascii")
+
+
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
@@ -237,9 +248,7 @@ class JsonlSessionStore:
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
         folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
-        payload = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode(
-            "utf-8"
-        )
+        payload = b"".join(_line_bytes(line) for line in lines)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             # a previous crash may have left a torn line without its newline: start on a new line

@@ -160,6 +160,15 @@ def check_new(item: NewMemory) -> None:
             ErrorCode.INVALID_INPUT,
             f"memory content has {len(item.content)} characters; the limit is {MAX_CONTENT_CHARS}",
         )
+    for label, value in (("content", item.content), ("name", item.name)):
+        try:
+            value.encode("utf-8")
+        except (UnicodeEncodeError, AttributeError) as exc:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"memory {label} is not valid Unicode text (a lone surrogate at position "
+                f"{getattr(exc, 'start', '?')}); nothing was stored",
+            ) from exc
     if "\x00" in item.content or "\x00" in item.name:
         raise MemoraError(
             ErrorCode.INVALID_INPUT, "memory content and name must not contain NUL bytes"
