@@ -302,3 +302,35 @@ async def test_edit_keeps_the_file_encoding(ctx: ToolContext, project: Path) -> 
     (project / "gbk.txt").write_bytes("旧的内容".encode("gb18030"))
     r = await run_tool(edit_file, ctx, {"path": "gbk.txt", "old_text": "旧的", "new_text": "新的"})
     assert r.ok and (project / "gbk.txt").read_bytes().decode("gb18030") == "新的内容"
+
+
+async def test_catastrophic_regex_is_bounded_and_does_not_freeze_the_loop(tmp_path: Path) -> None:
+    """A pattern that backtracks without end stops at the time budget as TIMEOUT, and the event
+    loop keeps running meanwhile (the match does not hold the GIL)."""
+    import asyncio
+    import time
+
+    from memora.errors import ToolError
+    from memora.tools.project_search import BuiltinProjectSearch
+
+    (tmp_path / "big.txt").write_text(("a" * 60 + "b\n") * 3, encoding="utf-8")
+    search = BuiltinProjectSearch(time_budget=1.0)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolError) as info:
+            await search.search(tmp_path, r"(a|aa)+$", regex=True)
+    finally:
+        task.cancel()
+    elapsed = time.monotonic() - started
+    assert info.value.code == "TIMEOUT" and "big.txt:1" in str(info.value)
+    assert elapsed < 5
+    assert ticks >= elapsed / 0.05 * 0.5  # the loop ran at least half the time

@@ -12,6 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ToolError, ToolErrorCode
 from ..services import ProjectMatch
@@ -129,11 +130,17 @@ class BuiltinProjectSearch:
     ) -> list[ProjectMatch]:
         if not pattern:
             raise ToolError(ToolErrorCode.INVALID_ARGS, "pattern is empty")
+        # The model's patterns run on the `regex` engine: every match is bounded by the search's
+        # time budget (a catastrophic pattern ends as TIMEOUT) and runs without holding the GIL,
+        # so one bad pattern cannot freeze the event loop and every other Agent in the process.
+        import regex as regex_engine
+
         try:
-            compiled = re.compile(
-                pattern if regex else re.escape(pattern), re.IGNORECASE if not regex else 0
+            compiled = regex_engine.compile(
+                pattern if regex else regex_engine.escape(pattern),
+                0 if regex else regex_engine.IGNORECASE,
             )
-        except re.error as exc:
+        except (regex_engine.error, ValueError, OverflowError, RecursionError) as exc:
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, f"invalid regular expression: {exc}"
             ) from exc
@@ -142,7 +149,7 @@ class BuiltinProjectSearch:
         )
 
     def _search(
-        self, root: Path, compiled: re.Pattern[str], glob: str | None, limit: int
+        self, root: Path, compiled: Any, glob: str | None, limit: int
     ) -> list[ProjectMatch]:
         deadline = time.monotonic() + self.time_budget
         ignore = GitIgnore()
@@ -176,13 +183,20 @@ class BuiltinProjectSearch:
                     continue
                 text = data.decode("utf-8", errors="replace")
                 for n, line in enumerate(text.splitlines(), 1):
-                    if compiled.search(line[:MAX_LINE_CHARS]):
+                    left = deadline - time.monotonic()
+                    try:
+                        if left <= 0:
+                            raise TimeoutError
+                        hit = compiled.search(line[:MAX_LINE_CHARS], timeout=left, concurrent=True)
+                    except TimeoutError:
+                        raise ToolError(
+                            ToolErrorCode.TIMEOUT,
+                            f"search stopped after {self.time_budget:g}s with {len(out)} matches "
+                            f"(at {rel}:{n}); narrow it with glob or a subfolder, or simplify "
+                            "the pattern (nested repetition backtracks without end)",
+                        ) from None
+                    if hit:
                         out.append(ProjectMatch(rel, n, line.strip()[:300]))
                         if len(out) >= limit:
                             return out
-                if time.monotonic() > deadline:
-                    raise ToolError(
-                        ToolErrorCode.TIMEOUT,
-                        f"search stopped after {self.time_budget:.0f}s with {len(out)} matches; narrow it with glob or a subfolder",
-                    )
         return out
