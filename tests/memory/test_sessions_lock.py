@@ -119,3 +119,68 @@ def test_lock_held_by_other_process_and_stale_takeover(tmp_path: Path) -> None:
     lock.acquire()  # the dead holder's lock is taken over
     assert lock.holder() is not None and lock.holder()["pid"] == os.getpid()  # type: ignore[index]
     lock.release()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"pid": 1, "host": "h", "since": 1e308}',
+        '{"pid": 1, "host": "h", "since": NaN}',
+        '{"pid": ["x"], "host": {"a": 1}, "since": "yesterday"}',
+        '{"pid": "' + "9" * 100_000 + '", "host": "h"}',
+        "[1, 2, 3]",
+        "not json at all",
+    ],
+    ids=["huge-since", "nan-since", "wrong-types", "huge-pid", "a-list", "not-json"],
+)
+def test_hostile_lock_file_gives_the_documented_error(tmp_path: Path, content: str) -> None:
+    holder = ProjectLock(tmp_path)
+    holder.acquire()
+    try:
+        holder.path.write_text(content, encoding="utf-8")
+        with pytest.raises(MemoraError) as info:
+            ProjectLock(tmp_path).acquire()
+        assert info.value.code == ErrorCode.PROJECT_LOCKED
+        assert len(str(info.value)) < 500
+    finally:
+        holder.release()
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"id": "x", "created_at": "yesterday"},
+        {"id": "x", "updated_at": float("inf")},
+        {"id": "x", "title": ["a"]},
+        {"id": "x", "archived": "yes"},
+        [1, 2],
+    ],
+    ids=["string-time", "inf-time", "list-title", "string-archived", "a-list"],
+)
+async def test_hostile_session_meta_is_a_clear_error_and_listing_survives(
+    tmp_path: Path, meta: object
+) -> None:
+    import json
+
+    store = JsonlSessionStore(tmp_path)
+    good = await store.create(title="fine")
+    bad = await store.create()
+    (tmp_path / "sessions" / bad.id / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(MemoraError) as info:
+        await store.get(bad.id)
+    assert info.value.code == ErrorCode.STORAGE_ERROR and "meta.json is corrupt" in str(info.value)
+    assert [i.id for i in await store.list()] == [good.id]
+
+
+async def test_hostile_index_cache_is_rebuilt(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create()
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    index = tmp_path / "sessions" / s.id / "index.json"
+    (log,) = (tmp_path / "sessions" / s.id).glob("*.jsonl")
+    import json
+
+    index.write_text(
+        json.dumps({log.name: {"size": log.stat().st_size, "rounds": "many", "last_ended": 1}})
+    )
+    assert (await store.get(s.id)).round_count == 1

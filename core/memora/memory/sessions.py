@@ -26,6 +26,7 @@ import builtins
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -121,10 +122,63 @@ _INDEX = "index.json"
 _META_FIELDS = ("id", "title", "created_at", "updated_at", "parent_id", "fork_round_id", "archived")
 
 
+def _meta_info(session_id: str, data: Any, path: Path) -> SessionInfo:
+    """meta.json as a SessionInfo; a field of the wrong type or an absurd value is a clear
+    STORAGE_ERROR naming the file and the field, never a TypeError later on."""
+
+    def bad(field_name: str) -> MemoraError:
+        return MemoraError(
+            ErrorCode.STORAGE_ERROR,
+            f"{path} is corrupt: {field_name} has a wrong type or value",
+            context={"path": str(path), "field": field_name},
+        )
+
+    if not isinstance(data, dict):
+        raise bad("(root)")
+    info = SessionInfo(id=session_id)
+    for key in ("title",):
+        value = data.get(key, "")
+        if not isinstance(value, str):
+            raise bad(key)
+        info.title = value[:1000]
+    for key in ("created_at", "updated_at"):
+        value = data.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad(key)
+        if not math.isfinite(value) or abs(value) > 1e11:  # ~ year 5000
+            raise bad(key)
+        setattr(info, key, float(value))
+    for key in ("parent_id", "fork_round_id"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise bad(key)
+        setattr(info, key, value)
+    archived = data.get("archived", False)
+    if not isinstance(archived, bool):
+        raise bad("archived")
+    info.archived = archived
+    return info
+
+
+def _valid_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and type(entry.get("size")) is int
+        and type(entry.get("rounds")) is int
+        and entry["size"] >= 0
+        and entry["rounds"] >= 0
+        and (entry.get("first_user") is None or isinstance(entry.get("first_user"), str))
+        and type(entry.get("last_ended")) in (int, float)
+        and math.isfinite(entry["last_ended"])
+    )
+
+
 def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
     """Rounds, first user text and last end time of one log file, reading only the bytes after
     what ``cached`` already covers (logs are append-only)."""
     size = path.stat().st_size
+    if not _valid_entry(cached):
+        cached = None  # a cache entry of the wrong shape is rebuilt, never trusted
     if cached is not None and cached.get("size") == size:
         return cached
     fresh = cached is None or not isinstance(cached.get("size"), int) or cached["size"] > size
@@ -211,7 +265,7 @@ class JsonlSessionStore:
             data = {"id": session_id, "created_at": created, "updated_at": created}
         except ValueError as exc:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
-        info = SessionInfo(**{k: v for k, v in data.items() if k in _META_FIELDS})
+        info = _meta_info(session_id, data, path)
         rounds, first_user, last_ended = self._derived(folder)
         info.round_count = rounds
         info.updated_at = max(float(info.updated_at or 0.0), last_ended)

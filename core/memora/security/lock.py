@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from ..errors import ErrorCode, MemoraError
 
-__all__ = ["ProjectLock"]
+__all__ = ["ProjectLock", "describe_time"]
 
 
 def _try_lock(fh: IO[bytes]) -> bool:
@@ -54,6 +54,24 @@ def _unlock(fh: IO[bytes]) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+def describe_time(value: object) -> str:
+    """A holder's start time for a message; anything absurd (NaN, 1e308, a string) is
+    "an unknown time", never an exception."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "an unknown time"
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return "an unknown time"
+
+
+def _field(info: dict[str, Any], key: str) -> str:
+    """A holder field for a message: printable and short, whatever the lock file holds."""
+    value = info.get(key, "?")
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else "?"
+    return text.encode("utf-8", "replace").decode("utf-8")[:64] or "?"
+
+
 class ProjectLock:
     """``with ProjectLock(project):`` or ``acquire()`` / ``release()``."""
 
@@ -81,19 +99,13 @@ class ProjectLock:
         if not _try_lock(fh):
             fh.close()
             info = self.holder() or {}
-            pid = info.get("pid", "?")
-            since = info.get("since")
-            when = (
-                datetime.fromtimestamp(float(since), UTC).isoformat(timespec="seconds")
-                if isinstance(since, (int, float))
-                else "an unknown time"
-            )
+            pid, host, since = _field(info, "pid"), _field(info, "host"), info.get("since")
             raise MemoraError(
                 ErrorCode.PROJECT_LOCKED,
-                f"project {self.path.parent.parent} is locked by PID {pid} on "
-                f"{info.get('host', '?')} since {when}; close that Agent first (one Agent per "
-                "project at a time)",
-                context={"path": str(self.path), "pid": pid, "since": since},
+                f"project {self.path.parent.parent} is locked by PID {pid} on {host} since "
+                f"{describe_time(since)}; close that Agent first (one Agent per project at a "
+                "time)",
+                context={"path": str(self.path), "pid": pid, "host": host},
             )
         record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         fh.seek(0)
