@@ -162,3 +162,35 @@ def test_corrupt_json_file_is_left_untouched(tmp_path: Path) -> None:
     with pytest.raises(MemoraError, match="left untouched"):
         JsonFileStorage(path)
     assert path.read_text(encoding="utf-8") == "{not json"
+
+
+async def test_two_processes_write_one_json_file(tmp_path: Path) -> None:
+    """Each change re-reads the file under a lock other processes see: no write is lost."""
+    path = tmp_path / "memories.json"
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from memora.memory import NewMemory
+        from memora.memory.simple_backends import JsonFileStorage
+        async def main():
+            s = JsonFileStorage(sys.argv[1])
+            for i in range(150):
+                await s.add(NewMemory(f"{sys.argv[2]} entry {i}"))
+            first = (await s.search_by_keyword(f"{sys.argv[2]}", limit=1))[0]
+            await s.update(first.record.id, content=f"{sys.argv[2]} updated")
+            await s.close()
+        asyncio.run(main())
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), tag])
+        for tag in ("alpha", "beta")
+    ]
+    assert [p.wait(timeout=180) for p in procs] == [0, 0]
+    store = JsonFileStorage(path)
+    try:
+        assert await store.count() == 300
+        assert len(await store.search_by_keyword("alpha", limit=1000)) == 150
+        assert len(await store.search_by_keyword("updated", limit=10)) == 2
+    finally:
+        await store.close()
