@@ -33,6 +33,7 @@ from .errors import ErrorCode, MemoraError
 __all__ = [
     "CONFIG_OPTIONS",
     "ENVIRONMENT",
+    "USER_SIDE_KEYS",
     "Settings",
     "resolve_settings",
     "user_config_dir",
@@ -64,6 +65,14 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
 )
 """Agent options a config file may set under ``"options"``.  Options that widen what the agent
 may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
+
+USER_SIDE_KEYS: frozenset[str] = frozenset(
+    {"base_url", "api_key_env", "headers", "dsn", "allow_private"}
+)
+"""Provider and plugin options that choose where secrets go (an endpoint, the variable a key is
+read from, extra headers, a database address) or widen a guard.  A project's config is
+untrusted input — a cloned repository — so these come from the user's side only: the user
+config, ``MEMORA_*`` variables, Agent options or command-line flags."""
 
 _SCALARS = ("active_provider", "background_provider", "storage", "session_store", "project_lock")
 
@@ -156,8 +165,32 @@ class Settings:
         }
 
 
-def _read_layer(path: Path) -> dict[str, Any] | None:
-    """One config file as the dict it sets (validated), or None when it does not exist."""
+def _refuse_user_side_keys(config: MemoraConfig, path: Path, user_dir: Path) -> None:
+    found = [
+        f"providers.{name}.{key}"
+        for name, entry in config.providers.items()
+        for key in entry.options()
+        if key in USER_SIDE_KEYS
+    ] + [
+        f"plugins.{name}.{key}"
+        for name, options in config.plugins.items()
+        for key in options
+        if key in USER_SIDE_KEYS
+    ]
+    if found:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"{path}: {found[0]} cannot be set in a project's config: a cloned project could "
+            "send your keys to a host of its choosing. Set it in your user config "
+            f"({user_dir / 'config.json'}), with a MEMORA_* variable, an Agent option or a "
+            "command-line flag; the project may then pick that provider by name",
+            context={"path": str(path), "keys": found},
+        )
+
+
+def _read_layer(path: Path, project_of: Path | None = None) -> dict[str, Any] | None:
+    """One config file as the dict it sets (validated), or None when it does not exist.
+    ``project_of`` (the user config folder) marks a project's file: user-side keys refused."""
     if not path.exists():
         return None
     if not path.is_file():
@@ -179,6 +212,8 @@ def _read_layer(path: Path) -> dict[str, Any] | None:
             ErrorCode.INVALID_CONFIG, format_config_error(exc, path), context={"path": str(path)}
         ) from exc
     check_secrets(config, path)
+    if project_of is not None:
+        _refuse_user_side_keys(config, path, project_of)
     unknown = sorted(set(config.options) - CONFIG_OPTIONS)
     if unknown:
         raise MemoraError(
@@ -233,7 +268,7 @@ def resolve_settings(
     if project is not None:
         layers.append((Path(project) / ".memora" / "config.json", "project config"))
     for path, label in layers:
-        layer = _read_layer(path)
+        layer = _read_layer(path, user_dir if label == "project config" else None)
         if layer is not None:
             files.append(path)
             _merge(merged, origins, layer, f"{label} {path}")
