@@ -31,7 +31,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +40,13 @@ from typing import Any
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
 
-__all__ = ["InMemorySessionStore", "JsonlSessionStore", "RoundRecord", "SessionInfo"]
+__all__ = [
+    "InMemorySessionStore",
+    "JsonlSessionStore",
+    "RoundRecord",
+    "SessionInfo",
+    "lines_until_round",
+]
 
 logger = logging.getLogger("memora.sessions")
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -158,6 +164,30 @@ def _meta_info(session_id: str, data: Any, path: Path) -> SessionInfo:
         raise bad("archived")
     info.archived = archived
     return info
+
+
+def lines_until_round(
+    lines: Iterable[dict[str, Any]], session_id: str, at_round_id: str | None
+) -> builtins.list[dict[str, Any]]:
+    """The lines of a session up to and including round ``at_round_id`` (all when ``None``),
+    for a fork; ``NOT_FOUND`` when the session has no such round.  Lines are dicts with
+    ``kind`` (and ``round_id`` for rounds), as every session store keeps them."""
+    kept: builtins.list[dict[str, Any]] = []
+    for line in lines:
+        kept.append(line)
+        if (
+            at_round_id is not None
+            and line.get("kind") == "round"
+            and line.get("round_id") == at_round_id
+        ):
+            return kept
+    if at_round_id is not None:
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"session {session_id!r} has no round {at_round_id!r}",
+            context={"session_id": session_id, "round_id": at_round_id},
+        )
+    return kept
 
 
 def _valid_entry(entry: Any) -> bool:
@@ -419,24 +449,7 @@ class JsonlSessionStore:
 
             def work() -> tuple[SessionInfo, int]:
                 source = self._read_meta(session_id)
-                lines = self._lines(session_id)
-                kept: builtins.list[dict[str, Any]] = []
-                found = at_round_id is None
-                for line in lines:
-                    kept.append(line)
-                    if (
-                        at_round_id is not None
-                        and line.get("kind") == "round"
-                        and line.get("round_id") == at_round_id
-                    ):
-                        found = True
-                        break
-                if not found:
-                    raise MemoraError(
-                        ErrorCode.NOT_FOUND,
-                        f"session {session_id!r} has no round {at_round_id!r}",
-                        context={"session_id": session_id, "round_id": at_round_id},
-                    )
+                kept = lines_until_round(self._lines(session_id), session_id, at_round_id)
                 rounds = sum(1 for line in kept if line.get("kind") == "round")
                 t = time.time()
                 new_id = f"{session_id[:100]}-fork-{uuid.uuid4().hex[:6]}"
@@ -548,23 +561,7 @@ class InMemorySessionStore:
         self, session_id: str, at_round_id: str | None = None, title: str = ""
     ) -> tuple[SessionInfo, int]:
         source = self._info(session_id)
-        kept: builtins.list[dict[str, Any]] = []
-        found = at_round_id is None
-        for line in self._lines[session_id]:
-            kept.append(line)
-            if (
-                at_round_id is not None
-                and line["kind"] == "round"
-                and line["round_id"] == at_round_id
-            ):
-                found = True
-                break
-        if not found:
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"session {session_id!r} has no round {at_round_id!r}",
-                context={"session_id": session_id, "round_id": at_round_id},
-            )
+        kept = lines_until_round(self._lines[session_id], session_id, at_round_id)
         info = await self.create(title or (source.title + " (fork)").strip())
         meta = self._meta[info.id]
         meta.parent_id, meta.fork_round_id = session_id, at_round_id

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError
 from .keywords import index_tokens, query_terms
-from .storage import ReadOnlyView, check_new, clamp_limit, update_changes
+from .storage import ReadOnlyView, check_new, clamp_limit, record_from_row, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
 
 __all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
@@ -99,28 +99,6 @@ def build_match_query(query: str) -> str | None:
         phrase = " ".join(t.replace('"', '""') for t in term.tokens)
         parts.append(f'"{phrase}"*' if term.prefix else f'"{phrase}"')
     return " OR ".join(parts) if parts else None
-
-
-def _row(row: sqlite3.Row | tuple[Any, ...]) -> MemoryRecord:
-    meta: dict[str, Any] = {}
-    if row[10] and row[10] != "{}":
-        try:
-            meta = json.loads(row[10])
-        except ValueError:
-            meta = {}
-    return MemoryRecord(
-        id=row[0],
-        source=row[1],
-        name=row[2],
-        content=row[3],
-        summary_type=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        superseded_by=row[7],
-        session_id=row[8],
-        round_id=row[9],
-        meta=meta,
-    )
 
 
 class _Core:
@@ -202,7 +180,7 @@ class _Core:
         row = self.db.execute(
             f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
         ).fetchone()
-        return _row(row) if row else None
+        return record_from_row(row) if row else None
 
     def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
         def work() -> builtins.list[MemoryRecord]:
@@ -228,7 +206,7 @@ class _Core:
             raise MemoraError(
                 ErrorCode.NOT_FOUND, f"no memory with id {memory_id!r}", context={"id": memory_id}
             )
-        return row[0], _row(row[1:])
+        return row[0], record_from_row(row[1:])
 
     def update(self, memory_id: str, changes: dict[str, Any]) -> MemoryRecord:
         def work() -> MemoryRecord:
@@ -294,7 +272,7 @@ class _Core:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, id LIMIT ? OFFSET ?"
-        return [_row(r) for r in self.db.execute(sql, (*args, limit, max(0, offset)))]
+        return [record_from_row(r) for r in self.db.execute(sql, (*args, limit, max(0, offset)))]
 
     def search(
         self,
@@ -322,7 +300,7 @@ class _Core:
             if not rows and where:
                 # every top candidate was filtered out: ask again without the shortcut
                 return self._search_join(match, limit, where, args)
-            return [ScoredMemory(_row(r[:11]), -float(r[11])) for r in rows]
+            return [ScoredMemory(record_from_row(r[:11]), -float(r[11])) for r in rows]
         return self._search_join(match, limit, where, args)
 
     @staticmethod
@@ -357,7 +335,7 @@ class _Core:
             sql += " AND " + clause
         sql += " ORDER BY score LIMIT ?"
         return [
-            ScoredMemory(_row(r[:11]), -float(r[11]))
+            ScoredMemory(record_from_row(r[:11]), -float(r[11]))
             for r in self.db.execute(sql, (match, *args, limit))
         ]
 
@@ -380,7 +358,7 @@ class _Core:
             ).fetchone()
             if row is None or row[0] in seen:
                 break
-            cur = _row(row)
+            cur = record_from_row(row)
             chain.insert(0, cur)
             seen.add(cur.id)
         cur = record

@@ -15,6 +15,7 @@ suite in :mod:`memora.testing.storage_conformance` checks):
 from __future__ import annotations
 
 import builtins
+import json
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
@@ -29,6 +30,7 @@ __all__ = [
     "ReadOnlyMemoryStorage",
     "ReadOnlyView",
     "check_new",
+    "record_from_row",
     "score_records",
 ]
 
@@ -150,6 +152,31 @@ class ReadOnlyView:
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def record_from_row(row: Sequence[Any]) -> MemoryRecord:
+    """A record from a row in the column order every SQL backend uses: id, source, name,
+    content, summary_type, created_at, updated_at, superseded_by, session_id, round_id, meta
+    (``meta`` a dict, or its JSON text)."""
+    meta = row[10]
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta and meta != "{}" else {}
+        except ValueError:
+            meta = {}
+    return MemoryRecord(
+        id=row[0],
+        source=row[1],
+        name=row[2],
+        content=row[3],
+        summary_type=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        superseded_by=row[7],
+        session_id=row[8],
+        round_id=row[9],
+        meta=dict(meta or {}) if isinstance(meta, dict) else {},
+    )
 
 
 def check_new(item: NewMemory) -> None:

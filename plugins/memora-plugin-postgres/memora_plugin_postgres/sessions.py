@@ -17,7 +17,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from memora.errors import ErrorCode, MemoraError
-from memora.memory.sessions import RoundRecord, SessionInfo
+from memora.memory.sessions import RoundRecord, SessionInfo, lines_until_round
 
 from .database import Database, namespace_from
 
@@ -163,23 +163,8 @@ class PostgresSessionStore:
                 "AND session_id=%s ORDER BY seq",
                 (self.namespace, session_id),
             )
-            kept: builtins.list[tuple[str, Any]] = []
-            found = at_round_id is None
-            for _, kind, body in await cur.fetchall():
-                kept.append((kind, body))
-                if (
-                    at_round_id is not None
-                    and kind == "round"
-                    and body.get("round_id") == at_round_id
-                ):
-                    found = True
-                    break
-            if not found:
-                raise MemoraError(
-                    ErrorCode.NOT_FOUND,
-                    f"session {session_id!r} has no round {at_round_id!r}",
-                    context={"session_id": session_id, "round_id": at_round_id},
-                )
+            rows = [{**body, "kind": kind} for _, kind, body in await cur.fetchall()]
+            kept = lines_until_round(rows, session_id, at_round_id)
             new_id = f"{session_id[:100]}-fork-{uuid.uuid4().hex[:6]}"
             t = time.time()
             new_title = title or (source.title + " (fork)").strip()
@@ -193,8 +178,15 @@ class PostgresSessionStore:
                     "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "
                     "VALUES (%s, %s, %s, %s)",
                     [
-                        (self.namespace, new_id, k, json.dumps(b, ensure_ascii=False))
-                        for k, b in kept
+                        (
+                            self.namespace,
+                            new_id,
+                            line["kind"],
+                            json.dumps(
+                                {k: v for k, v in line.items() if k != "kind"}, ensure_ascii=False
+                            ),
+                        )
+                        for line in kept
                     ],
                 )
             info = await self._one(conn, new_id)

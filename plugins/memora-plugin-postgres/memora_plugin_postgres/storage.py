@@ -26,6 +26,7 @@ from memora.memory.keywords import index_tokens, query_terms
 from memora.memory.storage import (
     check_new,
     clamp_limit,
+    record_from_row,
     score_records,
     tokens_of,
     update_changes,
@@ -74,22 +75,6 @@ def tsquery_of(query: str) -> str | None:
         else:
             parts.append("(" + " & ".join(_quote(t) for t in dict.fromkeys(term.tokens)) + ")")
     return " | ".join(parts) if parts else None
-
-
-def _record(row: Sequence[Any]) -> MemoryRecord:
-    return MemoryRecord(
-        id=row[0],
-        source=row[1],
-        name=row[2],
-        content=row[3],
-        summary_type=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        superseded_by=row[7],
-        session_id=row[8],
-        round_id=row[9],
-        meta=dict(row[10] or {}),
-    )
 
 
 class PostgresStorage:
@@ -159,7 +144,7 @@ class PostgresStorage:
                     f"SELECT {_COLUMNS} FROM memora_memories WHERE namespace=%s AND id = ANY(%s)",
                     (self.namespace, given),
                 )
-                existing = {r.id: r for r in map(_record, await cur.fetchall())}
+                existing = {r.id: r for r in map(record_from_row, await cur.fetchall())}
             fresh = [r for r in records if r.id not in existing]
             if fresh:
                 async with conn.cursor() as cur:
@@ -233,7 +218,7 @@ class PostgresStorage:
             (self.namespace, memory_id),
         )
         row = await cur.fetchone()
-        return _record(row) if row else None
+        return record_from_row(row) if row else None
 
     async def _require(
         self, conn: AsyncConnection[Any], memory_id: str, *, lock: bool = False
@@ -264,7 +249,7 @@ class PostgresStorage:
                 "ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
                 (*args, clamp_limit(limit), max(0, int(offset))),
             )
-            return [_record(r) for r in await cur.fetchall()]
+            return [record_from_row(r) for r in await cur.fetchall()]
 
     def _filters(
         self, source: str | None, include_superseded: bool, round_ids: builtins.list[str] | None
@@ -319,7 +304,7 @@ class PostgresStorage:
                 )
                 rows = await cur.fetchall()
                 for row in rows:
-                    record = _record(row)
+                    record = record_from_row(row)
                     found.append((record, *tokens_of(record)))
                 scored = _score(found, query)
                 if len(scored) >= limit or len(rows) < page:
@@ -357,7 +342,7 @@ class PostgresStorage:
                 row = await cur.fetchone()
                 if row is None or row[0] in seen:
                     break
-                cur_rec = _record(row)
+                cur_rec = record_from_row(row)
                 chain.insert(0, cur_rec)
                 seen.add(cur_rec.id)
             cur_rec = record
