@@ -4,7 +4,10 @@ round trip (acquire + release) against the file lock.
 
 The server is a throw-away cluster started for the run on 127.0.0.1 (memora_plugin_postgres
 .testing), with durability off on both sides' terms: SQLite runs as memora configures it (WAL,
-synchronous=NORMAL), PostgreSQL with fsync off (the cluster is discarded).
+synchronous=NORMAL), PostgreSQL with fsync off (the cluster is discarded) and
+shared_buffers=1GB — sized to hold memora_memories and its GIN index, as docs/service.md
+advises (with the 128 MB default, searches for common words read most heap pages from the OS
+cache: ~1.6x slower at 300k rows).
 
 Usage: python bench/bench_postgres.py [N ...]   (default: 1000000)
 """
@@ -30,6 +33,7 @@ from memora_plugin_postgres.storage import PostgresStorage
 from memora_plugin_postgres.testing import temporary_cluster
 
 BATCH = 10_000
+SERVER = {"shared_buffers": "1GB"}
 
 
 async def fill(stores: dict[str, object], n: int) -> dict[str, float]:
@@ -86,7 +90,7 @@ async def run(n: int, dsn: str, folder: Path) -> None:
     sqlite = SqliteStorage(folder / f"bench-{n}.db")
     pg = PostgresStorage(Database(dsn), namespace=f"bench-{n}")
     rates = await fill({"sqlite": sqlite, "postgres": pg}, n)
-    print(f"N = {n:,}")
+    print(f"N = {n:,}   (server: {', '.join(f'{k}={v}' for k, v in SERVER.items())})")
     for name, store in (("sqlite", sqlite), ("postgres", pg)):
         times, rare = await searches(store)
         print(
@@ -106,7 +110,7 @@ async def run(n: int, dsn: str, folder: Path) -> None:
 
 def main() -> None:
     sizes = [int(a) for a in sys.argv[1:]] or [1_000_000]
-    with temporary_cluster() as dsn, tempfile.TemporaryDirectory() as tmp:
+    with temporary_cluster(SERVER) as dsn, tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             asyncio.run(run(n, dsn, Path(tmp)))
 

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 __all__ = ["ClusterUnavailable", "temporary_cluster"]
@@ -49,8 +49,9 @@ def _unavailable(reason: str) -> None:
 
 
 @contextlib.contextmanager
-def temporary_cluster() -> Iterator[str]:
-    """Yield a DSN (trust auth, user memora, database memora) of a fresh cluster."""
+def temporary_cluster(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Yield a DSN (trust auth, user memora, database memora) of a fresh cluster; ``settings``
+    are extra server settings (``{"shared_buffers": "1GB"}``)."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         _unavailable("no initdb/pg_ctl found (install PostgreSQL 15, or set MEMORA_TEST_PG_BIN)")
@@ -87,6 +88,7 @@ def temporary_cluster() -> Iterator[str]:
     opts = (
         f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
         "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+        + "".join(f" -c {k}={v}" for k, v in (settings or {}).items())
     )
     start = run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(log), "-w", "start")
     if start.returncode != 0:
