@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from memora.cli.main import _register_commands, cli
@@ -101,3 +102,45 @@ def test_sessions_commands(tmp_path: Path) -> None:
     assert json.loads(r.output)["round_count"] == 2
     r = runner.invoke(cli, ["sessions", "show", "ghost", "--data-dir", str(tmp_path)])
     assert r.exit_code != 0 and "no session" in r.output
+
+
+def test_export_import_round_trips_line_separators_exactly(tmp_path: Path) -> None:
+    tricky = "line\u2028sep\u2029para\u0085next\r\nwindows\x0bvt\x0cff 记忆"
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"id": "m1", "source": "persona", "content": tricky}, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    data, again = tmp_path / "data", tmp_path / "again"
+    r = runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out.jsonl"
+    r = runner.invoke(cli, ["memory", "export", "--data-dir", str(data), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["memory", "import", str(out), "--data-dir", str(again)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["memory", "export", "--data-dir", str(again)])
+    (line,) = [x for x in r.output.split("\n") if x.startswith("{")]
+    assert json.loads(line)["content"] == tricky
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b'{"content": "ok"}\n{"content": "bad \xff\xfe bytes"}\n', "line 2: not UTF-8"),
+        (b'{"content": "lone \\ud800 surrogate"}\n', "line 1: memory content is not valid"),
+        (b'{"content": "x", "created_at": NaN}\n', 'line 1: "created_at" must be'),
+        (b'{"content": "x", "created_at": "soon"}\n', "line 1:"),
+        (b"[1, 2]\n", "line 1: not a JSON object"),
+    ],
+    ids=["not-utf8", "lone-surrogate", "nan-time", "string-time", "not-object"],
+)
+def test_bad_imports_are_clear_errors_and_write_nothing(
+    tmp_path: Path, raw: bytes, needle: str
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(raw)
+    r = CliRunner().invoke(cli, ["memory", "import", str(src), "--data-dir", str(tmp_path / "d")])
+    assert r.exit_code == 1 and needle in r.output and "nothing was imported" in r.output
+    assert not isinstance(r.exception, (UnicodeError, TypeError, AttributeError))

@@ -145,3 +145,23 @@ def test_docs_table_matches_strategy_keys() -> None:
 def test_example_pack_rules_parse(path: Path) -> None:
     rules = (path / "rules.md").read_text(encoding="utf-8")
     assert parse_rules(rules)
+
+
+def test_yaml_alias_bomb_in_front_matter_is_refused_fast() -> None:
+    import time
+
+    from memora.role_pack.text import parse_front_matter
+
+    lines = ["---", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i, name in enumerate("bcdefghi"):
+        prev = "abcdefghi"[i]
+        lines.append(f"{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]")
+    lines += ["---", "body"]
+    started = time.monotonic()
+    fm = parse_front_matter("\n".join(lines))
+    assert time.monotonic() - started < 2
+    assert fm.error and "aliases" in fm.error and fm.data == {}
+    assert parse_front_matter("---\nname: ok\nlist: [1, 2]\n---\nbody").data == {
+        "name": "ok",
+        "list": [1, 2],
+    }

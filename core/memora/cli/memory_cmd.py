@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -168,11 +169,24 @@ def export_cmd(where: StorageTarget, output: Path | None) -> None:
 @store_options
 def import_cmd(file: Path, where: StorageTarget) -> None:
     """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is bad."""
+    from ..errors import MemoraError
+    from ..memory.storage import check_new
     from ..memory.types import NewMemory
 
-    raw = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    raw = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
     items: list[NewMemory] = []
-    for n, line in enumerate(raw.splitlines(), 1):
+    # JSONL lines end at "\n" only: str.splitlines() would also split inside content holding
+    # U+2028, U+2029 or U+0085, which an export writes as they are
+    for n, chunk in enumerate(raw.split(b"\n"), 1):
+        try:
+            line = chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise click.ClickException(
+                f"{file} line {n}: not UTF-8 (byte {exc.start + 1}); nothing was imported"
+            ) from exc
+        line = line.removesuffix("\r")
+        if n == 1:
+            line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
         try:
@@ -197,8 +211,13 @@ def import_cmd(file: Path, where: StorageTarget) -> None:
                     meta=dict(data.get("meta") or {}),
                 )
             )
-        except (ValueError, TypeError) as exc:
-            raise click.ClickException(f"{file} line {n}: {exc}; nothing was imported") from exc
+            created = items[-1].created_at
+            if created is not None and not math.isfinite(created):
+                raise ValueError('"created_at" must be a finite number')
+            check_new(items[-1])  # lone surrogates, NULs, size: refused here, naming the line
+        except (ValueError, TypeError, MemoraError) as exc:
+            why = exc.message if isinstance(exc, MemoraError) else str(exc)
+            raise click.ClickException(f"{file} line {n}: {why}; nothing was imported") from exc
 
     async def work(store: Any) -> int:
         before = await store.count()

@@ -37,6 +37,26 @@ class FrontMatter:
     """Why the front matter could not be parsed (the body is then the whole text)."""
 
 
+MAX_FRONT_MATTER = 64 * 1024
+
+
+def _load_yaml(raw: str) -> Any:
+    """``yaml.safe_load`` without anchors and aliases: a few lines of aliases expand into
+    billions of nodes (a "billion laughs"), and front matter never needs them."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not allowed in front matter", mark
+                )
+            return super().compose_node(parent, index)
+
+    return yaml.load(raw, Loader=NoAliases)
+
+
 def parse_front_matter(text: str) -> FrontMatter:
     """Split ``---``-delimited YAML front matter from the body.  Never raises."""
     text = text.lstrip("\ufeff")
@@ -49,10 +69,12 @@ def parse_front_matter(text: str) -> FrontMatter:
         if lines[i].strip() in ("---", "..."):
             raw = "\n".join(lines[1:i])
             body = "\n".join(lines[i + 1 :])
+            if len(raw) > MAX_FRONT_MATTER:
+                return FrontMatter(
+                    {}, body, f"front matter is longer than {MAX_FRONT_MATTER} characters"
+                )
             try:
-                import yaml
-
-                data = yaml.safe_load(raw) if raw.strip() else {}
+                data = _load_yaml(raw) if raw.strip() else {}
             except Exception as exc:
                 return FrontMatter({}, body, f"front matter is not valid YAML: {exc}")
             if data is None:
