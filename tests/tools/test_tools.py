@@ -334,3 +334,25 @@ async def test_catastrophic_regex_is_bounded_and_does_not_freeze_the_loop(tmp_pa
     assert info.value.code == "TIMEOUT" and "big.txt:1" in str(info.value)
     assert elapsed < 5
     assert ticks >= elapsed / 0.05 * 0.5  # the loop ran at least half the time
+
+
+async def test_a_non_utf8_file_name_does_not_break_register_work(
+    ctx: ToolContext, project: Path, tmp_path: Path
+) -> None:
+    import os
+
+    from memora.tools.works import WorksRegistry
+
+    ctx.memory = MemoryManager(InMemoryStorage())
+    ctx.works = WorksRegistry(tmp_path / "data", ctx.guard, ctx.memory)
+    raw_name = os.path.join(os.fsencode(project), b"caf\xe9.md")  # Latin-1, not UTF-8
+    with open(raw_name, "wb") as fh:
+        fh.write(b"# Chapter\ntext\n")
+    name = os.fsdecode(b"caf\xe9.md")  # what os.listdir gives: a lone surrogate inside
+    r = await run_tool(register_work, ctx, {"path": name})
+    assert r.ok, r.content
+    assert "caf\ufffd" in r.content
+    (project / "next.md").write_text("# Next\n", encoding="utf-8")
+    r = await run_tool(register_work, ctx, {"path": "next.md"})  # the registry still works
+    assert r.ok and {w.title for w in ctx.works.list()} == {"caf\ufffd", "next"}
+    assert len(WorksRegistry(tmp_path / "data", ctx.guard).list()) == 2

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ..errors import MemoraError, ToolError, ToolErrorCode
+from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
 from .base import ToolOutput, tool
 from .context import ToolContext
 from .files import decode_text
@@ -93,7 +93,12 @@ async def register_work(
             path, title, session_id=ctx.session_id, round_id=ctx.round_id
         )
     except MemoraError as exc:
-        raise ToolError(ToolErrorCode.FILE_NOT_FOUND, exc.message) from exc
+        code = (
+            ToolErrorCode.FILE_NOT_FOUND
+            if exc.code == ErrorCode.NOT_FOUND
+            else ToolErrorCode.EXECUTION_FAILED
+        )
+        raise ToolError(code, exc.message) from exc
     return ToolOutput(info.projection(), f"registered {info.title} ({info.chars:,} chars)")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ErrorCode, MemoraError
+from ..llm.types import clean_text
 from ..memory.manager import MemoryManager
 from ..memory.types import NewMemory
 from ..security.atomic import atomic_write_text
@@ -96,9 +97,19 @@ class WorksRegistry:
             chars, nlines, heads = await asyncio.to_thread(scan)
         except FileNotFoundError:
             raise MemoraError(ErrorCode.NOT_FOUND, f"{path} does not exist") from None
-        shown = self._guard.display(resolved)
+        # a file name that is not UTF-8 arrives with lone surrogates: shown with U+FFFD, so the
+        # registry file and the memory stay writable
+        shown = clean_text(self._guard.display(resolved))
         work_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", shown).strip("-") or "work"
-        info = WorkInfo(work_id, title or resolved.stem, shown, chars, nlines, heads, time.time())
+        info = WorkInfo(
+            work_id,
+            clean_text(title or resolved.stem),
+            shown,
+            chars,
+            nlines,
+            [clean_text(h) for h in heads],
+            time.time(),
+        )
         if self._memory is not None:
             old = self._works.get(work_id)
             item = NewMemory(
@@ -115,11 +126,10 @@ class WorksRegistry:
                 else await self._memory.write(item)
             )
             info.memory_id = record.id
-        self._works[work_id] = info
-        payload = json.dumps(
-            [asdict(w) for w in self._works.values()], ensure_ascii=False, indent=1
-        )
+        works = {**self._works, work_id: info}
+        payload = json.dumps([asdict(w) for w in works.values()], ensure_ascii=False, indent=1)
         await asyncio.to_thread(atomic_write_text, self._file, payload)
+        self._works = works  # only once it is on disk: a failed write changes nothing
         return info
 
     def to_dicts(self) -> builtins.list[dict[str, Any]]:
