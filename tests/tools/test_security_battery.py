@@ -260,3 +260,45 @@ async def test_host_stays_healthy(ctx: ToolContext) -> None:
     """After the battery the process still runs commands and reads files normally."""
     ok, content, _ = await call(run_command, ctx, command="echo alive")
     assert ok and "alive" in content
+
+
+async def test_special_files_never_block_a_walker_or_reader(tmp_path: Path) -> None:
+    """FIFOs, unix sockets and symlink loops inside the project: search_project skips them,
+    register_work and read_file refuse them clearly — within seconds, never hanging."""
+    import asyncio
+    import os
+    import socket
+
+    from memora.memory import InMemoryStorage, MemoryManager
+    from memora.tools import ToolContext
+    from memora.tools.base import run_tool
+    from memora.tools.files import read_file
+    from memora.tools.knowledge import register_work, search_project
+    from memora.tools.works import WorksRegistry
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "notes.md").write_text("needle here\n", encoding="utf-8")
+    os.mkfifo(project / "pipe.md")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(project / "sock.md"))
+    (project / "loop.md").symlink_to(project / "loop2.md")
+    (project / "loop2.md").symlink_to(project / "loop.md")
+    ctx = ToolContext.for_project(project)
+    ctx.memory = MemoryManager(InMemoryStorage())
+    ctx.works = WorksRegistry(tmp_path / "data", ctx.guard, ctx.memory)
+    try:
+        found = await asyncio.wait_for(
+            run_tool(search_project, ctx, {"pattern": "needle"}), timeout=10
+        )
+        assert found.ok and "notes.md:1" in found.content
+        for name in ("pipe.md", "sock.md"):
+            for tool, args in ((register_work, {"path": name}), (read_file, {"path": name})):
+                r = await asyncio.wait_for(run_tool(tool, ctx, args), timeout=10)
+                assert not r.ok and "not a regular file" in r.content, (tool.name, name, r)
+                assert "OSError" not in r.content and r.error_code != "EXECUTION_FAILED"
+        r = await asyncio.wait_for(run_tool(read_file, ctx, {"path": "loop.md"}), timeout=10)
+        assert not r.ok and "loops back on itself" in r.content
+    finally:
+        sock.close()
+        await ctx.background.close()

@@ -27,6 +27,40 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO must not hang
 
 
+def _loops(path: Path) -> bool:
+    """Whether ``path`` is a symbolic link chain that never reaches a file."""
+    try:
+        os.path.realpath(path, strict=True)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of ``path`` if it is a regular file, else None — a FIFO, socket or
+    device is skipped without blocking (opened non-blocking, checked on the descriptor)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _within(path: str, root: str) -> bool:
     try:
         return os.path.commonpath([path, root]) == root
@@ -125,9 +159,19 @@ class PathGuard:
             ) from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK):
+                if _loops(resolved):
+                    raise ToolError(
+                        ToolErrorCode.INVALID_ARGS,
+                        f"{self.display(resolved)} is a symbolic link that loops back on itself",
+                    ) from exc
                 raise ToolError(
                     ToolErrorCode.PATH_NOT_ALLOWED,
                     f"{self.display(resolved)} became a symbolic link after it was checked; refused",
+                ) from exc
+            if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a unix socket, a device
+                raise ToolError(
+                    ToolErrorCode.INVALID_ARGS,
+                    f"{self.display(resolved)} is not a regular file (a socket or device); refused",
                 ) from exc
             raise ToolError(
                 ToolErrorCode.PERMISSION_DENIED,

@@ -93,11 +93,10 @@ async def register_work(
             path, title, session_id=ctx.session_id, round_id=ctx.round_id
         )
     except MemoraError as exc:
-        code = (
-            ToolErrorCode.FILE_NOT_FOUND
-            if exc.code == ErrorCode.NOT_FOUND
-            else ToolErrorCode.EXECUTION_FAILED
-        )
+        code = {
+            ErrorCode.NOT_FOUND: ToolErrorCode.FILE_NOT_FOUND,
+            ErrorCode.INVALID_INPUT: ToolErrorCode.INVALID_ARGS,
+        }.get(exc.code, ToolErrorCode.EXECUTION_FAILED)
         raise ToolError(code, exc.message) from exc
     return ToolOutput(info.projection(), f"registered {info.title} ({info.chars:,} chars)")
 

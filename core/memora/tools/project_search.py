@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError, ToolErrorCode
+from ..security.paths import read_regular
 from ..services import ProjectMatch
 
 __all__ = ["BuiltinProjectSearch", "GitIgnore"]
@@ -176,8 +177,10 @@ class BuiltinProjectSearch:
                 try:
                     if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
                         continue
-                    data = path.read_bytes()
                 except OSError:
+                    continue
+                data = read_regular(path, MAX_FILE_BYTES)  # FIFOs, sockets: skipped, no block
+                if data is None:
                     continue
                 if b"\x00" in data[:4096]:
                     continue

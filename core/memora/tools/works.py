@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ErrorCode, MemoraError
+from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
 from ..llm.types import clean_text
 from ..memory.manager import MemoryManager
 from ..memory.types import NewMemory
@@ -84,10 +85,20 @@ class WorksRegistry:
         session_id: str | None = None,
         round_id: str | None = None,
     ) -> WorkInfo:
-        resolved = self._guard.resolve(path, purpose="register")
+        try:
+            fd, resolved = await asyncio.to_thread(self._guard.open_read, path)
+        except ToolError as exc:  # the registry speaks MemoraError to hosts
+            code = (
+                ErrorCode.NOT_FOUND
+                if exc.code == ToolErrorCode.FILE_NOT_FOUND
+                else ErrorCode.INVALID_INPUT
+            )
+            raise MemoraError(code, exc.message) from exc
 
         def scan() -> tuple[int, int, list[str]]:
-            data = resolved.read_bytes()[:MAX_WORK_BYTES]
+            # open_read refused FIFOs, sockets and devices, so this read cannot block
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(MAX_WORK_BYTES)
             text, _ = decode_text(data)
             lines = text.splitlines()
             heads = [ln.strip().lstrip("#").strip() for ln in lines if _HEADING.match(ln.strip())]
