@@ -240,3 +240,18 @@ async def test_memory_refuses_unencodable_text(tmp_path: Path) -> None:
         assert await store.count() == 0
     finally:
         await store.close()
+
+
+async def test_agent_command_environment_options(
+    make_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_TOOL_HOME", "/opt/tool")
+    monkeypatch.setenv("DEPLOY_TOKEN", "s3cr3t")
+    provider = ScriptedProvider([tool_call(("run_command", {"command": "env"})), text("done")])
+    agent = await make_agent(
+        provider, command_env_allow=["MY_TOOL_HOME"], command_env={"FOO": "bar"}
+    )
+    await collect(agent.chat("show the environment"))
+    told = next(m.content for m in provider.requests[1].messages if m.role == "tool")
+    assert "MY_TOOL_HOME=/opt/tool" in told and "FOO=bar" in told
+    assert "s3cr3t" not in told

@@ -302,3 +302,101 @@ async def test_special_files_never_block_a_walker_or_reader(tmp_path: Path) -> N
     finally:
         sock.close()
         await ctx.background.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    import asyncio
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+async def test_descendants_that_leave_the_group_die_with_the_command(
+    tmp_path: Path, how: str
+) -> None:
+    """A daemonised grandchild (setsid, or a double fork) outlives neither a finished command,
+    nor a timeout, nor a killed background task."""
+    from memora.tools import ToolContext
+    from memora.tools.base import run_tool
+    from memora.tools.commands import run_command
+
+    project = tmp_path / "p"
+    project.mkdir()
+    spawn = {
+        "setsid": "setsid sleep 300 & echo $! > {f}",
+        "double-fork": "(sleep 300 & echo $! > {f}) &",
+    }[how]
+    ctx = ToolContext.for_project(project)
+    try:
+        # 1. the command finishes, its daemon must not survive
+        r = await run_tool(run_command, ctx, {"command": spawn.format(f="a.pid") + "\nsleep 0.3"})
+        assert r.ok, r.content
+        pid = int((project / "a.pid").read_text())
+        assert await _wait_gone(pid), f"daemon {pid} outlived its command"
+        # 2. the command times out
+        r = await run_tool(
+            run_command, ctx, {"command": spawn.format(f="b.pid") + "\nsleep 30", "timeout": 1}
+        )
+        pid = int((project / "b.pid").read_text())
+        assert await _wait_gone(pid), f"daemon {pid} outlived the timeout"
+        # 3. a background task is killed
+        r = await run_tool(
+            run_command,
+            ctx,
+            {"command": spawn.format(f="c.pid") + "\nsleep 30", "background": True},
+        )
+        import asyncio
+
+        for _ in range(100):
+            if (project / "c.pid").exists() and (project / "c.pid").read_text().strip():
+                break
+            await asyncio.sleep(0.05)
+        pid = int((project / "c.pid").read_text())
+        assert _alive(pid)
+        await ctx.background.close()
+        assert await _wait_gone(pid), f"daemon {pid} outlived its killed background task"
+    finally:
+        await ctx.background.close()
+
+
+async def test_commands_do_not_see_secret_environment_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memora.tools import ToolContext
+    from memora.tools.base import run_tool
+    from memora.tools.commands import run_command
+    from memora.tools.process import child_environment
+
+    for name in ("OPENAI_API_KEY", "GITHUB_TOKEN", "MEMORA_POSTGRES_DSN", "DB_PASSWORD"):
+        monkeypatch.setenv(name, "s3cr3t-" + name)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    project = tmp_path / "p"
+    project.mkdir()
+    ctx = ToolContext.for_project(project)
+    try:
+        r = await run_tool(run_command, ctx, {"command": "env"})
+        assert r.ok
+        assert "s3cr3t" not in r.content
+        assert "PATH=" in r.content and "LC_ALL=C.UTF-8" in r.content
+        r = await run_tool(run_command, ctx, {"command": "env", "background": True})
+        task_id = r.data["task_id"] if r.data else None  # type: ignore[index]
+        assert task_id
+    finally:
+        await ctx.background.close()
+    env = child_environment(allow=["GITHUB_TOKEN", "CUSTOM_*"], values={"EXTRA": "1"})
+    assert env["GITHUB_TOKEN"] == "s3cr3t-GITHUB_TOKEN" and env["EXTRA"] == "1"
+    assert "OPENAI_API_KEY" not in env

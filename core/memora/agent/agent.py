@@ -36,7 +36,7 @@ from ..security.paths import PathGuard
 from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
-from ..tools.process import BackgroundTasks
+from ..tools.process import BackgroundTasks, child_environment
 from ..tools.task_table import TaskTable
 from ..tools.works import WorksRegistry
 from ..tracing import combine_tracers
@@ -456,6 +456,9 @@ class Agent:
             task_table=TaskTable(),
             services=services,
             node_path=opts.node_path,
+            env=child_environment(opts.command_env_allow, opts.command_env)
+            if opts.command_env_allow or opts.command_env
+            else None,
             branch_round_ids=lambda: list(self._round_ids),
             consistency_check=opts.file_consistency_check,
         )

@@ -91,6 +91,12 @@ class AgentOptions(BaseModel):
     llm_stall_timeout: float = Field(default=120.0, gt=0)
     retry_attempts: int = Field(default=4, ge=1, le=10)
     retry_base_delay: float = Field(default=0.5, ge=0)
+    command_env_allow: list[str] = Field(default_factory=list)
+    """Extra environment variables commands and scripts inherit, besides the allow-list of
+    ``memora.tools.process.ENV_ALLOW`` (``NAME`` or ``PREFIX_*``; a variable named like a secret
+    passes only when named exactly)."""
+    command_env: dict[str, str] = Field(default_factory=dict)
+    """Variables set for every command and script."""
     node_path: str = "node"
     load_entrypoints: bool = True
 

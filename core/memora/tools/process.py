@@ -1,8 +1,15 @@
 """Running commands and scripts: timeouts, output caps, whole-tree kills, background tasks.
 
-Every child starts in its own process group (session), so a timeout or a kill takes down the
-whole tree it spawned.  Output is streamed and capped: only the first and last parts are kept,
-however much the command prints, and progress lines are handed to a callback as they arrive.
+Every command runs under a small *reaper* (``memora/tools/reaper.py``, Linux): a child
+subreaper that, when the command ends, times out or is killed, kills every process the command
+left — including daemons that called ``setsid`` or double-forked, which a process-group kill
+misses.  The reaper leads its own session too, so a group kill remains the last resort.
+
+Children get a scrubbed environment (:func:`child_environment`): a documented allow-list, never
+a variable named like a secret, extendable by the host.
+
+Output is streamed and capped: only the first and last parts are kept, however much the command
+prints, and progress lines are handed to a callback as they arrive.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import signal
 import sys
 import time
@@ -21,9 +29,55 @@ from pathlib import Path
 
 from ..errors import ToolError, ToolErrorCode
 
-__all__ = ["BackgroundTask", "BackgroundTasks", "CapturedOutput", "ProcessResult", "run_process"]
+__all__ = [
+    "ENV_ALLOW",
+    "BackgroundTask",
+    "BackgroundTasks",
+    "CapturedOutput",
+    "ProcessResult",
+    "child_environment",
+    "run_process",
+]
 
 DEFAULT_MAX_OUTPUT = 64_000
+_REAPER = Path(__file__).with_name("reaper.py")
+
+ENV_ALLOW: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
+    "TZ", "TMPDIR", "TMP", "TEMP", "PWD", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH",
+    "PYTHONIOENCODING", "NODE_PATH", "JAVA_HOME", "GOPATH", "GOROOT", "CARGO_HOME",
+    "RUSTUP_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "XDG_*", "DISPLAY",
+)  # fmt: skip
+"""Variables a command inherits from memora's environment (``*`` ends a prefix)."""
+
+_SECRET = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|DSN|PRIVATE)",
+    re.IGNORECASE,
+)
+
+
+def _allowed(name: str, patterns: Sequence[str]) -> bool:
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
+def child_environment(
+    allow: Sequence[str] = (),
+    values: dict[str, str] | None = None,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment a command gets: the variables of :data:`ENV_ALLOW` and ``allow`` that
+    memora has (``LC_*``-style prefixes allowed), minus anything named like a secret (``*KEY*``,
+    ``*TOKEN*``, ``*PASSWORD*``, ...) unless ``allow`` names it exactly, plus ``values``."""
+    source = os.environ if base is None else base
+    patterns = (*ENV_ALLOW, *allow)
+    exact = {a for a in allow if not a.endswith("*")}
+    env = {
+        k: v
+        for k, v in source.items()
+        if _allowed(k, patterns) and (k in exact or not _SECRET.search(k))
+    }
+    env.update(values or {})
+    return env
 
 
 class CapturedOutput:
@@ -79,6 +133,24 @@ class ProcessResult:
     duration: float
 
 
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Ask the reaper to take the whole tree down (SIGTERM), then kill its group regardless."""
+    if proc.returncode is None and sys.platform != "win32":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 3)
+    _kill_tree(proc)
+
+
+def _command(argv: Sequence[str] | str) -> list[str]:
+    cmd = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
+    if sys.platform.startswith("linux") and _REAPER.is_file():
+        # -I -S: the reaper needs only the standard library, and starts in a few milliseconds
+        return [sys.executable, "-I", "-S", str(_REAPER), "--", *cmd]
+    return cmd
+
+
 def _kill_tree(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
     """Kill the child's whole process group (it leads its own session), then the child."""
     if sys.platform != "win32":
@@ -97,13 +169,11 @@ async def _spawn(
         "stdin": asyncio.subprocess.DEVNULL,
         "stdout": asyncio.subprocess.PIPE,
         "stderr": asyncio.subprocess.STDOUT,
-        "env": env,
+        "env": env if env is not None else child_environment(),
         "start_new_session": sys.platform != "win32",
     }
     try:
-        if isinstance(argv, str):
-            return await asyncio.create_subprocess_shell(argv, **kwargs)  # type: ignore[arg-type]
-        return await asyncio.create_subprocess_exec(*argv, **kwargs)  # type: ignore[arg-type]
+        return await asyncio.create_subprocess_exec(*_command(argv), **kwargs)  # type: ignore[arg-type]
     except FileNotFoundError as exc:
         raise ToolError(
             ToolErrorCode.NOT_AVAILABLE, f"cannot start {argv!r}: {exc.strerror}"
@@ -155,8 +225,8 @@ async def run_process(
             await asyncio.wait_for(proc.wait(), max(0.1, timeout - (time.monotonic() - started)))
         except TimeoutError:
             timed_out = True
-            _kill_tree(proc)
-        # grandchildren may hold the pipe open after the shell exits: the group dies with us
+            await _stop(proc)
+        # anything still holding the pipe dies with the command (the reaper already saw to it)
         _kill_tree(proc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pump, 5)
@@ -238,7 +308,7 @@ class BackgroundTasks:
     async def kill(self, task_id: str) -> bool:
         task = self.get(task_id)
         was_running = task.running
-        _kill_tree(task.proc)
+        await _stop(task.proc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task.proc.wait(), 5)
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
