@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
 from ..role_pack.manager import RolePackManager
 from ..security.paths import PathGuard
+from ..security.state import ensure_state_dir
 from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
@@ -268,7 +270,12 @@ class Agent:
         self._apply_settings(project)
         opts = self.options
         data_dir = Path(opts.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
+        # under the project, every folder on the way is checked: a planted link or a file named
+        # .memora is a clear error, not a write elsewhere or a traceback (abspath, not resolve:
+        # resolving would follow the very links this is about)
+        absolute = Path(os.path.abspath(data_dir))  # noqa: ASYNC240 - no I/O, start-up only
+        root = Path(os.path.abspath(project))  # noqa: ASYNC240
+        ensure_state_dir(absolute, root if absolute.is_relative_to(root) else absolute.parent)
         extra: builtins.list[Any] = list(opts.plugins)
         if opts.pre_execution_check is not None:
             extra.append(("host-check", _HostCheck(opts.pre_execution_check)))

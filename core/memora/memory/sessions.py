@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
+from ..security.state import ensure_state_dir, open_state_file
 
 __all__ = [
     "InMemorySessionStore",
@@ -322,6 +323,7 @@ class JsonlSessionStore:
         return rounds, first, last
 
     def _write_meta(self, info: SessionInfo, *, durable: bool = True) -> None:
+        ensure_state_dir(self._dir(info.id), self.root.parent)
         doc = {k: v for k, v in info.to_dict().items() if k in _META_FIELDS}
         atomic_write_text(
             self._dir(info.id) / "meta.json",
@@ -333,7 +335,7 @@ class JsonlSessionStore:
         folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = b"".join(_line_bytes(line) for line in lines)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_state_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.root.parent)
         try:
             # a previous crash may have left a torn line without its newline: start on a new line
             if os.fstat(fd).st_size:

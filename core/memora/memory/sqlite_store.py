@@ -23,8 +23,10 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError
+from ..security.state import check_state_path, ensure_state_dir
 from .keywords import index_tokens, query_terms
 from .storage import ReadOnlyView, check_new, clamp_limit, record_from_row, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
@@ -119,8 +121,12 @@ class _Core:
                 f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None
             )
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+            ensure_state_dir(path.parent, path.parent.parent)
+            check_state_path(path, path.parent)
+            # nofollow: SQLite itself refuses a database path that is a symbolic link
+            self.db = sqlite3.connect(
+                f"file:{quote(str(path))}?nofollow=1", uri=True, timeout=10, isolation_level=None
+            )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA busy_timeout=10000")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ErrorCode, MemoraError
+from .state import ensure_state_dir, open_state_file
 
 __all__ = ["ProjectLock", "describe_time"]
 
@@ -94,8 +95,10 @@ class ProjectLock:
     def acquire(self) -> None:
         if self._fh is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+b")  # noqa: SIM115 - kept open while the lock is held
+        project = self.path.parent.parent
+        ensure_state_dir(self.path.parent, project)
+        fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT, project)
+        fh = os.fdopen(fd, "r+b")  # kept open while the lock is held
         if not _try_lock(fh):
             fh.close()
             info = self.holder() or {}

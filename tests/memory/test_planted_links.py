@@ -1,0 +1,106 @@
+"""memora's own state files never follow links planted in a (cloned, untrusted) project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memora import Agent
+from memora.errors import MemoraError
+from memora.memory import JsonlSessionStore, RoundRecord
+from memora.memory.sqlite_store import SqliteStorage
+from memora.security.lock import ProjectLock
+from memora.testing import ScriptedProvider
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    target = tmp_path / "victim.txt"
+    target.write_text("precious\n", encoding="utf-8")
+    return target
+
+
+def _untouched(victim: Path) -> bool:
+    return victim.read_text(encoding="utf-8") == "precious\n"
+
+
+def test_lock_file_link_is_refused(tmp_path: Path, victim: Path) -> None:
+    project = tmp_path / "p"
+    (project / ".memora").mkdir(parents=True)
+    (project / ".memora" / ".lock").symlink_to(victim)
+    with pytest.raises(MemoraError, match="is a symbolic link") as info:
+        ProjectLock(project).acquire()
+    assert info.value.code == "STORAGE_ERROR" and _untouched(victim)
+
+
+def test_memora_folder_link_is_refused(tmp_path: Path) -> None:
+    project, elsewhere = tmp_path / "p", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / ".memora").symlink_to(elsewhere)
+    with pytest.raises(MemoraError, match=r"\.memora is a symbolic link"):
+        ProjectLock(project).acquire()
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("what", ["memora-file", "lock-folder"])
+def test_wrong_kinds_are_clear_errors(tmp_path: Path, what: str) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    if what == "memora-file":
+        (project / ".memora").write_text("not a folder")
+        needle = ".memora is not a folder"
+    else:
+        (project / ".memora" / ".lock").mkdir(parents=True)
+        needle = ".lock is"
+    with pytest.raises(MemoraError, match=needle) as info:
+        ProjectLock(project).acquire()
+    assert info.value.code == "STORAGE_ERROR"
+
+
+async def test_agent_init_refuses_a_planted_memora_file(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / ".memora").write_text("not a folder")
+    agent = Agent(
+        project_path=project,
+        data_dir=project / ".memora" / "data",
+        provider=ScriptedProvider([]),
+        load_entrypoints=False,
+    )
+    with pytest.raises(MemoraError, match="is not a folder") as info:
+        await agent.init()
+    assert info.value.code == "STORAGE_ERROR"
+
+
+async def test_session_file_link_is_refused(tmp_path: Path, victim: Path) -> None:
+    store = JsonlSessionStore(tmp_path / "data")
+    s = await store.create()
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    (log,) = (tmp_path / "data" / "sessions" / s.id).glob("*.jsonl")
+    log.unlink()
+    log.symlink_to(victim)
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        await store.append_round(s.id, RoundRecord("r1", "q", "a"))
+    assert _untouched(victim)
+
+
+async def test_session_folder_link_is_refused(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path / "data")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "data" / "sessions").mkdir(parents=True)
+    (tmp_path / "data" / "sessions" / "planted").symlink_to(elsewhere)
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        await store.create(session_id="planted")
+    assert list(elsewhere.iterdir()) == []
+
+
+async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "memory.db").symlink_to(victim)
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        SqliteStorage(data / "memory.db")
+    assert _untouched(victim)
