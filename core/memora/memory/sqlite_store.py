@@ -28,7 +28,14 @@ from urllib.parse import quote
 from ..errors import ErrorCode, MemoraError, NotAvailableError
 from ..security.state import check_state_path, ensure_state_dir
 from .keywords import index_tokens, query_terms
-from .storage import ReadOnlyView, check_new, clamp_limit, record_from_row, update_changes
+from .storage import (
+    ReadOnlyView,
+    check_new,
+    clamp_limit,
+    record_from_row,
+    record_to_row,
+    update_changes,
+)
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
 
 __all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
@@ -163,19 +170,7 @@ class _Core:
     def _insert(self, record: MemoryRecord) -> None:
         cur = self.db.execute(
             f"INSERT INTO memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                record.id,
-                record.source,
-                record.name,
-                record.content,
-                record.summary_type,
-                record.created_at,
-                record.updated_at,
-                record.superseded_by,
-                record.session_id,
-                record.round_id,
-                json.dumps(record.meta, ensure_ascii=False),
-            ),
+            record_to_row(record),
         )
         self.db.execute(
             "INSERT INTO memories_fts(rowid, tokens) VALUES (?, ?)",

@@ -31,6 +31,7 @@ __all__ = [
     "ReadOnlyView",
     "check_new",
     "record_from_row",
+    "record_to_row",
     "score_records",
 ]
 
@@ -152,6 +153,24 @@ class ReadOnlyView:
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def record_to_row(record: MemoryRecord) -> tuple[Any, ...]:
+    """The record's values in the SQL column order of :func:`record_from_row` (``meta`` as JSON
+    text)."""
+    return (
+        record.id,
+        record.source,
+        record.name,
+        record.content,
+        record.summary_type,
+        record.created_at,
+        record.updated_at,
+        record.superseded_by,
+        record.session_id,
+        record.round_id,
+        json.dumps(record.meta, ensure_ascii=False),
+    )
 
 
 def record_from_row(row: Sequence[Any]) -> MemoryRecord:

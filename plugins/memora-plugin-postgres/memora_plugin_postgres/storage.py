@@ -27,6 +27,7 @@ from memora.memory.storage import (
     check_new,
     clamp_limit,
     record_from_row,
+    record_to_row,
     score_records,
     tokens_of,
     update_changes,
@@ -106,21 +107,7 @@ class PostgresStorage:
     )
 
     def _row(self, record: MemoryRecord) -> tuple[Any, ...]:
-        return (
-            self.namespace,
-            record.id,
-            record.source,
-            record.name,
-            record.content,
-            record.summary_type,
-            record.created_at,
-            record.updated_at,
-            record.superseded_by,
-            record.session_id,
-            record.round_id,
-            json.dumps(record.meta, ensure_ascii=False),
-            lexemes_of(record.name, record.content),
-        )
+        return (self.namespace, *record_to_row(record), lexemes_of(record.name, record.content))
 
     async def _insert(self, conn: AsyncConnection[Any], record: MemoryRecord) -> None:
         await conn.execute(self._INSERT, self._row(record))
