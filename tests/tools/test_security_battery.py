@@ -400,3 +400,48 @@ async def test_commands_do_not_see_secret_environment_variables(
     env = child_environment(allow=["GITHUB_TOKEN", "CUSTOM_*"], values={"EXTRA": "1"})
     assert env["GITHUB_TOKEN"] == "s3cr3t-GITHUB_TOKEN" and env["EXTRA"] == "1"
     assert "OPENAI_API_KEY" not in env
+
+
+async def test_search_project_never_reads_outside_under_symlink_swaps(tmp_path: Path) -> None:
+    """While a thread keeps swapping a project folder for a symlink to a folder outside,
+    search_project never returns a line from outside (os.walk did, in hundreds of 2,000 calls)."""
+    import threading
+    import time
+
+    from memora.tools.project_search import BuiltinProjectSearch
+
+    project, outside = tmp_path / "p", tmp_path / "outside"
+    (project / "sub").mkdir(parents=True)
+    outside.mkdir()
+    for i in range(20):
+        (project / "sub" / f"in{i}.txt").write_text("needle inside\n", encoding="utf-8")
+        # the same names outside: a walker that re-resolves "sub" reads these instead
+        (outside / f"in{i}.txt").write_text("needle SECRET\n", encoding="utf-8")
+    stop = threading.Event()
+
+    def swapper() -> None:
+        real, link = project / "sub", project / "sub"
+        parked = project / "parked"
+        while not stop.is_set():
+            try:
+                real.rename(parked)
+                link.symlink_to(outside)
+                time.sleep(0.002)  # long enough for a walker to be inside the swapped folder
+                link.unlink()
+                parked.rename(real)
+                time.sleep(0.002)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    search = BuiltinProjectSearch()
+    leaked = 0
+    try:
+        for _ in range(300):
+            hits = await search.search(project, "needle")
+            leaked += sum("SECRET" in h.text for h in hits)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert leaked == 0

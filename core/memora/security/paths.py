@@ -36,15 +36,21 @@ def _loops(path: Path) -> bool:
     return False
 
 
-def read_regular(path: Path, limit: int) -> bytes | None:
+def read_regular(
+    path: Path | str, limit: int, *, dir_fd: int | None = None, skip_larger: bool = False
+) -> bytes | None:
     """Up to ``limit`` bytes of ``path`` if it is a regular file, else None — a FIFO, socket or
-    device is skipped without blocking (opened non-blocking, checked on the descriptor)."""
+    device is skipped without blocking (opened non-blocking, checked on the descriptor), a link
+    is not followed.  With ``dir_fd``, ``path`` is a name inside that open folder (no second
+    resolution of the folder's path, so a folder swapped for a link meanwhile changes nothing).
+    ``skip_larger``: None for a file of more than ``limit`` bytes instead of its start."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (skip_larger and st.st_size > limit):
             return None
         chunks: list[bytes] = []
         left = limit

@@ -51,12 +51,16 @@ class GitIgnore:
     def __init__(self) -> None:
         self.rules: list[_Rule] = []
 
-    def load(self, folder: Path, rel: str) -> None:
-        path = folder / ".gitignore"
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+    def load(self, folder: Path, rel: str, *, dir_fd: int | None = None) -> None:
+        data = read_regular(".gitignore", 1 << 20, dir_fd=dir_fd) if dir_fd is not None else None
+        if dir_fd is None:
+            try:
+                data = (folder / ".gitignore").read_bytes()
+            except OSError:
+                return
+        if data is None:
             return
+        text = data.decode("utf-8", errors="replace")
         for raw in text.splitlines():
             line = raw.rstrip()
             if not line or line.startswith("#"):
@@ -155,15 +159,18 @@ class BuiltinProjectSearch:
         deadline = time.monotonic() + self.time_budget
         ignore = GitIgnore()
         out: list[ProjectMatch] = []
-        for folder, dirs, files in os.walk(root):
+        # fwalk: every folder is opened relative to its parent's descriptor without following
+        # links, and files are opened by name inside it — a folder swapped for a symlink while
+        # the search runs is never entered (os.walk re-resolved paths and could be led outside)
+        for folder, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
             here = Path(folder)
             rel_dir = here.relative_to(root).as_posix()
             rel_dir = "" if rel_dir == "." else rel_dir
-            ignore.load(here, rel_dir)
+            ignore.load(here, rel_dir, dir_fd=dir_fd)
             keep = []
             for d in sorted(dirs):
                 rel = f"{rel_dir}/{d}" if rel_dir else d
-                if d in ALWAYS_SKIP or ignore.ignored(rel, True) or (here / d).is_symlink():
+                if d in ALWAYS_SKIP or ignore.ignored(rel, True):
                     continue
                 keep.append(d)
             dirs[:] = keep
@@ -173,13 +180,8 @@ class BuiltinProjectSearch:
                     continue
                 if glob and not (fnmatch.fnmatchcase(name, glob) or fnmatch.fnmatchcase(rel, glob)):
                     continue
-                path = here / name
-                try:
-                    if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
-                        continue
-                except OSError:
-                    continue
-                data = read_regular(path, MAX_FILE_BYTES)  # FIFOs, sockets: skipped, no block
+                # links are not followed, FIFOs and sockets skipped without blocking
+                data = read_regular(name, MAX_FILE_BYTES, dir_fd=dir_fd, skip_larger=True)
                 if data is None:
                     continue
                 if b"\x00" in data[:4096]:
