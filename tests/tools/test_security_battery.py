@@ -445,3 +445,48 @@ async def test_search_project_never_reads_outside_under_symlink_swaps(tmp_path: 
         stop.set()
         thread.join(5)
     assert leaked == 0
+
+
+async def test_list_dir_never_lists_outside_under_symlink_swaps(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from memora.tools import ToolContext
+    from memora.tools.base import run_tool
+    from memora.tools.files import list_dir
+
+    project, outside = tmp_path / "p", tmp_path / "outside"
+    (project / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (project / "sub" / "inside.txt").write_text("x")
+    (outside / "SECRET_NAME.txt").write_text("x")
+    for i in range(2000):  # a large root: time passes between listing it and entering "sub"
+        (project / f"f{i:04}.txt").write_text("")
+    stop = threading.Event()
+
+    def swapper() -> None:
+        real, parked = project / "sub", project / "parked"
+        while not stop.is_set():
+            try:
+                real.rename(parked)
+                real.symlink_to(outside)
+                time.sleep(0.002)
+                real.unlink()
+                parked.rename(real)
+                time.sleep(0.002)
+            except OSError:
+                pass
+
+    ctx = ToolContext.for_project(project)
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    leaked = 0
+    try:
+        for _ in range(150):
+            r = await run_tool(list_dir, ctx, {"path": ".", "depth": 3, "include_hidden": True})
+            leaked += "SECRET_NAME" in r.content
+    finally:
+        stop.set()
+        thread.join(5)
+        await ctx.background.close()
+    assert leaked == 0

@@ -275,12 +275,16 @@ async def list_dir(
 
     def walk() -> tuple[list[str], bool]:
         lines: list[str] = []
+        # folders are opened by descriptor, each relative to its parent and without following a
+        # link: a folder swapped for a symlink while listing is never listed through
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
-        def visit(folder: str, level: int) -> bool:
+        def visit(folder: int, level: int) -> bool:
             try:
-                entries = sorted(
-                    os.scandir(folder), key=lambda e: (not e.is_dir(follow_symlinks=False), e.name)
-                )
+                with os.scandir(folder) as it:
+                    entries = sorted(
+                        it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name)
+                    )
             except OSError as exc:
                 lines.append("  " * level + f"(cannot list: {exc.strerror})")
                 return False
@@ -292,10 +296,19 @@ async def list_dir(
                 indent = "  " * level
                 if entry.is_symlink():
                     lines.append(f"{indent}{entry.name} -> (link)")
-                elif entry.is_dir():
+                elif entry.is_dir(follow_symlinks=False):
                     lines.append(f"{indent}{entry.name}/")
-                    if level + 1 < depth and visit(entry.path, level + 1):
-                        return True
+                    if level + 1 < depth:
+                        try:
+                            sub = os.open(entry.name, flags, dir_fd=folder)
+                        except OSError as exc:
+                            lines.append("  " * (level + 1) + f"(cannot list: {exc.strerror})")
+                            continue
+                        try:
+                            if visit(sub, level + 1):
+                                return True
+                        finally:
+                            os.close(sub)
                 else:
                     try:
                         size = entry.stat(follow_symlinks=False).st_size
@@ -304,7 +317,18 @@ async def list_dir(
                     lines.append(f"{indent}{entry.name}  ({size} bytes)")
             return False
 
-        return lines, visit(str(root), 0)
+        try:
+            top = os.open(root, flags)
+        except OSError as exc:
+            raise ToolError(
+                ToolErrorCode.PATH_NOT_ALLOWED,
+                f"{ctx.guard.display(root)} changed while being opened: {exc.strerror}",
+            ) from exc
+        try:
+            ctx.guard.check_fd(top, root)
+            return lines, visit(top, 0)
+        finally:
+            os.close(top)
 
     lines, capped = await asyncio.to_thread(walk)
     shown = ctx.guard.display(root)
