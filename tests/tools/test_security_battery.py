@@ -490,3 +490,42 @@ async def test_list_dir_never_lists_outside_under_symlink_swaps(tmp_path: Path) 
         thread.join(5)
         await ctx.background.close()
     assert leaked == 0
+
+
+async def test_write_file_never_creates_folders_outside_under_symlink_swaps(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from memora.tools import ToolContext
+    from memora.tools.base import run_tool
+    from memora.tools.files import write_file
+
+    project, outside = tmp_path / "p", tmp_path / "outside"
+    (project / "sub").mkdir(parents=True)
+    outside.mkdir()
+    stop = threading.Event()
+
+    def swapper() -> None:
+        real, parked = project / "sub", project / "parked"
+        while not stop.is_set():
+            try:
+                real.rename(parked)
+                real.symlink_to(outside)
+                time.sleep(0.002)
+                real.unlink()
+                parked.rename(real)
+                time.sleep(0.002)
+            except OSError:
+                pass
+
+    ctx = ToolContext.for_project(project)
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        for i in range(200):
+            await run_tool(write_file, ctx, {"path": f"sub/d{i}/e/f/note.txt", "content": "x"})
+    finally:
+        stop.set()
+        thread.join(5)
+        await ctx.background.close()
+    assert list(outside.iterdir()) == []

@@ -221,6 +221,42 @@ class PathGuard:
         finally:
             os.close(dfd)
 
+    def _make_parents(self, resolved: Path) -> None:
+        """Create the missing folders above ``resolved`` through directory descriptors: the
+        deepest existing one is opened and re-checked, each new one is made and opened
+        relative to its parent without following links — an ancestor swapped for a symlink
+        meanwhile cannot make memora create a folder outside."""
+        missing: list[str] = []
+        base = resolved.parent
+        while not base.exists():
+            missing.append(base.name)
+            base = base.parent
+        if not missing:
+            return
+        try:
+            fd = os.open(base, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        except OSError as exc:
+            raise ToolError(
+                ToolErrorCode.PATH_NOT_ALLOWED,
+                f"cannot use folder {self.display(base)}: {exc.strerror}",
+            ) from exc
+        try:
+            self.check_fd(fd, base)
+            for name in reversed(missing):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                try:
+                    nxt = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd)
+                except OSError as exc:
+                    raise ToolError(
+                        ToolErrorCode.PATH_NOT_ALLOWED,
+                        f"folder {name!r} under {self.display(base)} changed while being made",
+                    ) from exc
+                os.close(fd)
+                fd = nxt
+        finally:
+            os.close(fd)
+
     def write_atomic(self, user_path: str, data: bytes, *, create_dirs: bool = True) -> Path:
         """Write ``data`` to an allowed path atomically (temp file + rename in the same folder).
 
@@ -230,16 +266,7 @@ class PathGuard:
         if resolved.is_dir():
             raise ToolError(ToolErrorCode.INVALID_ARGS, f"{self.display(resolved)} is a directory")
         if create_dirs:
-            # create missing folders one by one, each re-checked
-            missing = []
-            p = resolved.parent
-            while not p.exists():
-                missing.append(p)
-                p = p.parent
-            for folder in reversed(missing):
-                self.resolve(str(folder), purpose="write")
-                with contextlib.suppress(FileExistsError):
-                    folder.mkdir()
+            self._make_parents(resolved)
         with self._parent_fd(resolved) as dfd:
             mode = 0o644
             with contextlib.suppress(OSError):
