@@ -3,9 +3,11 @@ process stays healthy."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -402,12 +404,40 @@ async def test_commands_do_not_see_secret_environment_variables(
     assert "OPENAI_API_KEY" not in env
 
 
-async def test_search_project_never_reads_outside_under_symlink_swaps(tmp_path: Path) -> None:
-    """While a thread keeps swapping a project folder for a symlink to a folder outside,
-    search_project never returns a line from outside (os.walk did, in hundreds of 2,000 calls)."""
+@contextlib.contextmanager
+def _swapping(folder: Path, target: Path) -> Iterator[None]:
+    """While inside, a thread keeps swapping ``folder`` for a symlink to ``target`` (every
+    2 ms: long enough for a walker to be inside the swapped folder)."""
     import threading
     import time
 
+    stop = threading.Event()
+
+    def swapper() -> None:
+        parked = folder.with_name(folder.name + "-parked")
+        while not stop.is_set():
+            try:
+                folder.rename(parked)
+                folder.symlink_to(target)
+                time.sleep(0.002)
+                folder.unlink()
+                parked.rename(folder)
+                time.sleep(0.002)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+async def test_search_project_never_reads_outside_under_symlink_swaps(tmp_path: Path) -> None:
+    """While a thread keeps swapping a project folder for a symlink to a folder outside,
+    search_project never returns a line from outside (os.walk did, in hundreds of 2,000 calls)."""
     from memora.tools.project_search import BuiltinProjectSearch
 
     project, outside = tmp_path / "p", tmp_path / "outside"
@@ -417,40 +447,16 @@ async def test_search_project_never_reads_outside_under_symlink_swaps(tmp_path: 
         (project / "sub" / f"in{i}.txt").write_text("needle inside\n", encoding="utf-8")
         # the same names outside: a walker that re-resolves "sub" reads these instead
         (outside / f"in{i}.txt").write_text("needle SECRET\n", encoding="utf-8")
-    stop = threading.Event()
-
-    def swapper() -> None:
-        real, link = project / "sub", project / "sub"
-        parked = project / "parked"
-        while not stop.is_set():
-            try:
-                real.rename(parked)
-                link.symlink_to(outside)
-                time.sleep(0.002)  # long enough for a walker to be inside the swapped folder
-                link.unlink()
-                parked.rename(real)
-                time.sleep(0.002)
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=swapper, daemon=True)
-    thread.start()
     search = BuiltinProjectSearch()
     leaked = 0
-    try:
+    with _swapping(project / "sub", outside):
         for _ in range(300):
             hits = await search.search(project, "needle")
             leaked += sum("SECRET" in h.text for h in hits)
-    finally:
-        stop.set()
-        thread.join(5)
     assert leaked == 0
 
 
 async def test_list_dir_never_lists_outside_under_symlink_swaps(tmp_path: Path) -> None:
-    import threading
-    import time
-
     from memora.tools import ToolContext
     from memora.tools.base import run_tool
     from memora.tools.files import list_dir
@@ -462,40 +468,19 @@ async def test_list_dir_never_lists_outside_under_symlink_swaps(tmp_path: Path) 
     (outside / "SECRET_NAME.txt").write_text("x")
     for i in range(2000):  # a large root: time passes between listing it and entering "sub"
         (project / f"f{i:04}.txt").write_text("")
-    stop = threading.Event()
-
-    def swapper() -> None:
-        real, parked = project / "sub", project / "parked"
-        while not stop.is_set():
-            try:
-                real.rename(parked)
-                real.symlink_to(outside)
-                time.sleep(0.002)
-                real.unlink()
-                parked.rename(real)
-                time.sleep(0.002)
-            except OSError:
-                pass
-
     ctx = ToolContext.for_project(project)
-    thread = threading.Thread(target=swapper, daemon=True)
-    thread.start()
     leaked = 0
     try:
-        for _ in range(150):
-            r = await run_tool(list_dir, ctx, {"path": ".", "depth": 3, "include_hidden": True})
-            leaked += "SECRET_NAME" in r.content
+        with _swapping(project / "sub", outside):
+            for _ in range(150):
+                r = await run_tool(list_dir, ctx, {"path": ".", "depth": 3, "include_hidden": True})
+                leaked += "SECRET_NAME" in r.content
     finally:
-        stop.set()
-        thread.join(5)
         await ctx.background.close()
     assert leaked == 0
 
 
 async def test_write_file_never_creates_folders_outside_under_symlink_swaps(tmp_path: Path) -> None:
-    import threading
-    import time
-
     from memora.tools import ToolContext
     from memora.tools.base import run_tool
     from memora.tools.files import write_file
@@ -503,29 +488,11 @@ async def test_write_file_never_creates_folders_outside_under_symlink_swaps(tmp_
     project, outside = tmp_path / "p", tmp_path / "outside"
     (project / "sub").mkdir(parents=True)
     outside.mkdir()
-    stop = threading.Event()
-
-    def swapper() -> None:
-        real, parked = project / "sub", project / "parked"
-        while not stop.is_set():
-            try:
-                real.rename(parked)
-                real.symlink_to(outside)
-                time.sleep(0.002)
-                real.unlink()
-                parked.rename(real)
-                time.sleep(0.002)
-            except OSError:
-                pass
-
     ctx = ToolContext.for_project(project)
-    thread = threading.Thread(target=swapper, daemon=True)
-    thread.start()
     try:
-        for i in range(200):
-            await run_tool(write_file, ctx, {"path": f"sub/d{i}/e/f/note.txt", "content": "x"})
+        with _swapping(project / "sub", outside):
+            for i in range(200):
+                await run_tool(write_file, ctx, {"path": f"sub/d{i}/e/f/note.txt", "content": "x"})
     finally:
-        stop.set()
-        thread.join(5)
         await ctx.background.close()
     assert list(outside.iterdir()) == []
