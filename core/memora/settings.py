@@ -67,7 +67,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
 may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
 
 USER_SIDE_KEYS: frozenset[str] = frozenset(
-    {"base_url", "api_key_env", "headers", "dsn", "allow_private"}
+    {"base_url", "api_key_env", "headers", "dsn", "allow_private", "allow"}
 )
 """Provider and plugin options that choose where secrets go (an endpoint, the variable a key is
 read from, extra headers, a database address) or widen a guard.  A project's config is

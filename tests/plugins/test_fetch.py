@@ -59,6 +59,22 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/stall":
             time.sleep(3)
             self._send(200, b"late", "text/plain")
+        elif self.path == "/to-metadata":
+            self._send(302, b"", "text/plain", {"Location": "http://169.254.169.254/latest/"})
+        elif self.path == "/host":
+            self._send(200, (self.headers.get("Host") or "").encode(), "text/plain")
+        elif self.path == "/trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(100):  # one byte every 0.1 s: no single read ever times out
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +159,108 @@ async def test_created_through_plugin_manager(server: str) -> None:
 
     with pytest.raises(PluginError, match="unknown fetch option"):
         plugins.create("web_fetch", "fetch", {"bogus": 1})
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "224.0.0.1",
+        "0.0.0.0",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "::127.0.0.1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:a00:1::1",
+        "2001:0:4136:e378:8000:63bf:80ff:fefe",
+    ],
+)
+async def test_every_internal_address_form_is_refused(address: str) -> None:
+    from memora.security.network import AddressPolicy
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return [address]
+
+    with pytest.raises(ToolError) as info:
+        await AddressPolicy(resolver=resolver).judge("http://innocent.example/")
+    import ipaddress
+
+    assert info.value.code == ToolErrorCode.PERMISSION_DENIED
+    assert str(ipaddress.ip_address(address)) in str(info.value)
+
+
+async def test_public_addresses_pass_and_one_bad_answer_refuses_all() -> None:
+    from memora.security.network import AddressPolicy
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"] + (
+            ["10.0.0.5"] if host == "mixed.example" else []
+        )
+
+    policy = AddressPolicy(resolver=resolver)
+    target = await policy.judge("https://public.example:8443/a?b=1")
+    assert target.address == "93.184.216.34"
+    assert target.connect_url == "https://93.184.216.34:8443/a?b=1"
+    assert target.host_header == "public.example:8443"
+    with pytest.raises(ToolError, match="10.0.0.5"):
+        await policy.judge("http://mixed.example/")
+
+
+async def test_the_connection_goes_to_the_judged_address(server: str) -> None:
+    """DNS rebinding: the name is resolved once, judged, and that very address is connected to;
+    the server sees the original Host header."""
+    port = server.rsplit(":", 1)[1]
+    answers = iter([["127.0.0.1"], ["10.66.66.66"]])  # a second lookup would get another answer
+
+    async def rebinding(host: str, port_: int) -> list[str]:
+        return next(answers)
+
+    f = HttpFetcher(allow=["127.0.0.1/32"], resolver=rebinding, timeout=2.0)
+    try:
+        result = await f.fetch(f"http://rebind.example:{port}/host")
+        assert result.text == f"rebind.example:{port}"
+    finally:
+        await f.aclose()
+
+
+async def test_a_redirect_to_an_internal_address_is_refused(server: str) -> None:
+    f = HttpFetcher(allow=["127.0.0.1/32"], timeout=2.0)
+    try:
+        with pytest.raises(ToolError) as info:
+            await f.fetch(f"{server}/to-metadata")
+        assert info.value.code == ToolErrorCode.PERMISSION_DENIED
+        assert "169.254.169.254" in info.value.message
+    finally:
+        await f.aclose()
+
+
+async def test_a_trickling_body_hits_the_total_deadline(server: str) -> None:
+    f = HttpFetcher(allow=["127.0.0.1/32"], timeout=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolError) as info:
+            await f.fetch(f"{server}/trickle")
+    finally:
+        await f.aclose()
+    assert info.value.code == ToolErrorCode.TIMEOUT
+    assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize(
+    "url", ["http://example.org:99999/", "http://[::1/", "http://user:pw@example.org/", "http://"]
+)
+async def test_malformed_urls_are_clean_tool_errors(url: str) -> None:
+    f = HttpFetcher(timeout=1.0)
+    try:
+        with pytest.raises(ToolError) as info:
+            await f.fetch(url)
+        assert info.value.code == ToolErrorCode.INVALID_ARGS
+    finally:
+        await f.aclose()

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpFetcher", "register_web_fetch"]
 
-_OPTIONS = {"timeout", "max_bytes", "allow_private", "user_agent", "max_redirects"}
+_OPTIONS = {"timeout", "max_bytes", "allow_private", "allow", "user_agent", "max_redirects"}
 
 
 def __getattr__(name: str) -> Any:

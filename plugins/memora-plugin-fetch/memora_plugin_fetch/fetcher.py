@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import socket
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from memora.errors import ToolError, ToolErrorCode
+from memora.security.network import AddressPolicy
 from memora.services import FetchResult
 
 try:
@@ -31,15 +30,27 @@ class HttpFetcher:
         self,
         *,
         timeout: float = 20.0,
-        max_bytes: int = 5_000_000,
+        max_bytes: int = 1_000_000,
         allow_private: bool = False,
+        allow: list[str] | None = None,
         user_agent: str = "memora-fetch/0.1 (+https://pypi.org/project/memora-plugin-fetch)",
         max_redirects: int = 5,
+        resolver: Any = None,
     ) -> None:
         self.timeout = float(timeout)
         self.max_bytes = int(max_bytes)
-        self.allow_private = bool(allow_private)
         self.max_redirects = int(max_redirects)
+        networks = list(allow or [])
+        if allow_private:
+            networks += ["0.0.0.0/0", "::/0"]
+        # the kernel's address policy: judged after resolution, on every hop; we connect to the
+        # very address it judged (no second resolution between the check and the connection)
+        self.policy = AddressPolicy(
+            networks,
+            resolver=resolver,
+            hint="to permit it, set plugins.fetch.allow (networks) or allow_private in your user "
+            "config",
+        )
         self._client = httpx2.AsyncClient(
             timeout=httpx2.Timeout(self.timeout, connect=min(10.0, self.timeout)),
             follow_redirects=False,
@@ -50,48 +61,36 @@ class HttpFetcher:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _check_target(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise ToolError(
-                ToolErrorCode.INVALID_ARGS,
-                f"only http and https URLs can be fetched, not {parts.scheme or 'a bare path'!r}",
-            )
-        host = parts.hostname
-        if not host:
-            raise ToolError(ToolErrorCode.INVALID_ARGS, f"URL {url!r} has no host")
-        if self.allow_private:
-            return
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host,
-                parts.port or (443 if parts.scheme == "https" else 80),
-                type=socket.SOCK_STREAM,
-            )
-        except OSError as exc:
-            raise ToolError(ToolErrorCode.NETWORK_ERROR, f"cannot resolve {host!r}: {exc}") from exc
-        for info in infos:
-            addr = ipaddress.ip_address(info[4][0])
-            if not addr.is_global:
-                raise ToolError(
-                    ToolErrorCode.PERMISSION_DENIED,
-                    f"{host!r} resolves to the non-public address {addr}; fetching private "
-                    "networks is disabled (option allow_private)",
-                )
-
     async def fetch(self, url: str, *, max_chars: int = 20_000) -> FetchResult:
+        """Fetch ``url``: at most ``timeout`` seconds in all (a server that trickles bytes is cut
+        too), at most ``max_bytes`` read, every hop judged by the address policy."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._fetch(url, max_chars)
+        except TimeoutError as exc:
+            raise ToolError(
+                ToolErrorCode.TIMEOUT, f"fetching {url} took longer than {self.timeout:g} s"
+            ) from exc
+
+    async def _fetch(self, url: str, max_chars: int) -> FetchResult:
         current = url
         for _hop in range(self.max_redirects + 1):
-            await self._check_target(current)
+            target = await self.policy.judge(current)
+            extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
             try:
-                async with self._client.stream("GET", current) as response:
+                async with self._client.stream(
+                    "GET",
+                    target.connect_url,
+                    headers={"Host": target.host_header},
+                    extensions=extensions,
+                ) as response:
                     if response.is_redirect and "location" in response.headers:
                         current = urljoin(current, response.headers["location"])
                         continue
                     return await self._read(current, response, max_chars)
             except httpx2.TimeoutException as exc:
                 raise ToolError(ToolErrorCode.TIMEOUT, f"fetching {current} timed out") from exc
-            except httpx2.TransportError as exc:
+            except (httpx2.TransportError, httpx2.InvalidURL) as exc:
                 raise ToolError(
                     ToolErrorCode.NETWORK_ERROR, f"fetching {current} failed: {exc}"
                 ) from exc
@@ -137,7 +136,7 @@ class HttpFetcher:
             text = text[:max_chars]
             truncated = True
         return FetchResult(
-            url=str(response.url),
+            url=url,
             status=status,
             content_type=ctype or "text/plain",
             text=text,
