@@ -647,7 +647,8 @@ class Agent:
                 self._context_note = note
                 self._wire = []
         if not self._wire or prompt != self._wire_prompt:
-            head = [Message.system(prompt)]
+            # a persona or skill holding a lone surrogate must not make every request fail
+            head = [Message.system(clean_text(prompt))]
             if self._context_note:
                 head.append(Message.system(self._context_note))
             self._wire = [*head, *self._history]
