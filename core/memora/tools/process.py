@@ -173,6 +173,8 @@ async def _spawn(
         "start_new_session": sys.platform != "win32",
     }
     try:
+        if isinstance(argv, str) and sys.platform == "win32":  # pragma: no cover - Windows
+            return await asyncio.create_subprocess_shell(argv, **kwargs)  # type: ignore[arg-type]
         return await asyncio.create_subprocess_exec(*_command(argv), **kwargs)  # type: ignore[arg-type]
     except FileNotFoundError as exc:
         raise ToolError(
