@@ -14,7 +14,6 @@ Also reported: TCP connections per conversation, and the wall time from the last
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -26,9 +25,9 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _server import sse_server
+from bench_loop import bare_turn, bench_tool
 
 from memora import Agent
-from memora.tools import ToolContext, tool
 from memora_plugin_openai import OpenAIProvider
 
 RUNS = {1: 30, 10: 8, 40: 3}
@@ -46,70 +45,9 @@ class Recording(OpenAIProvider):
         return super().encode(request, stream=stream)
 
 
-@tool(idempotency="read-only")
-async def bench_tool(ctx: ToolContext, n: int) -> str:
-    """A trivial tool."""
-    return f"result {n}"
-
-
 async def connections(url: str) -> int:
     async with httpx2.AsyncClient() as client:
         return int((await client.get(f"{url}/stats")).json()["connections"])
-
-
-async def bare_conversation(
-    client: httpx2.AsyncClient, tools: list[dict[str, Any]], system: str, prompt: str
-) -> None:
-    history: list[dict[str, Any]] = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": prompt},
-    ]
-    while True:
-        body = {
-            "model": "bench",
-            "messages": history,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "tools": tools,
-            "temperature": 0.7,
-        }
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        async with client.stream("POST", "/chat/completions", json=body) as r:
-            async for line in r.aiter_lines():  # to the end of the body: the connection is reused
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                obj = json.loads(line[6:])
-                if not obj.get("choices"):
-                    continue
-                delta = obj["choices"][0]["delta"]
-                if delta.get("content"):
-                    text.append(delta["content"])
-                for tc in delta.get("tool_calls") or []:
-                    c = calls.setdefault(tc["index"], {"id": tc.get("id"), "name": "", "args": []})
-                    fn = tc.get("function") or {}
-                    c["name"] = fn.get("name") or c["name"]
-                    c["args"].append(fn.get("arguments") or "")
-        if not calls:
-            history.append({"role": "assistant", "content": "".join(text)})
-            return
-        call = calls[0]
-        raw = "".join(call["args"])
-        history.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["name"], "arguments": raw},
-                    }
-                ],
-            }
-        )
-        result = (await bench_tool.invoke(None, json.loads(raw))).content
-        history.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 
 
 async def run_bare(
@@ -119,7 +57,8 @@ async def run_bare(
     async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         for i in range(runs + 1):
             t = time.process_time()
-            await bare_conversation(client, tools, system, f"conversation {i}: steps={k}")
+            # a new conversation: empty history; bench_loop's bare turn does the requests
+            await bare_turn(client, [], tools, system, f"conversation {i}: steps={k}")
             if i:
                 samples.append(time.process_time() - t)
     return samples

@@ -50,6 +50,16 @@ def event(delta: dict, finish: str | None = None) -> bytes:
 USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":10}}\n\n'
 
 
+async def json_response(writer: asyncio.StreamWriter, obj: dict) -> None:
+    doc = json.dumps(obj).encode()
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(doc)}\r\n\r\n".encode()
+        + doc
+    )
+    await writer.drain()
+
+
 def chunked(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
@@ -61,13 +71,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             if head.startswith(b"GET /v1/stats"):
-                doc = json.dumps({"connections": CONNECTIONS}).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    + f"content-length: {len(doc)}\r\n\r\n".encode()
-                    + doc
-                )
-                await writer.drain()
+                await json_response(writer, {"connections": CONNECTIONS})
                 continue
             headers = dict(
                 (k.strip().lower(), v.strip())
@@ -78,7 +82,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
             if not body.get("stream"):  # a non-streamed answer (round summaries use it)
                 n = min(int(body.get("max_tokens") or 50), 60)
-                doc = json.dumps(
+                await json_response(
+                    writer,
                     {
                         "id": "c",
                         "object": "chat.completion",
@@ -91,14 +96,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                             }
                         ],
                         "usage": {"prompt_tokens": 10, "completion_tokens": n},
-                    }
-                ).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    + f"content-length: {len(doc)}\r\n\r\n".encode()
-                    + doc
+                    },
                 )
-                await writer.drain()
                 continue
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

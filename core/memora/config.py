@@ -36,6 +36,7 @@ __all__ = [
     "create_provider_from_config",
     "format_config_error",
     "load_config",
+    "read_config_file",
 ]
 
 _SECRET_KEYS = {"api_key", "apikey", "secret", "token", "password"}
@@ -84,6 +85,27 @@ def check_secrets(config: MemoraConfig, path: Path) -> None:
             )
 
 
+def read_config_file(path: Path) -> MemoraConfig:
+    """One config file parsed and validated: ``INVALID_CONFIG`` naming the file and the field
+    for bad JSON, a bad field or a secret in a provider entry."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError) as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"{path} is not valid JSON: {exc}",
+            context={"path": str(path)},
+        ) from exc
+    try:
+        config = MemoraConfig.model_validate(data)
+    except ValidationError as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG, format_config_error(exc, path), context={"path": str(path)}
+        ) from exc
+    check_secrets(config, path)
+    return config
+
+
 def load_config(path: str | Path) -> MemoraConfig:
     """Read ``path`` (a ``config.json`` file, or a project folder holding ``.memora/config.json``).
 
@@ -94,19 +116,7 @@ def load_config(path: str | Path) -> MemoraConfig:
         p = p / ".memora" / "config.json"
     if not p.exists():
         return MemoraConfig()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as exc:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG, f"{p} is not valid JSON: {exc}", context={"path": str(p)}
-        ) from exc
-    try:
-        config = MemoraConfig.model_validate(data)
-    except ValidationError as exc:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG, format_config_error(exc, p), context={"path": str(p)}
-        ) from exc
-    check_secrets(config, p)
+    config = read_config_file(p)
     if config.active_provider and config.active_provider not in config.providers:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,

@@ -18,7 +18,6 @@ and then key, ``options`` by key.  :attr:`Settings.origins` says where each valu
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .config import MemoraConfig, ProviderConfig, check_secrets, format_config_error
+from .config import MemoraConfig, ProviderConfig, format_config_error, read_config_file
 from .errors import ErrorCode, MemoraError
 
 __all__ = [
@@ -197,21 +196,7 @@ def _read_layer(path: Path, project_of: Path | None = None) -> dict[str, Any] | 
         raise MemoraError(
             ErrorCode.INVALID_CONFIG, f"{path} is not a file", context={"path": str(path)}
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as exc:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG,
-            f"{path} is not valid JSON: {exc}",
-            context={"path": str(path)},
-        ) from exc
-    try:
-        config = MemoraConfig.model_validate(data)
-    except ValidationError as exc:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG, format_config_error(exc, path), context={"path": str(path)}
-        ) from exc
-    check_secrets(config, path)
+    config = read_config_file(path)
     if project_of is not None:
         _refuse_user_side_keys(config, path, project_of)
     unknown = sorted(set(config.options) - CONFIG_OPTIONS)
