@@ -217,9 +217,6 @@ def main() -> None:
             )
             await a.init()
             a.tools.register(bench_tool)
-            from memora.agent.loop import TurnState
-
-            st = TurnState("r", "x", a.session_id)
             s = [
                 {
                     "type": "function",
@@ -229,7 +226,7 @@ def main() -> None:
                         "parameters": t.parameters,
                     },
                 }
-                for t in a._visible_specs(st)
+                for t in a._visible_specs()
             ]
             prompt = a.role_pack.system_prompt()
             await a.close()

@@ -44,16 +44,21 @@ class Privileged:
     capability: str
     service_kind: str
     tool: str
+    turn_limit: str | None = None
+    """The strategy attribute capping this tool's calls per turn (``web_search_limit``); a call
+    over the cap is refused as ``tool_result(blocked=True)`` before it starts."""
 
 
 PRIVILEGED: dict[str, Privileged] = {
     p.capability: p
     for p in (
-        Privileged("web:search", "web_search", "web_search"),
+        Privileged("web:search", "web_search", "web_search", turn_limit="web_search_limit"),
         Privileged("web:fetch", "web_fetch", "web_fetch"),
         Privileged("code:execute", "code_executor", "run_code"),
     )
 }
+"""The one table of privileged capabilities: which service each needs, which tool it enables
+(the tool carries the capability as its ``capability`` flag) and any per-turn cap."""
 
 RESIDENT_CAPABILITIES: frozenset[str] = frozenset(
     {

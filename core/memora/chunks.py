@@ -217,10 +217,12 @@ class StepBoundaryChunk(_Chunk):
 
 
 class DoneChunk(_Chunk):
-    """The turn finished; ``usage`` sums every LLM call of the turn."""
+    """The turn finished; ``usage`` sums every LLM call of the turn; ``answer`` is the final
+    answer (the self-review's rewrite when it changed it)."""
 
     type: Literal["done"] = "done"
     usage: Usage | None = None
+    answer: str | None = None
 
 
 AgentChunk = Annotated[

@@ -77,7 +77,7 @@ async def test_capability_map_gates_privileged_tools(make_agent: Any) -> None:
     provider2 = ScriptedProvider(
         [tool_call(("web_fetch", {"url": "https://example.org"})), text("ok")]
     )
-    agent._base_router = type(agent._base_router)(provider2)
+    agent.set_provider(provider2)
     (r,) = results(await collect(agent.chat("fetch")))
     assert r.blocked and r.error_code == "NOT_AVAILABLE"
 
@@ -228,7 +228,7 @@ async def test_self_review_only_after_tool_steps(make_agent: Any) -> None:
     provider = ScriptedProvider(
         [tool_call(("list_dir", {})), text("draft answer"), text("No changes needed.")]
     )
-    agent._base_router = type(agent._base_router)(provider)
+    agent.set_provider(provider)
     chunks = await collect(agent.chat("q2"))
     assert "self_review" in types(chunks)
     assert provider.requests[2].tools == []
@@ -238,13 +238,13 @@ async def test_self_review_only_after_tool_steps(make_agent: Any) -> None:
     provider = ScriptedProvider(
         [tool_call(("list_dir", {})), text("draft"), text("Corrected final answer with details.")]
     )
-    agent._base_router = type(agent._base_router)(provider)
+    agent.set_provider(provider)
     chunks = await collect(agent.chat("q3"))
     assert (await agent.sessions.rounds())[-1].assistant == "Corrected final answer with details."
     provider = ScriptedProvider(
         [tool_call(("list_dir", {})), text("draft"), text("No changes needed.")]
     )
-    agent._base_router = type(agent._base_router)(provider)
+    agent.set_provider(provider)
     assert await agent.chat_text("q4") == "draft"  # the satisfied review keeps the draft
 
 
@@ -305,7 +305,7 @@ async def test_ask_limit_and_silent_mode(make_agent: Any) -> None:
     agent2 = agent
     agent2.role_pack._override = {"reflect": {"userFollowup": "silent"}}
     agent2.role_pack.activate("test")
-    agent2._base_router = type(agent2._base_router)(silent)
+    agent2.set_provider(silent)
     (r,) = results(await collect(agent2.chat("y")))
     assert r.blocked and r.error_code == "NOT_AVAILABLE"
 

@@ -53,15 +53,22 @@ def test_interceptor_and_outbox_round_trip() -> None:
 async def test_unexpected_failure_needs_recovery(
     make_agent: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = await make_agent(ScriptedProvider(default=text("fine")))
+    class Buggy(ScriptedProvider):
+        """A provider with a bug (not a ProviderError): the turn ends in `error`."""
 
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("bug in request building")
+        broken = True
 
-    monkeypatch.setattr(agent, "_build_request", broken)
+        async def stream(self, request: Any) -> Any:
+            if self.broken:
+                raise RuntimeError("bug in request building")
+            async for delta in super().stream(request):
+                yield delta
+
+    provider = Buggy(default=text("fine"))
+    agent = await make_agent(provider)
     chunks = [c async for c in agent.chat("q")]
     assert chunks[-1].type == "error" and "bug in request building" in chunks[-1].message
-    monkeypatch.undo()
+    provider.broken = False
     with pytest.raises(MemoraError) as info:
         [c async for c in agent.chat("again")]
     assert info.value.code == ErrorCode.BUSY

@@ -9,26 +9,27 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..capabilities import CapabilityMap, compute_capability_map
+from ..capabilities import PRIVILEGED, CapabilityMap, compute_capability_map
 from ..checks import CheckContext, CheckDecision, ToolCallInfo
-from ..chunks import AbortedChunk, AgentChunk, ErrorChunk, NarrateChunk, TextChunk
+from ..chunks import AbortedChunk, AgentChunk, DoneChunk, ErrorChunk
 from ..errors import ErrorCode, MemoraError
 from ..events import ArchiveFailed, EventEmitter, GoalDriftDetected, SessionForked
 from ..hookspecs import hookimpl
 from ..llm.provider import Provider
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
-from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec, clean_message, clean_text
+from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec, clean_text
 from ..memory.manager import MemoryManager
 from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
@@ -39,20 +40,21 @@ from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
 from ..tools.process import BackgroundTasks, child_environment
-from ..tools.task_table import TaskTable
+from ..tools.task_table import PlanItem, TaskTable
 from ..tools.works import WorksRegistry
 from ..tracing import combine_tracers
-from .context_window import estimate_tokens, trim_history
-from .loop import TurnEngine, TurnState, new_round_id
+from .context_window import ContextWindow
+from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions
-from .serialize import message_from_dict, message_to_dict
-from .state import DuplicateCallInterceptor, Outbox, SessionState
+from .record import ApprovalDecision, ApprovalPause, QuestionPause, TurnRecord
+from .serialize import message_from_dict
+from .state import DuplicateCallInterceptor, Outbox, SessionState, StatusTransition
 
 __all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager"]
 
 logger = logging.getLogger("memora.agent")
 
-PAUSE_STATE_VERSION = 1
+PAUSE_STATE_VERSION = 2
 
 
 class _HostCheck:
@@ -182,14 +184,11 @@ class Agent:
         self._initialised = False
         self._closed = False
         self._busy = False
-        self._turn: TurnState | None = None
+        self._turn: TurnRecord | None = None
         self._consumer: asyncio.Task[Any] | None = None
         self._aborting = False
-        self._history: builtins.list[Message] = []
-        self._costs: builtins.list[int] = []
-        self._wire: builtins.list[Message] = []
-        self._wire_prompt: str | None = None
-        self._context_note: str | None = None
+        self._window = ContextWindow(self.messages, summarise=self.options.enable_context_summary)
+        self._override_router: ProviderRouter | None = None
         self._cap_map: CapabilityMap | None = None
         self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
         self._owned: builtins.list[Any] = []
@@ -200,7 +199,6 @@ class Agent:
         self.retry_policy = RetryPolicy(
             max_attempts=self.options.retry_attempts, base_delay=self.options.retry_base_delay
         )
-        self.engine = TurnEngine(self)
         self._role_pack: RolePackManager
         self._router_fixed: ProviderRouter | None = None
         self._sync_runner: asyncio.Runner | None = None
@@ -235,6 +233,8 @@ class Agent:
         """Task type -> provider; ``act.providerRouting = fixed`` sends everything to the chat
         provider."""
         base: ProviderRouter = self._need("base_router")
+        if self._override_router is not None:
+            return self._override_router
         if self._role_pack.strategy.provider_routing == "fixed":
             if self._router_fixed is None:
                 self._router_fixed = base.with_fixed(True)
@@ -249,6 +249,38 @@ class Agent:
     @property
     def session_id(self) -> str:
         return str(self._need("session_id"))
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """The live conversation of the current session as the model sees it (oldest first,
+        without the system prompt); a read-only copy.  Trimmed messages are not in it."""
+        return self._window.messages
+
+    @property
+    def plan(self) -> builtins.list[PlanItem]:
+        """The session's plan (task table items, in order); the model keeps it with
+        ``task_table_update``, it survives turns, restarts and is shown to the model."""
+        return [dataclasses.replace(i) for i in self._need("tool_context").task_table.items()]
+
+    def set_provider(self, provider: Provider, *, background: Provider | None = None) -> None:
+        """Send every task (chat, summaries, background work) to ``provider`` from the next
+        LLM call on — a model switch in a host, or a scripted provider in tests
+        (:mod:`memora.testing`).  ``background`` keeps a separate background provider.
+        The Agent does not close providers passed here."""
+        self._need("base_router")
+        self._override_router = ProviderRouter(provider, background=background)
+        self._visible_cache = None
+
+    @contextlib.contextmanager
+    def override(self, *, provider: Provider) -> Iterator[Agent]:
+        """``with agent.override(provider=scripted): ...`` — :meth:`set_provider` for a block,
+        restored afterwards."""
+        before = self._override_router
+        self.set_provider(provider)
+        try:
+            yield self
+        finally:
+            self._override_router = before
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -469,6 +501,7 @@ class Agent:
             branch_round_ids=lambda: list(self._round_ids),
             consistency_check=opts.file_consistency_check,
         )
+        self._window = ContextWindow(self.messages, summarise=opts.enable_context_summary)
         self._polish = PolishManager(self)
         self._sessions = SessionManager(self)
         await self._open_session(opts.session_id)
@@ -546,19 +579,39 @@ class Agent:
         else:
             info = await store.create(session_id=session_id)
         history = [message_from_dict(m) for m in await store.messages(info.id)]
-        round_ids = [r.round_id for r in await self._round_store.rounds(info.id)]
-        self._set_session(info.id, history, round_ids)
+        rounds = await self._round_store.rounds(info.id)
+        plan: builtins.list[dict[str, Any]] = []
+        for r in reversed(rounds):  # the plan as the last round that changed it left it
+            found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
+            if found is not None:
+                plan = list(found.get("items") or [])
+                break
+        self._set_session(info.id, history, [r.round_id for r in rounds], plan)
 
     def _set_session(
-        self, session_id: str, history: builtins.list[Message], round_ids: builtins.list[str]
+        self,
+        session_id: str,
+        history: builtins.list[Message],
+        round_ids: builtins.list[str],
+        plan: builtins.list[dict[str, Any]] | None = None,
     ) -> None:
         self._session_id = session_id
-        self._history = history
-        self._costs = [estimate_tokens(m) for m in history]
+        self._window.reset(history)
         self._round_ids = round_ids
-        self._wire = []
-        self._context_note = None
         self.duplicate_interceptor.reset()
+        first = next((m.content for m in history if m.role == "user"), None)
+        self.session_state.reset(session_id, first)
+        table = self._tool_context.task_table
+        table.clear()
+        if plan:
+            table.update([PlanItem(**i) for i in plan])
+        self._plan_seen = self._plan_key()
+
+    def _plan_key(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple(
+            (i.id, i.description, i.status, i.order, i.member)
+            for i in self._tool_context.task_table.items()
+        )
 
     async def _release_owned(self) -> None:
         for obj in reversed(self._owned):
@@ -602,14 +655,15 @@ class Agent:
             return self._role_pack.system_prompt_for(item.member)
         return self._role_pack.system_prompt()
 
-    def _append_message(self, state: TurnState, message: Message) -> None:
-        # the one door into history: nothing that cannot be encoded gets in
-        message = clean_message(message)
-        self._history.append(message)
-        self._costs.append(estimate_tokens(message))
-        if self._wire:
-            self._wire.append(message)
-        state.messages.append(message_to_dict(message))
+    def _plan_section(self) -> str | None:
+        """The plan as the model sees it (a system message after the prompt), when there is one."""
+        table = self._tool_context.task_table
+        if not table.items():
+            return None
+        return (
+            "Current plan (task table; keep it up to date with task_table_update):\n"
+            + table.render()
+        )
 
     def _effective_window(self) -> int:
         provider_window = min(
@@ -620,73 +674,24 @@ class Agent:
     def _output_reserve(self) -> int:
         return self._role_pack.strategy.max_tokens(self.options.max_tokens) or 1024
 
-    def _near_soft_limit(self) -> bool:
-        used = sum(self._costs) + estimate_tokens(Message.system(self._wire_prompt or ""))
-        return used > 0.8 * (self._effective_window() - self._output_reserve())
-
-    def _ensure_wire(self) -> builtins.list[Message]:
-        prompt = self._system_prompt()
-        budget = (
-            self._effective_window()
-            - self._output_reserve()
-            - estimate_tokens(Message.system(prompt))
-        )
-        if sum(self._costs) > budget:
-            drop = trim_history(self._history, self._costs, max(budget - 200, 0))
-            if drop:
-                dropped = self._history[:drop]
-                del self._history[:drop]
-                del self._costs[:drop]
-                note = self.messages.render(
-                    "context_truncated", skipped=drop, kept=len(self._history)
-                )
-                if self.options.enable_context_summary:
-                    summary = self._summarise_dropped(dropped)
-                    if summary:
-                        note += "\n" + summary
-                self._context_note = note
-                self._wire = []
-        if not self._wire or prompt != self._wire_prompt:
-            # a persona or skill holding a lone surrogate must not make every request fail
-            head = [Message.system(clean_text(prompt))]
-            if self._context_note:
-                head.append(Message.system(self._context_note))
-            self._wire = [*head, *self._history]
-            self._wire_prompt = prompt
-        return self._wire
-
-    def _summarise_dropped(self, dropped: builtins.list[Message]) -> str:
-        """A short digest of trimmed messages, built locally (no extra LLM call on the hot path)."""
-        from ..memory.keywords import extract_keywords
-
-        user_lines = [
-            m.content.strip().splitlines()[0][:120]
-            for m in dropped
-            if m.role == "user" and m.content.strip()
-        ]
-        keywords = extract_keywords(" ".join(m.content for m in dropped), limit=12)
-        parts = []
-        if user_lines:
-            parts.append(
-                f"{self.messages.recent_conversation_label} (earlier requests): "
-                + " | ".join(user_lines[-5:])
-            )
-        if keywords:
-            parts.append("Topics: " + ", ".join(keywords))
-        return "\n".join(parts)
-
-    def _tool_visible(self, tool: Tool, state: TurnState | None) -> bool:
+    def _tool_visible(self, tool: Tool) -> bool:
+        """Whether the model may see ``tool`` under the active role pack (from the tool's
+        flags, the capability map and the ``resident_tools`` option)."""
         strategy = self._role_pack.strategy
         if strategy.tool_mode == "block":
             return False
-        if tool.name in ("web_search", "web_fetch", "run_code"):
-            return tool.name in self._capability_map().privileged_tools
+        if tool.capability is not None:
+            cap_map = self._capability_map()
+            if tool.capability in cap_map.enabled:
+                return True
+            return (
+                tool.capability not in PRIVILEGED
+                and tool.capability in self._role_pack.active.capabilities
+            )
         if tool.name in self._hidden_resident and self._tools.owner(tool.name) == _BUILTIN_TOOLS:
             return False
-        if tool.name == "ask_user":
+        if tool.pauses:
             return strategy.asks_user
-        if tool.name == "task_table_update" and strategy.multi_step_reasoning == "manual":
-            return True  # exposed; the prompt says to use it only when asked
         return True
 
     def _capability_map(self) -> CapabilityMap:
@@ -696,61 +701,88 @@ class Agent:
             self._cap_map = compute_capability_map(pack.name, list(pack.capabilities), services)
         return self._cap_map
 
-    def _visible_specs(self, state: TurnState) -> builtins.list[ToolSpec]:
+    def _visible_specs(self, asks_exhausted: bool = False) -> builtins.list[ToolSpec]:
+        """The tool schemas sent to the model (computed once per tool set and role pack)."""
         strategy = self._role_pack.strategy
-        key = (
-            self._role_pack.active.name,
-            strategy,
-            len(self._tools),
-            state.questions_asked >= strategy.ask_limit,
-        )
+        key = (self._role_pack.active.name, strategy, len(self._tools), asks_exhausted)
         if self._visible_cache is None or self._visible_cache[0] != key:
             specs = [
                 t.spec()
                 for name in self._tools.names()
                 if (t := self._tools.get(name)) is not None
-                and self._tool_visible(t, state)
-                and not (name == "ask_user" and state.questions_asked >= strategy.ask_limit)
+                and self._tool_visible(t)
+                and not (t.pauses and asks_exhausted)
             ]
             self._visible_cache = (key, specs)
         return self._visible_cache[1]
 
-    def _build_request(self, state: TurnState, *, tools: bool) -> LLMRequest:
+    def _turn_deps(self, record: TurnRecord) -> TurnDeps:
+        """What the turn engine sees of the Agent (built once per turn or resumption)."""
+        opts = self.options
         strategy = self._role_pack.strategy
-        return LLMRequest(
-            messages=self._ensure_wire(),
-            tools=self._visible_specs(state) if tools else [],
-            temperature=strategy.temperature,
-            max_tokens=strategy.max_tokens(self.options.max_tokens),
+        base = dataclasses.replace(
+            self._tool_context,
+            session_id=record.session_id,
+            round_id=record.round_id,
+            readonly=strategy.tool_readonly,
+            web_search_limit=strategy.web_search_limit,
+            counters=record.counters,
+            file_stamps=record.file_stamps,
+            task_table=record.plan,
+            progress=None,
+        )
+        return TurnDeps(
+            window=self._window,
+            tools=self._tools,
+            strategy=strategy,
+            messages=self.messages,
+            tracer=self.tracer,
+            session=self.session_state,
+            provider=self.router.for_task("chat"),
+            retry_policy=self.retry_policy,
+            check=self._plugins.pre_execution_check,
+            tool_context=base,
+            visible=self._tool_visible,
+            specs=self._visible_specs,
+            system_prompt=self._system_prompt,
+            plan_section=self._plan_section,
+            window_tokens=self._effective_window(),
+            output_reserve=self._output_reserve(),
+            max_tokens=strategy.max_tokens(opts.max_tokens),
             history_key=self._session_id,
+            project_path=Path(opts.project_path),
+            permission=opts.permission,
+            role_pack=self._role_pack.active.name,
+            confirm_writes=opts.confirm_writes,
+            confirm_scripts=opts.confirm_scripts,
+            duplicate_threshold=opts.duplicate_call_threshold,
+            max_iterations=strategy.max_iterations(opts.max_iterations),
+            stall_timeout=opts.llm_stall_timeout,
+            persist=self._finish_turn,
+            aborting=lambda: self._aborting,
         )
 
-    def _tool_context_for(self, state: TurnState, progress: Callable[[str], None]) -> ToolContext:
-        ctx = self._tool_context
-        ctx.session_id = state.session_id
-        ctx.round_id = state.round_id
-        ctx.readonly = self._role_pack.strategy.tool_readonly
-        ctx.web_search_limit = self._role_pack.strategy.web_search_limit
-        ctx.progress = progress
-        return ctx
+    def _new_record(self, text: str) -> TurnRecord:
+        return TurnRecord(
+            round_id=new_round_id(),
+            user_text=text,
+            session_id=self._session_id,
+            outbox=self.outbox,
+            duplicates=self.duplicate_interceptor,
+            file_stamps=self._tool_context.file_stamps,
+            plan=self._tool_context.task_table,
+        )
 
-    def _record_interrupted(self, state: TurnState, partial: str) -> None:
-        marker = self.messages.interrupted_marker
-        last = self._history[-1] if self._history else None
-        if last is not None and last.role == "assistant" and last.content.endswith(marker):
-            return
-        if partial:
-            self._append_message(state, Message.assistant(f"{partial} {marker}"))
-        state.events.append({"type": "interrupted"})
-
-    async def _finish_turn(self, state: TurnState, *, summarise: bool) -> None:
+    async def _finish_turn(self, state: TurnRecord, summarise: bool) -> None:
         """Persist the round and its messages (one append, before ``done``: a killed process
         loses at most the running turn); start the round summary in the background when due."""
         self._busy = False
         self._turn = None
         self._consumer = None
-        if state.status != "error":
-            self.session_state.finish()
+        plan_key = self._plan_key()
+        if plan_key != self._plan_seen:  # the plan changed: the round carries the new one
+            self._plan_seen = plan_key
+            state.note("plan", items=[i.to_dict() for i in state.plan.items()])
         record = RoundRecord(
             round_id=state.round_id,
             user=state.user_text,
@@ -793,7 +825,7 @@ class Agent:
         task.add_done_callback(self._summaries.discard)
 
     async def _write_summary(
-        self, state: TurnState, tool_notes: builtins.list[str], provider: Provider
+        self, state: TurnRecord, tool_notes: builtins.list[str], provider: Provider
     ) -> None:
         try:
             await self._memory.write_round_summary(
@@ -842,61 +874,49 @@ class Agent:
             )
 
     async def chat(self, text: str) -> AsyncIterator[AgentChunk]:
-        """Run one turn; yields every chunk.  Never raises once started (errors are chunks)."""
+        """Run one turn; yields every chunk.  Never raises once started (errors are chunks);
+        a cancellation from outside the Agent (a host's timeout) ends the turn with an
+        ``aborted`` chunk and then propagates."""
         self._start()
         text = clean_text(text)  # a lone surrogate would make every later request unencodable
         self.session_state.start()  # raises while an unrecovered error stands
+        self.session_state.set_goal(text)
         self._busy = True
-        self._tool_context.counters.clear()
-        self._tool_context.task_table.clear()
         self.duplicate_interceptor.reset()
-        state = TurnState(round_id=new_round_id(), user_text=text, session_id=self._session_id)
-        self._turn = state
-        async for chunk in self._drive(state):
+        record = self._new_record(text)
+        self._turn = record
+        async for chunk in self._drive(record):
             yield chunk
 
-    async def _drive(self, state: TurnState) -> AsyncIterator[AgentChunk]:
+    async def _drive(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
         self._consumer = asyncio.current_task()
+        self._aborting = False
+        engine = TurnEngine(self._turn_deps(record), record)
         try:
-            async for chunk in self.engine.run(state):
+            async for chunk in engine.run():
                 self._consumer = asyncio.current_task()
                 yield chunk
         finally:
             self._consumer = None
-            if state.paused is None:
-                self._busy = False
-                if self._turn is state:
-                    self._turn = None
-            else:
-                self._busy = False
+            self._aborting = False
+            self._busy = False
+            if record.paused is None and self._turn is record:
+                self._turn = None
 
     async def chat_text(self, text: str) -> str:
         """Run one turn and return the final answer text (raises on error or abort)."""
-        answer: builtins.list[str] = []
-        final = ""
         async for chunk in self.chat(text):
-            if isinstance(chunk, TextChunk):
-                answer.append(chunk.content)
-            elif isinstance(chunk, NarrateChunk):
-                withdrawn = chunk.withdrawn or ""
-                joined = "".join(answer)
-                if withdrawn and joined.endswith(withdrawn):
-                    answer = [joined[: len(joined) - len(withdrawn)]]
-            elif chunk.type == "self_review":
-                final = "".join(answer)
-                answer = []
-            elif isinstance(chunk, ErrorChunk):
+            if isinstance(chunk, DoneChunk):
+                return chunk.answer or ""
+            if isinstance(chunk, ErrorChunk):
                 raise MemoraError(ErrorCode.PROVIDER_ERROR, chunk.message)
-            elif isinstance(chunk, AbortedChunk):
+            if isinstance(chunk, AbortedChunk):
                 raise MemoraError(ErrorCode.PROVIDER_ERROR, f"aborted: {chunk.reason}")
-            elif chunk.type == "paused":
+            if chunk.type == "paused":
                 raise MemoraError(
                     ErrorCode.BUSY, "the turn paused for the host; use chat() to handle pauses"
                 )
-        review = "".join(answer)
-        if final and (not review.strip() or _satisfied(review)):
-            return final
-        return review or final
+        return ""
 
     def chat_sync(self, text: str) -> str:
         """Synchronous hosts: initialise if needed, run one turn, return the final answer.
@@ -928,79 +948,81 @@ class Agent:
             self._sync_runner = None
 
     def abort(self) -> None:
-        """Host abort signal: the running turn ends with ``aborted(stop_reason="user")``."""
+        """Host abort signal: the running turn ends with ``aborted(stop_reason="user")``; the
+        iterator then ends normally (no exception reaches the host)."""
         if self._consumer is not None and not self._consumer.done():
+            self._aborting = True
             self._consumer.cancel()
 
     # ------------------------------------------------------------------------------------------
     # pauses
 
     @property
-    def paused_turn(self) -> TurnState | None:
+    def paused_turn(self) -> TurnRecord | None:
+        """The paused turn's record (``paused_turn.paused`` is a ``QuestionPause`` or an
+        ``ApprovalPause``), or ``None``."""
         return self._turn if self._turn is not None and self._turn.paused is not None else None
 
     def answer_question(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
         """Answer a ``question_pending``: ``answer_question({"slot": "text"})`` or
         ``answer_question("slot", "text")``."""
         turn = self.paused_turn
-        if turn is None or turn.paused is None or turn.paused["kind"] != "question":
+        paused = turn.paused if turn is not None else None
+        if turn is None or not isinstance(paused, QuestionPause):
             raise MemoraError(ErrorCode.INVALID_INPUT, "no question is pending")
         given = {answers: answer or ""} if isinstance(answers, str) else dict(answers)
-        slots = [q["slot"] for q in turn.paused["questions"]]
+        slots = [q.slot for q in paused.questions]
         unknown = set(given) - set(slots)
         if unknown:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT, f"unknown slot(s) {sorted(unknown)}; pending: {slots}"
             )
-        for q in turn.paused["questions"]:
-            value = given.get(q["slot"])
-            if (
-                value is not None
-                and q.get("options")
-                and not q.get("allow_custom", True)
-                and value not in q["options"]
-            ):
+        for q in paused.questions:
+            value = given.get(q.slot)
+            if value is not None and q.options and not q.allow_custom and value not in q.options:
                 raise MemoraError(
                     ErrorCode.INVALID_INPUT,
-                    f"answer for {q['slot']!r} must be one of {q['options']}",
+                    f"answer for {q.slot!r} must be one of {q.options}",
                 )
         turn.answers.update({k: str(v) for k, v in given.items()})
 
     def approve(self, tool_call_id: str, args: Mapping[str, Any] | None = None) -> None:
         """Approve the pending call, optionally with **edited** arguments (re-validated)."""
-        turn = self._pending_approval(tool_call_id)
+        turn, paused = self._pending_approval(tool_call_id)
         approved_args = None
         if args is not None:
-            tool = self.tools.get(turn.paused["name"])  # type: ignore[index]
-            assert tool is not None
+            tool = self.tools.get(paused.name)
+            if tool is None:
+                raise MemoraError(ErrorCode.INVALID_INPUT, f"tool {paused.name!r} is gone")
             approved_args = tool.parse_args(dict(args))
-        turn.approval = {"tool_call_id": tool_call_id, "approved": True, "args": approved_args}
+        turn.approval = ApprovalDecision(tool_call_id, True, approved_args)
 
     def reject(self, tool_call_id: str, reason: str = "") -> None:
-        turn = self._pending_approval(tool_call_id)
-        turn.approval = {"tool_call_id": tool_call_id, "approved": False, "reason": reason}
+        turn, _ = self._pending_approval(tool_call_id)
+        turn.approval = ApprovalDecision(tool_call_id, False, None, reason)
 
-    def _pending_approval(self, tool_call_id: str) -> TurnState:
+    def _pending_approval(self, tool_call_id: str) -> tuple[TurnRecord, ApprovalPause]:
         turn = self.paused_turn
-        if turn is None or turn.paused is None or turn.paused["kind"] != "approval":
+        paused = turn.paused if turn is not None else None
+        if turn is None or not isinstance(paused, ApprovalPause):
             raise MemoraError(ErrorCode.INVALID_INPUT, "no approval is pending")
-        if turn.paused["tool_call_id"] != tool_call_id:
+        if paused.tool_call_id != tool_call_id:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT,
-                f"the pending call is {turn.paused['tool_call_id']!r}, not {tool_call_id!r}",
+                f"the pending call is {paused.tool_call_id!r}, not {tool_call_id!r}",
             )
-        return turn
+        return turn, paused
 
     async def continue_after_pause(self) -> AsyncIterator[AgentChunk]:
         """Resume the paused turn (same round) after answering or approving."""
         turn = self.paused_turn
         if turn is None:
             raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
-        if turn.paused and turn.paused["kind"] == "question" and not turn.answers:
+        if isinstance(turn.paused, QuestionPause) and not turn.answers:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT, "answer the pending question first (answer_question)"
             )
-        if turn.paused and turn.paused["kind"] == "approval" and turn.approval is None:
+        if isinstance(turn.paused, ApprovalPause) and turn.approval is None:
             raise MemoraError(ErrorCode.INVALID_INPUT, "approve or reject the pending call first")
         if self._busy:
             raise MemoraError(ErrorCode.BUSY, "a turn is already running")
@@ -1010,7 +1032,9 @@ class Agent:
             yield chunk
 
     def pause_state(self) -> dict[str, Any]:
-        """The paused turn as JSON-able data; ``Agent.resume(state)`` in a new process picks it up."""
+        """The paused turn as JSON-able data; ``Agent.resume(state)`` in a new process picks it
+        up.  It holds the whole turn record: the pause, the turn's messages and events, the
+        outbox, the duplicate-call state, the file stamps, the per-turn counters and the plan."""
         turn = self.paused_turn
         if turn is None:
             raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
@@ -1019,43 +1043,54 @@ class Agent:
             "session_id": self._session_id,
             "role_pack": self._role_pack.active.name,
             "turn": turn.to_dict(),
-            "outbox": self.outbox.to_list(),
-            "duplicates": self.duplicate_interceptor.to_dict(),
-            "task_table": [i.to_dict() for i in self._tool_context.task_table.items()],
             "session_state": self.session_state.to_dict(),
         }
 
     async def resume(self, state: Mapping[str, Any]) -> None:
         """Restore a paused turn saved with :meth:`pause_state` (after a restart)."""
-        if state.get("version") != PAUSE_STATE_VERSION:
+        version = state.get("version")
+        if version not in (1, PAUSE_STATE_VERSION):
             raise MemoraError(
-                ErrorCode.INVALID_INPUT, f"unsupported pause state version {state.get('version')!r}"
+                ErrorCode.INVALID_INPUT,
+                f"unsupported pause state version {version!r} (this memora reads 1 and "
+                f"{PAUSE_STATE_VERSION})",
             )
         if self._busy or self.paused_turn is not None:
             raise MemoraError(ErrorCode.BUSY, "another turn is active")
         await self.switch_session(str(state["session_id"]))
         if state.get("role_pack") and state["role_pack"] != self._role_pack.active.name:
             self._role_pack.activate(str(state["role_pack"]))
-        turn = TurnState.from_dict(dict(state["turn"]))
-        for m in turn.messages:
-            msg = message_from_dict(m)
-            self._history.append(msg)
-            self._costs.append(estimate_tokens(msg))
-        self._wire = []
-        self.outbox.load(list(state.get("outbox") or []))
-        self.duplicate_interceptor.load(dict(state.get("duplicates") or {}))
-        from ..tools.task_table import PlanItem
-
-        self._tool_context.task_table.update(
-            [PlanItem(**i) for i in state.get("task_table") or []], replace=True
+        data = dict(state["turn"])
+        if version == 1:  # version 1 kept these next to the turn
+            data.setdefault("outbox", state.get("outbox") or [])
+            data.setdefault("duplicates", state.get("duplicates") or {})
+            data.setdefault("plan", state.get("task_table") or [])
+            paused = data.get("paused") or {}
+            data.setdefault("step", "tools" if data.get("pending_calls") else "model")
+            if paused.get("kind") == "question":
+                paused.setdefault("name", "ask_user")
+        turn = TurnRecord.from_dict(
+            data,
+            outbox=self.outbox,
+            duplicates=self.duplicate_interceptor,
+            file_stamps=self._tool_context.file_stamps,
+            plan=self._tool_context.task_table,
         )
-        self.session_state.pause()
+        for m in turn.messages:
+            self._window.append(message_from_dict(m))
+        self.session_state.start()
+        self.session_state.pause("resumed from a saved pause")
         self._turn = turn
 
     def discard_paused_turn(self) -> None:
-        """Drop a paused turn without finishing it."""
+        """Drop a paused turn without finishing it: its messages leave the live history (they
+        were never stored), so no tool call is left without a result; nothing of it is stored.
+        Calls it already executed stay in the outbox."""
+        turn = self.paused_turn
+        if turn is not None:
+            self._window.rollback(len(turn.messages))
         self._turn = None
-        self.session_state.finish()
+        self.session_state.finish("paused turn discarded")
 
     # ------------------------------------------------------------------------------------------
     # sessions and background tasks
@@ -1086,11 +1121,6 @@ class Agent:
     async def kill_background_task(self, task_id: str) -> bool:
         return await self._need("background").kill(task_id)  # type: ignore[no-any-return]
 
-    def mark_recovered(self) -> None:
-        self.session_state.mark_recovered()
-
-
-def _satisfied(text: str) -> bool:
-    from .loop import is_satisfied
-
-    return is_satisfied(text)
+    def mark_recovered(self) -> StatusTransition:
+        """The host dealt with the error that stopped the session: chatting is allowed again."""
+        return self.session_state.mark_recovered()

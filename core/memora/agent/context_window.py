@@ -1,20 +1,29 @@
-"""Context window bookkeeping: token estimates kept per message, trimming of the oldest
-messages, and the soft limit.
+"""The context window: the live history of a session, its token budget, and the message list
+sent to the provider.
 
-Estimates are incremental (one number per message, computed once), so the per-step cost does not
-grow with the conversation.  CJK characters count as one token each, other text as one token per
-four characters, plus a small per-message overhead.
+:class:`ContextWindow` is the one owner of the conversation as the model sees it.  Every message
+enters through :meth:`ContextWindow.append` (repaired so it can always be encoded); estimates are
+kept per message and as a running total, computed once, so the per-step cost does not grow with
+the conversation.  The list sent to the provider (:meth:`ContextWindow.wire`) is append-only
+between rebuilds, which lets providers encode only what is new.  CJK characters count as one
+token each, other text as one token per four characters, plus a small per-message overhead.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..llm.types import Message
+from ..llm.types import Message, clean_message, clean_text
 
-__all__ = ["estimate_tokens", "trim_history"]
+if TYPE_CHECKING:
+    from ..messages import Messages
+
+__all__ = ["ContextWindow", "estimate_tokens", "trim_history"]
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_DIGESTS_KEPT = 6
 
 
 def estimate_tokens(m: Message) -> int:
@@ -25,7 +34,7 @@ def estimate_tokens(m: Message) -> int:
     return 4 + cjk + (len(text) - cjk + 3) // 4
 
 
-def trim_history(history: list[Message], costs: list[int], budget: int) -> int:
+def trim_history(history: Sequence[Message], costs: Sequence[int], budget: int) -> int:
     """How many of the oldest messages to drop so the rest fits ``budget``.
 
     Never drops the last message, and never splits an assistant tool-call message from the tool
@@ -40,3 +49,160 @@ def trim_history(history: list[Message], costs: list[int], budget: int) -> int:
         total -= costs[drop]
         drop += 1
     return drop
+
+
+class ContextWindow:
+    """History, per-message token estimates, the trim notice and the provider-bound list."""
+
+    __slots__ = (
+        "_costs",
+        "_digests",
+        "_history",
+        "_messages",
+        "_note",
+        "_prompt",
+        "_section",
+        "_summarise",
+        "_total",
+        "_wire",
+        "trimmed",
+    )
+
+    def __init__(self, messages: Messages, *, summarise: bool = True) -> None:
+        self._messages = messages
+        self._summarise = summarise
+        self._history: list[Message] = []
+        self._costs: list[int] = []
+        self._total = 0
+        self._wire: list[Message] = []
+        self._prompt: str | None = None
+        self._section: str | None = None
+        self._note: str | None = None
+        self._digests: list[str] = []
+        self.trimmed = 0
+        """How many messages have been trimmed from this session's live history so far."""
+
+    # -- the history -------------------------------------------------------------------------
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The live history (oldest first), without system messages; a read-only copy."""
+        return tuple(self._history)
+
+    def __len__(self) -> int:
+        return len(self._history)
+
+    @property
+    def last(self) -> Message | None:
+        return self._history[-1] if self._history else None
+
+    @property
+    def tokens(self) -> int:
+        """The estimated tokens of the live history."""
+        return self._total
+
+    def reset(self, history: Sequence[Message]) -> None:
+        """Start over with ``history`` (a session switch)."""
+        self._history = list(history)
+        self._costs = [estimate_tokens(m) for m in self._history]
+        self._total = sum(self._costs)
+        self._wire = []
+        self._note = None
+        self._digests = []
+        self.trimmed = 0
+
+    def append(self, message: Message) -> Message:
+        """The one door into history: nothing that cannot be encoded gets in."""
+        message = clean_message(message)
+        cost = estimate_tokens(message)
+        self._history.append(message)
+        self._costs.append(cost)
+        self._total += cost
+        if self._wire:
+            self._wire.append(message)
+        return message
+
+    def rollback(self, count: int) -> None:
+        """Remove the last ``count`` messages (a discarded turn)."""
+        count = min(count, len(self._history))
+        if count <= 0:
+            return
+        self._total -= sum(self._costs[-count:])
+        del self._history[-count:]
+        del self._costs[-count:]
+        self._wire = []
+
+    # -- what the provider receives ------------------------------------------------------------
+
+    def near_soft_limit(self, prompt: str, window: int, reserve: int) -> bool:
+        used = self._total + estimate_tokens(Message.system(prompt))
+        return used > 0.8 * (window - reserve)
+
+    def wire(
+        self, prompt: str, window: int, reserve: int, section: str | None = None
+    ) -> list[Message]:
+        """The messages for the next request: the system prompt, the trim notice, ``section``
+        (the plan), then the history; the oldest messages are trimmed to fit ``window - reserve``.
+
+        The same list object is returned (and appended to) until something above the history
+        changes, so providers can encode it incrementally.
+        """
+        budget = window - reserve - estimate_tokens(Message.system(prompt))
+        if section:
+            budget -= estimate_tokens(Message.system(section))
+        if self._total > budget:
+            self._trim(max(budget - 200, 0))
+        if not self._wire or prompt != self._prompt or section != self._section:
+            # a persona or skill holding a lone surrogate must not make every request fail
+            head = [Message.system(clean_text(prompt))]
+            if self._note:
+                head.append(Message.system(self._note))
+            if section:
+                head.append(Message.system(clean_text(section)))
+            self._wire = [*head, *self._history]
+            self._prompt = prompt
+            self._section = section
+        return self._wire
+
+    def _trim(self, budget: int) -> None:
+        drop = trim_history(self._history, self._costs, budget)
+        if not drop:
+            return
+        dropped = self._history[:drop]
+        self._total -= sum(self._costs[:drop])
+        del self._history[:drop]
+        del self._costs[:drop]
+        self.trimmed += drop
+        note = self._messages.render(
+            "context_truncated", skipped=self.trimmed, kept=len(self._history)
+        )
+        if self._summarise:
+            # cumulative: each trim adds its digest; the oldest digests go first when many pile up
+            digest = self._digest(dropped)
+            if digest:
+                self._digests.append(digest)
+                del self._digests[:-_DIGESTS_KEPT]
+            if self._digests:
+                note += "\n" + "\n".join(self._digests)
+        self._note = note
+        self._wire = []
+
+    def _digest(self, dropped: Sequence[Message]) -> str:
+        """A short digest of trimmed messages, built locally (no extra LLM call on the hot path)."""
+        from ..memory.keywords import extract_keywords
+
+        user_lines = [
+            m.content.strip().splitlines()[0][:120]
+            for m in dropped
+            if m.role == "user" and m.content.strip()
+        ]
+        keywords = extract_keywords(" ".join(m.content for m in dropped), limit=12)
+        parts = []
+        if user_lines:
+            parts.append(
+                f"{self._messages.recent_conversation_label} (earlier requests): "
+                + " | ".join(user_lines[-5:])
+            )
+        if keywords:
+            parts.append("Topics: " + ", ".join(keywords))
+        return "\n".join(parts)

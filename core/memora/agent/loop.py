@@ -1,23 +1,38 @@
-"""The turn loop: context -> LLM (streaming) -> tool calls -> ... -> answer -> self-review ->
-round summary, as one async generator of chunks.
+"""The turn as an explicit step machine.
 
-The loop never raises out of the iterator: failures become ``error`` / ``aborted`` chunks.  Its
-whole state between LLM iterations lives in :class:`TurnState`, a plain JSON-serialisable object,
-so a turn paused for a question or an approval can be resumed — in this process or another.
+A turn is a :class:`~memora.agent.record.TurnRecord` moved through four steps::
+
+    model  --(tool calls)--> tools --(all resolved)--> model
+      |  \\--(empty answer, retried)--> model               \\--(a call paused)--> [paused]
+      |--(answer, tools were used, selfReview on)--> review --> finish
+      \\--(answer / budget reached / degraded)--------------> finish --> done
+
+Each step is an async generator that yields chunks and ends with one transition value
+(:class:`Goto`, :class:`Stop` or :class:`Suspend`); :meth:`TurnEngine.run` is the one path
+chunks leave by.  The engine sees the Agent only through :class:`TurnDeps`, a narrow typed
+object the Agent builds per turn.  Everything resumable lives in the record, so a turn paused
+for a question or an approval is resumed from it — in this process or another.
+
+The iterator never raises for a failure of the turn: failures become ``error`` / ``aborted``
+chunks.  ``agent.abort()`` ends the turn with ``aborted(stop_reason="user")``; a cancellation
+from outside (a host's ``asyncio.timeout``, a task group, ``task.cancel()``) ends it the same way
+and then propagates, so the host's timeout raises ``TimeoutError`` as it should.  Every way out
+leaves a history every provider accepts: a tool call that has no result gets an
+``[interrupted]`` one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..checks import Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
 from ..chunks import (
     AbortedChunk,
     AgentChunk,
@@ -28,7 +43,6 @@ from ..chunks import (
     PausedChunk,
     PlanItemBoundaryChunk,
     QuestionPendingChunk,
-    QuestionSpec,
     RetryChunk,
     SelfReviewChunk,
     StepBoundaryChunk,
@@ -39,22 +53,36 @@ from ..chunks import (
     ToolProgressChunk,
     ToolResultChunk,
     ToolStartChunk,
-    Usage,
 )
 from ..errors import ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
-from ..llm.types import Message, ToolCall, ToolCallDelta, ToolSpec, clean_delta
-from ..tools.base import Tool, ToolRun, run_tool
+from ..llm.types import Message, ToolCallDelta, ToolSpec, clean_delta
+from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
+from .gates import Approve, GateCall, Refuse, Reuse, run_gates
+from .record import ApprovalPause, PendingCall, QuestionPause, Step, TurnRecord
+from .serialize import message_to_dict
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ..checks import CheckContext, CheckOutcome, ToolCallInfo
+    from ..llm.provider import Provider
+    from ..messages import Messages
+    from ..role_pack.strategy import EffectiveStrategy
+    from ..security.permissions import Permission
+    from ..tools.base import ToolRegistry
+    from ..tools.context import ToolContext
+    from ..tracing import Tracer
+    from .context_window import ContextWindow
+    from .state import SessionState
 
-__all__ = ["TurnEngine", "TurnState"]
+__all__ = ["Goto", "Stop", "Suspend", "TurnDeps", "TurnEngine", "TurnState", "is_satisfied"]
 
 logger = logging.getLogger("memora.agent")
+
+TurnState = TurnRecord
+"""The former name of :class:`~memora.agent.record.TurnRecord`."""
 
 _SATISFIED = (
     "no changes needed",
@@ -68,6 +96,7 @@ _SATISFIED = (
     "没有需要修改",
 )
 _MAX_EMPTY_ATTEMPTS = 2
+_INTERRUPTED_RESULT = "[interrupted: the turn ended before this call finished; it may not have run]"
 
 
 def is_satisfied(text: str) -> bool:
@@ -76,68 +105,73 @@ def is_satisfied(text: str) -> bool:
     return len(t) <= 80 and any(s in t for s in _SATISFIED)
 
 
-@dataclass
-class TurnState:
-    """Everything a turn needs between two LLM iterations (JSON-serialisable)."""
-
-    round_id: str
-    user_text: str
-    session_id: str
-    started_at: float = field(default_factory=time.time)
-    iteration: int = 0
-    tool_steps: int = 0
-    answer: str = ""
-    review_text: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, int] = field(default_factory=dict)
-    questions_asked: int = 0
-    pending_calls: list[dict[str, str]] = field(default_factory=list)
-    """Tool calls of the current step not yet resolved ({id, name, arguments})."""
-    paused: dict[str, Any] | None = None
-    answers: dict[str, str] = field(default_factory=dict)
-    approval: dict[str, Any] | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    """This turn's messages so far (persisted to the session when the turn ends)."""
-    phase: Literal["loop", "review", "finish"] = "loop"
-    soft_limit_sent: bool = False
-    empty_attempts: int = 0
-    status: str = "running"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> TurnState:
-        known = TurnState.__dataclass_fields__
-        return TurnState(**{k: v for k, v in data.items() if k in known})
-
-    def usage_model(self) -> Usage:
-        return Usage(**{k: int(v) for k, v in self.usage.items() if k in Usage.model_fields})
-
-    def add_usage(
-        self, input_tokens: int, output_tokens: int, reasoning: int = 0, calls: int = 0
-    ) -> None:
-        u = self.usage
-        u["input_tokens"] = u.get("input_tokens", 0) + input_tokens
-        u["output_tokens"] = u.get("output_tokens", 0) + output_tokens
-        u["reasoning_tokens"] = u.get("reasoning_tokens", 0) + reasoning
-        u["llm_calls"] = u.get("llm_calls", 0) + calls
+# -- transitions ---------------------------------------------------------------------------------
 
 
-class _StepResult:
-    __slots__ = ("calls", "finish_reason", "reasoning", "text")
+@dataclass(frozen=True, slots=True)
+class Goto:
+    """Continue with ``step``."""
 
-    def __init__(self) -> None:
-        self.text = ""
-        self.reasoning = ""
-        self.calls: list[ToolCall] = []
-        self.finish_reason: str | None = None
+    step: Step
 
 
-class _Stop(Exception):
-    def __init__(self, chunk: AgentChunk, status: str) -> None:
-        self.chunk = chunk
-        self.status = status
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """End the turn with ``status``: persist the round, then yield ``chunk``."""
+
+    status: Literal["done", "aborted", "error"]
+    chunk: AgentChunk
+    summarise: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """A call paused the turn: it waits in the record for the host's answer."""
+
+
+Transition = Goto | Stop | Suspend
+_TRANSITIONS = (Goto, Stop, Suspend)
+
+
+# -- what the engine needs from the Agent ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TurnDeps:
+    """The narrow, typed view of the Agent a turn runs against (built per turn)."""
+
+    window: ContextWindow
+    tools: ToolRegistry
+    strategy: EffectiveStrategy
+    messages: Messages
+    tracer: Tracer
+    session: SessionState
+    provider: Provider
+    retry_policy: RetryPolicy
+    check: Callable[[ToolCallInfo, CheckContext], CheckOutcome]
+    tool_context: ToolContext
+    """The turn's base context; each call gets its own copy."""
+    visible: Callable[[Tool], bool]
+    specs: Callable[[bool], list[ToolSpec]]
+    """The tool schemas to send (argument: the question limit is reached)."""
+    system_prompt: Callable[[], str]
+    plan_section: Callable[[], str | None]
+    window_tokens: int
+    output_reserve: int
+    max_tokens: int | None
+    history_key: str
+    project_path: Path
+    permission: Permission
+    role_pack: str
+    confirm_writes: bool
+    confirm_scripts: bool
+    duplicate_threshold: int
+    max_iterations: int
+    stall_timeout: float
+    persist: Callable[[TurnRecord, bool], Awaitable[None]]
+    """Store the round and the turn's messages (one append); ``True``: write its summary."""
+    aborting: Callable[[], bool]
+    """The Agent's own abort was requested (``agent.abort()``)."""
 
 
 class StallWatch:
@@ -172,201 +206,248 @@ class StallWatch:
         self._handle.cancel()
 
 
+class _Model:
+    """What one LLM call produced."""
+
+    __slots__ = ("calls", "finish_reason", "reasoning", "streamed", "text")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.streamed = ""
+        self.reasoning = ""
+        self.calls: list[Any] = []
+        self.finish_reason: str | None = None
+
+
 class TurnEngine:
-    """Runs turns for one Agent.  Stateless between turns except through the Agent."""
+    """Runs (or resumes) one turn: ``async for chunk in TurnEngine(deps, record).run()``."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, deps: TurnDeps, record: TurnRecord) -> None:
+        self.deps = deps
+        self.record = record
+        self._partial: list[str] = []
+        """Text of the LLM call being streamed (kept with a marker if the turn ends in it)."""
+        self._partial_stage = "answer"
 
-    # ------------------------------------------------------------------------------------------
-    # entry points
+    # -- the driver ----------------------------------------------------------------------------
 
-    async def run(self, state: TurnState) -> AsyncIterator[AgentChunk]:
-        """Run (or resume) the turn described by ``state`` until done, paused or stopped."""
-        agent = self.agent
-        rid = state.round_id
-        span = agent.tracer.start_span("response", {"round_id": rid})
+    async def run(self) -> AsyncIterator[AgentChunk]:
+        deps, record = self.deps, self.record
+        steps: dict[str, Callable[[], AsyncIterator[AgentChunk | Transition]]] = {
+            "model": self._model,
+            "tools": self._tools,
+            "review": self._review,
+            "finish": self._finish,
+        }
+        span = deps.tracer.start_span("response", {"round_id": record.round_id})
         error: BaseException | None = None
         try:
-            if state.iteration == 0 and not state.messages and state.paused is None:
-                yield ThinkingChunk(phase="assembling", round_id=rid)
-                agent._append_message(state, Message.user(state.user_text))
-                agent.session_state.set_goal(state.user_text)
-            async for chunk in self._drive(state):
-                yield chunk
+            if not record.started:
+                yield ThinkingChunk(phase="assembling", round_id=record.round_id)
+                self._append(Message.user(record.user_text))
+                record.started = True
+            while True:
+                transition: Transition | None = None
+                async for item in steps[record.step]():
+                    if isinstance(item, _TRANSITIONS):
+                        transition = item
+                    else:
+                        yield item
+                if isinstance(transition, Goto):
+                    record.step = transition.step
+                    continue
+                if isinstance(transition, Stop):
+                    cause = getattr(transition.chunk, "message", None)
+                    await self._end(transition.status, summarise=transition.summarise, cause=cause)
+                    yield transition.chunk
+                return  # Suspend (or a step that ended the turn itself)
         except asyncio.CancelledError:
-            # the consuming task was cancelled, or the host called agent.abort()
-            partial = state.answer
-            agent._record_interrupted(state, partial)
-            state.status = "aborted"
-            await agent._finish_turn(state, summarise=False)
+            ours = deps.aborting()
+            task = asyncio.current_task()
+            if ours and task is not None:
+                task.uncancel()  # the Agent's own abort ends here; an outside one propagates
+            await self._end("aborted", interrupted=True)
             yield AbortedChunk(
-                reason=agent.messages.aborted_by_user,
+                reason=deps.messages.aborted_by_user,
                 stop_reason="user",
-                usage=state.usage_model(),
-                round_id=rid,
+                usage=record.usage_model(),
+                round_id=record.round_id,
             )
+            if not ours:
+                raise
         except GeneratorExit:
             # the host stopped iterating without cancelling: keep what was generated
-            if state.paused is None and state.status == "running":
-                agent._record_interrupted(state, state.answer)
-                state.status = "interrupted"
-                await agent._finish_turn(state, summarise=False)
+            if record.paused is None and record.status == "running":
+                await self._end("interrupted", interrupted=True)
             raise
-        except _Stop as stop:
-            state.status = stop.status
-            await agent._finish_turn(state, summarise=False)
-            yield stop.chunk
-        except Exception as exc:  # the iterator never raises
-            logger.exception("turn %s failed", rid)
+        except Exception as exc:  # the iterator never raises for a failure of the turn
+            logger.exception("turn %s failed", record.round_id)
             error = exc
-            state.status = "error"
-            agent.session_state.fail(f"{type(exc).__name__}: {exc}")
-            await agent._finish_turn(state, summarise=False)
+            await self._end("error", cause=f"{type(exc).__name__}: {exc}", interrupted=True)
             yield ErrorChunk(
-                message=f"{type(exc).__name__}: {exc}", category="unknown", round_id=rid
+                message=f"{type(exc).__name__}: {exc}", category="unknown", round_id=record.round_id
             )
         finally:
             span.end(error)
 
-    # ------------------------------------------------------------------------------------------
-
-    async def _drive(self, state: TurnState) -> AsyncIterator[AgentChunk]:
-        agent = self.agent
-        rid = state.round_id
-        strategy = agent.role_pack.strategy
-        max_iterations = strategy.max_iterations(agent.options.max_iterations)
-
-        # a resumed turn first resolves the call it paused on, then the rest of that step
-        if state.pending_calls:
-            async for chunk in self._run_calls(state):
-                yield chunk
-            if state.paused is not None:
-                return
-            yield StepBoundaryChunk(step_index=state.iteration, round_id=rid)
-
-        while state.phase == "loop":
-            if state.iteration >= max_iterations or (
-                strategy.tool_step_limit and state.tool_steps >= strategy.tool_step_limit
-            ):
-                marker = agent.messages.max_iterations_reached
-                yield TextChunk(content=("\n\n" if state.answer else "") + marker, round_id=rid)
-                state.answer = (state.answer + "\n\n" + marker).strip()
-                agent._append_message(state, Message.assistant(state.answer))
-                state.events.append(
-                    {"type": "max_iterations_reached", "iteration": state.iteration}
-                )
-                state.phase = "finish"
-                break
-
-            item = agent.tool_context.task_table.advance()
-            if item is not None:
-                state.events.append({"type": "plan_item", "id": item.id, "title": item.description})
-                yield PlanItemBoundaryChunk(
-                    plan_item_id=item.id, title=item.description, round_id=rid
-                )
-
-            yield ThinkingChunk(phase="llm_calling", round_id=rid)
-            result = _StepResult()
-            async for chunk in self._llm_step(state, result, tools=True):
-                yield chunk
-            state.iteration += 1
-
-            if result.calls:
-                state.tool_steps += 1
-                streamed = result.text
-                if streamed:
-                    # text that turned out to precede tool calls is narration, not the answer
-                    yield NarrateChunk(content=streamed, withdrawn=streamed, round_id=rid)
-                    state.answer = state.answer[: len(state.answer) - len(streamed)]
-                agent._append_message(
-                    state,
-                    Message(
-                        "assistant",
-                        streamed,
-                        tuple(result.calls),
-                        reasoning=result.reasoning or None,
-                    ),
-                )
-                state.pending_calls = [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in result.calls
-                ]
-                async for chunk in self._run_calls(state):
-                    yield chunk
-                if state.paused is not None:
-                    return
-                yield StepBoundaryChunk(step_index=state.iteration, round_id=rid)
-                continue
-
-            text = result.text
-            if not text.strip():
-                state.empty_attempts += 1
-                if state.empty_attempts < _MAX_EMPTY_ATTEMPTS and result.finish_reason != "length":
-                    state.events.append({"type": "empty_response", "attempt": state.empty_attempts})
-                    continue
-                if result.finish_reason == "length":
-                    text = agent.messages.render(
-                        "empty_response_truncated", attempts=state.empty_attempts
-                    )
-                else:
-                    text = agent.messages.empty_response_fallback
-                yield TextChunk(content=text, round_id=rid)
-                state.answer += text
-            agent._append_message(
-                state, Message("assistant", text, reasoning=result.reasoning or None)
-            )
-            yield StepBoundaryChunk(step_index=state.iteration, round_id=rid)
-            state.phase = "review" if (strategy.self_review and state.tool_steps > 0) else "finish"
-
-        if state.phase == "review":
-            yield SelfReviewChunk(round_id=rid)
-            agent._append_message(state, Message.user(agent.messages.self_review_prompt))
-            result = _StepResult()
-            async for chunk in self._llm_step(state, result, tools=False, stage="self_review"):
-                yield chunk
-            state.iteration += 1
-            review = result.text.strip()
-            agent._append_message(state, Message.assistant(result.text))
-            state.events.append({"type": "self_review", "satisfied": is_satisfied(review)})
-            if review and not is_satisfied(review):
-                state.answer = review
-            state.phase = "finish"
-
-        state.status = "done"
-        yield ThinkingChunk(phase="archiving", round_id=rid)
-        await agent._finish_turn(state, summarise=True)
-        yield DoneChunk(usage=state.usage_model(), round_id=rid)
-
-    # ------------------------------------------------------------------------------------------
-    # one LLM call
-
-    async def _llm_step(
+    async def _end(
         self,
-        state: TurnState,
-        result: _StepResult,
+        status: str,
         *,
-        tools: bool,
-        stage: Literal["answer", "self_review"] = "answer",
-    ) -> AsyncIterator[AgentChunk]:
-        agent = self.agent
-        rid = state.round_id
-        strategy = agent.role_pack.strategy
-        request = agent._build_request(state, tools=tools)
-        if request.messages and not state.soft_limit_sent and agent._near_soft_limit():
-            state.soft_limit_sent = True
-            agent._append_message(state, Message.user(agent.messages.soft_limit_wrapup))
-            request = agent._build_request(state, tools=tools)
-        provider = agent.router.for_task("chat")
+        summarise: bool = False,
+        interrupted: bool = False,
+        cause: str | None = None,
+    ) -> None:
+        """Close the turn: keep partial text, answer every open call, move the session state,
+        persist the round."""
+        record = self.record
+        if interrupted:
+            self._keep_partial()
+            record.note("interrupted")
+        self._close_open_calls()
+        record.status = status
+        session = self.deps.session
+        if status == "error":
+            # a provider's failure (a Stop) does not need the host to mark it recovered; a
+            # failure of the turn itself (an exception) does
+            session.fail(cause or "the turn failed", recovered=not interrupted)
+        else:
+            session.finish()
+        await self.deps.persist(record, summarise)
+
+    def _keep_partial(self, *, marker: bool = True) -> None:
+        """An interrupted LLM call keeps its partial text in history (with the marker)."""
+        text = "".join(self._partial)
+        self._partial = []
+        if not text:
+            return
+        suffix = f" {self.deps.messages.interrupted_marker}" if marker else ""
+        self._append(Message.assistant(text + suffix))
+        if self._partial_stage == "self_review":
+            self.record.review_text = text
+
+    def _close_open_calls(self) -> None:
+        """Every tool call in history gets a result: providers refuse a call without one."""
+        record = self.record
+        for call in list(record.pending_calls):
+            self._append(Message.tool(call.id, call.name, _INTERRUPTED_RESULT))
+            record.note("tool_interrupted", tool_call_id=call.id, name=call.name)
+        record.pending_calls.clear()
+        record.paused = None
+
+    def _append(self, message: Message) -> None:
+        message = self.deps.window.append(message)
+        self.record.messages.append(message_to_dict(message))
+
+    # -- step: model -----------------------------------------------------------------------------
+
+    async def _model(self) -> AsyncIterator[AgentChunk | Transition]:
+        deps, record = self.deps, self.record
+        rid = record.round_id
+        strategy = deps.strategy
+        if record.iteration >= deps.max_iterations or (
+            strategy.tool_step_limit and record.tool_steps >= strategy.tool_step_limit
+        ):
+            marker = deps.messages.max_iterations_reached
+            yield TextChunk(content=("\n\n" if record.answer else "") + marker, round_id=rid)
+            record.answer = (record.answer + "\n\n" + marker).strip()
+            self._append(Message.assistant(record.answer))
+            record.note("max_iterations_reached", iteration=record.iteration)
+            yield Goto("finish")
+            return
+
+        item = record.plan.advance()
+        if item is not None:
+            record.note("plan_item", id=item.id, title=item.description)
+            yield PlanItemBoundaryChunk(plan_item_id=item.id, title=item.description, round_id=rid)
+
+        yield ThinkingChunk(phase="llm_calling", round_id=rid)
+        out = _Model()
+        transition: Transition | None = None
+        async for chunk in self._call_model(out, tools=True, stage="answer"):
+            if isinstance(chunk, _TRANSITIONS):
+                transition = chunk
+            else:
+                yield chunk
+        record.iteration += 1
+        if transition is not None:
+            yield transition
+            return
+
+        if out.calls:
+            record.tool_steps += 1
+            if out.text:
+                # text before the tool calls is narration, not the answer; `withdrawn` names
+                # only what was streamed as `text`
+                yield NarrateChunk(content=out.text, withdrawn=out.streamed or None, round_id=rid)
+                if out.streamed:
+                    record.answer = record.answer[: len(record.answer) - len(out.streamed)]
+            self._append(
+                Message("assistant", out.text, tuple(out.calls), reasoning=out.reasoning or None)
+            )
+            record.pending_calls = [PendingCall(c.id, c.name, c.arguments) for c in out.calls]
+            yield Goto("tools")
+            return
+
+        text = out.text
+        if not text.strip():
+            record.empty_attempts += 1
+            if record.empty_attempts < _MAX_EMPTY_ATTEMPTS and out.finish_reason != "length":
+                record.note("empty_response", attempt=record.empty_attempts)
+                yield Goto("model")
+                return
+            if out.finish_reason == "length":
+                text = deps.messages.render(
+                    "empty_response_truncated", attempts=record.empty_attempts
+                )
+            else:
+                text = deps.messages.empty_response_fallback
+            yield TextChunk(content=text, round_id=rid)
+            record.answer += text
+        self._append(Message("assistant", text, reasoning=out.reasoning or None))
+        yield StepBoundaryChunk(step_index=record.iteration, round_id=rid)
+        yield Goto("review" if (strategy.self_review and record.tool_steps > 0) else "finish")
+
+    async def _call_model(
+        self, out: _Model, *, tools: bool, stage: Literal["answer", "self_review"]
+    ) -> AsyncIterator[AgentChunk | Transition]:
+        """One streaming LLM call; ends with a transition only when the turn cannot go on."""
+        deps, record = self.deps, self.record
+        rid = record.round_id
+        window = deps.window
+        prompt = deps.system_prompt()
+        request_messages = window.wire(
+            prompt, deps.window_tokens, deps.output_reserve, deps.plan_section()
+        )
+        if not record.soft_limit_sent and window.near_soft_limit(
+            prompt, deps.window_tokens, deps.output_reserve
+        ):
+            # still near the limit after trimming: ask the model to converge (the message is
+            # appended to the list being sent)
+            record.soft_limit_sent = True
+            self._append(Message.user(deps.messages.soft_limit_wrapup))
+        from ..llm.types import LLMRequest
+
+        request = LLMRequest(
+            messages=request_messages,
+            tools=deps.specs(record.questions_asked >= deps.strategy.ask_limit) if tools else [],
+            temperature=deps.strategy.temperature,
+            max_tokens=deps.max_tokens,
+            history_key=deps.history_key,
+        )
+        provider = deps.provider
         policy = (
-            agent.retry_policy
-            if strategy.error_handling == "retry"
+            deps.retry_policy
+            if deps.strategy.error_handling == "retry"
             else RetryPolicy(max_attempts=1)
         )
         assembler = ToolCallAssembler()
-        text_parts: list[str] = []
-        reasoning_parts: list[str] = []
-        step_index = state.iteration
-        span = agent.tracer.start_span(
+        parts = self._partial = []
+        self._partial_stage = stage
+        streamed: list[str] = []
+        reasoning: list[str] = []
+        step_index = record.iteration
+        span = deps.tracer.start_span(
             "llm_call", {"round_id": rid, "iteration": step_index, "provider": provider.name}
         )
         loop = asyncio.get_running_loop()
@@ -374,7 +455,7 @@ class TurnEngine:
         err: BaseException | None = None
         try:
             async with asyncio.timeout(None) as deadline:
-                watch = StallWatch(loop, agent.options.llm_stall_timeout, deadline)
+                watch = StallWatch(loop, deps.stall_timeout, deadline)
                 try:
                     async for raw in stream_with_retries(provider, request, policy):
                         watch.last = loop.time()
@@ -382,14 +463,15 @@ class TurnEngine:
                         kind = delta.kind
                         if kind == "text":
                             piece = delta.text  # type: ignore[union-attr]
-                            text_parts.append(piece)
+                            parts.append(piece)
                             if not seen_tool:
+                                streamed.append(piece)
                                 if stage == "answer":
-                                    state.answer += piece
+                                    record.answer += piece
                                 yield TextChunk(content=piece, stage=stage, round_id=rid)
                         elif kind == "reasoning":
                             thought = delta.text  # type: ignore[union-attr]
-                            reasoning_parts.append(thought)
+                            reasoning.append(thought)
                             yield ThoughtChunk(content=thought, step_index=step_index, round_id=rid)
                         elif kind == "tool_call":
                             seen_tool = True
@@ -402,20 +484,14 @@ class TurnEngine:
                                     round_id=rid,
                                 )
                         elif kind == "finish":
-                            result.finish_reason = delta.reason  # type: ignore[union-attr]
+                            out.finish_reason = delta.reason  # type: ignore[union-attr]
                         elif kind == "usage":
                             u = delta.usage  # type: ignore[union-attr]
-                            state.add_usage(u.input_tokens, u.output_tokens, u.reasoning_tokens)
+                            record.add_usage(u.input_tokens, u.output_tokens, u.reasoning_tokens)
                         elif kind == "retry":
                             notice: RetryNotice = delta  # type: ignore[assignment]
                             watch.last = loop.time() + notice.delay
-                            state.events.append(
-                                {
-                                    "type": "retry",
-                                    "attempt": notice.attempt,
-                                    "error": str(notice.error),
-                                }
-                            )
+                            record.note("retry", attempt=notice.attempt, error=str(notice.error))
                             yield RetryChunk(
                                 attempt=notice.attempt,
                                 max_attempts=notice.max_attempts,
@@ -427,413 +503,298 @@ class TurnEngine:
                     watch.close()
         except TimeoutError as exc:
             err = exc
-            state.events.append({"type": "error", "category": "timeout", "message": "LLM stalled"})
-            raise self._stalled(state, text_parts, stage) from exc
+            record.note("error", category="timeout", message="LLM stalled")
+            yield self._stalled()
+            return
         except ProviderError as exc:
             err = exc
-            state.events.append({"type": "error", "category": exc.category, "message": exc.message})
+            record.note("error", category=exc.category, message=exc.message)
             if exc.category == "timeout":
-                raise self._stalled(state, text_parts, stage) from exc
-            if strategy.error_handling == "degrade" and (state.answer or text_parts):
-                self._keep_partial(state, text_parts, stage, marker=False)
-                state.phase = "finish"
-                state.events.append({"type": "degraded"})
+                yield self._stalled()
                 return
-            self._keep_partial(state, text_parts, stage)
-            raise _Stop(
-                ErrorChunk(message=exc.message, category=exc.category, round_id=rid), "error"
-            ) from exc
+            if deps.strategy.error_handling == "degrade" and (record.answer or parts):
+                # fall back to the answer so far: the turn ends here, no self-review
+                self._keep_partial(marker=False)
+                record.note("degraded")
+                yield Goto("finish")
+                return
+            self._keep_partial()
+            chunk = ErrorChunk(
+                message=exc.message, category=exc.category, code=str(exc.code), round_id=rid
+            )
+            yield Stop("error", chunk)
+            return
         finally:
             span.end(err)
-        state.add_usage(0, 0, 0, 1)
-        result.text = "".join(text_parts)
-        result.reasoning = "".join(reasoning_parts)
-        result.calls = assembler.calls()
-        if result.reasoning:
-            state.events.append(
-                {"type": "thought", "content": result.reasoning, "step_index": step_index}
-            )
+        self._partial = []
+        record.add_usage(0, 0, 0, 1)
+        out.text = "".join(parts)
+        out.streamed = "".join(streamed)
+        out.reasoning = "".join(reasoning)
+        out.calls = assembler.calls()
+        if out.reasoning:
+            record.note("thought", content=out.reasoning, step_index=step_index)
 
-    def _stalled(self, state: TurnState, parts: list[str], stage: str) -> _Stop:
+    def _stalled(self) -> Stop:
         """The LLM stopped answering: keep the partial text, end with ``aborted(timeout)``."""
-        self._keep_partial(state, parts, stage)
-        chunk = AbortedChunk(
-            reason=self.agent.messages.aborted_by_timeout,
-            stop_reason="timeout",
-            usage=state.usage_model(),
-            round_id=state.round_id,
+        self._keep_partial()
+        record = self.record
+        return Stop(
+            "aborted",
+            AbortedChunk(
+                reason=self.deps.messages.aborted_by_timeout,
+                stop_reason="timeout",
+                usage=record.usage_model(),
+                round_id=record.round_id,
+            ),
         )
-        return _Stop(chunk, "aborted")
 
-    def _keep_partial(
-        self, state: TurnState, parts: list[str], stage: str, *, marker: bool = True
-    ) -> None:
-        """An interrupted LLM call keeps its partial text in history, with the marker."""
-        text = "".join(parts)
-        if text:
-            suffix = f" {self.agent.messages.interrupted_marker}" if marker else ""
-            self.agent._append_message(state, Message.assistant(text + suffix))
-            if stage == "self_review":
-                state.review_text = text
+    # -- step: review and finish ---------------------------------------------------------------
 
-    # ------------------------------------------------------------------------------------------
-    # tool calls
+    async def _review(self) -> AsyncIterator[AgentChunk | Transition]:
+        deps, record = self.deps, self.record
+        yield SelfReviewChunk(round_id=record.round_id)
+        self._append(Message.user(deps.messages.self_review_prompt))
+        out = _Model()
+        async for chunk in self._call_model(out, tools=False, stage="self_review"):
+            yield chunk
+            if isinstance(chunk, _TRANSITIONS):
+                return
+        record.iteration += 1
+        review = out.text.strip()
+        self._append(Message.assistant(out.text))
+        satisfied = is_satisfied(review)
+        record.note("self_review", satisfied=satisfied)
+        if review and not satisfied:
+            record.answer = review
+        yield Goto("finish")
 
-    async def _run_calls(self, state: TurnState) -> AsyncIterator[AgentChunk]:
-        """Resolve ``state.pending_calls`` in order (read-only batches in parallel)."""
-        agent = self.agent
-        while state.pending_calls:
-            batch = self._parallel_batch(state.pending_calls)
-            if len(batch) > 1:
-                async for chunk in self._run_parallel(state, batch):
-                    yield chunk
-                del state.pending_calls[: len(batch)]
-                continue
-            call = state.pending_calls[0]
-            async for chunk in self._run_one(state, call):
+    async def _finish(self) -> AsyncIterator[AgentChunk | Transition]:
+        record = self.record
+        yield ThinkingChunk(phase="archiving", round_id=record.round_id)
+        yield Stop(
+            "done",
+            DoneChunk(usage=record.usage_model(), answer=record.answer, round_id=record.round_id),
+            summarise=True,
+        )
+
+    # -- step: tools -------------------------------------------------------------------------------
+
+    async def _tools(self) -> AsyncIterator[AgentChunk | Transition]:
+        """Resolve the pending calls in order; read-only runs of them run concurrently."""
+        record = self.record
+        while record.pending_calls:
+            batch = self._batch()
+            async for chunk in self._run_batch(batch):
                 yield chunk
-            if state.paused is not None and state.paused.get("tool_call_id") == call["id"]:
-                return  # this call paused the turn (or is still waiting for its answer)
-            state.pending_calls.pop(0)
-        agent.session_state.beat()
+            paused = record.paused
+            if paused is not None and any(c.id == paused.tool_call_id for c in batch):
+                yield Suspend()  # this call paused the turn
+                return
+        self.deps.session.beat()
+        yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)
+        yield Goto("model")
 
-    def _parallel_batch(self, calls: list[dict[str, str]]) -> list[dict[str, str]]:
-        batch = []
-        for call in calls:
-            t = self.agent.tools.get(call["name"])
-            if t is None or t.idempotency != "read-only" or t.name == "ask_user":
-                break
-            batch.append(call)
-        return batch if len(batch) == len(calls) else batch[:1] if batch else []
+    def _batch(self) -> list[PendingCall]:
+        """The next calls to run together: every pending call when all are read-only and none
+        pauses, else the first one."""
+        calls = self.record.pending_calls
+        if len(calls) > 1 and self.record.paused is None:
+            tools = self.deps.tools
+            for call in calls:
+                t = tools.get(call.name)
+                if t is None or t.idempotency != "read-only" or t.pauses:
+                    break
+            else:
+                return list(calls)
+        return calls[:1]
 
-    async def _run_parallel(
-        self, state: TurnState, batch: list[dict[str, str]]
-    ) -> AsyncIterator[AgentChunk]:
+    async def _run_batch(self, batch: list[PendingCall]) -> AsyncIterator[AgentChunk]:
+        """Run ``batch``; every chunk (progress included) leaves through one queue in the order
+        it happened."""
         queue: asyncio.Queue[AgentChunk | None] = asyncio.Queue()
 
-        async def one(call: dict[str, str]) -> None:
-            async for chunk in self._run_one(state, call):
-                await queue.put(chunk)
-
-        async def all_calls() -> None:
+        async def one(call: PendingCall) -> None:
             try:
-                await asyncio.gather(*(one(c) for c in batch))
+                async for chunk in self._resolve(call, queue.put_nowait):
+                    queue.put_nowait(chunk)
             finally:
-                await queue.put(None)
+                queue.put_nowait(None)
 
-        runner = asyncio.create_task(all_calls())
+        tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        remaining = len(tasks)
         try:
-            while True:
+            while remaining:
                 chunk = await queue.get()
                 if chunk is None:
-                    break
-                yield chunk
-            await runner
+                    remaining -= 1
+                else:
+                    yield chunk
+            for t in tasks:
+                t.result()  # a bug in the engine surfaces here
         finally:
-            if not runner.done():
-                runner.cancel()
+            pending = [t for t in tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
 
-    async def _run_one(self, state: TurnState, call: dict[str, str]) -> AsyncIterator[AgentChunk]:
-        agent = self.agent
-        rid = state.round_id
-        call_id, name, raw_args = call["id"], call["name"], call["arguments"]
-        tool = agent.tools.get(name)
-
-        # --- a call resumed after a pause ------------------------------------------------------
-        if state.paused is not None and state.paused.get("tool_call_id") == call_id:
-            paused = state.paused
-            if paused["kind"] == "question":
-                if not state.answers:
-                    return  # still waiting
-                answers = dict(state.answers)
-                state.answers = {}
-                state.paused = None
-                content = json.dumps({"answers": answers}, ensure_ascii=False)
-                yield self._result_chunk(
-                    state, call_id, name, ToolRun(True, content, f"{len(answers)} answers")
-                )
-                return
-            decision = state.approval
-            if decision is None or decision.get("tool_call_id") != call_id:
-                return  # still waiting
-            state.paused = None
-            state.approval = None
-            if not decision.get("approved"):
-                reason = decision.get("reason") or "the user rejected this call"
-                run = ToolRun(
-                    False,
-                    f"{ToolErrorCode.PERMISSION_DENIED}: rejected by the user: {reason}",
-                    f"rejected: {reason}",
-                    ToolErrorCode.PERMISSION_DENIED.value,
-                )
-                yield self._result_chunk(state, call_id, name, run, blocked=True)
-                return
-            args = decision.get("args")
-            if args is None:
-                args = paused.get("args") or {}
-            assert tool is not None
-            async for chunk in self._execute(state, tool, call_id, args, approved=True):
+    async def _resolve(
+        self, call: PendingCall, emit: Callable[[AgentChunk], None]
+    ) -> AsyncIterator[AgentChunk]:
+        """One call: a resumed pause, else the gates, then the tool."""
+        record = self.record
+        if record.paused is not None and record.paused.tool_call_id == call.id:
+            async for chunk in self._resume_paused(call, emit):
                 yield chunk
             return
-
-        # --- gates -------------------------------------------------------------------------------
-        strategy = agent.role_pack.strategy
-        if tool is None or not agent._tool_visible(tool, state):
-            why = (
-                f"{ToolErrorCode.NOT_AVAILABLE}: there is no tool named {name!r} here"
-                if tool is None
-                else f"{ToolErrorCode.NOT_AVAILABLE}: tool {name!r} is not enabled for this role"
-            )
-            yield self._blocked(state, call_id, name, ToolErrorCode.NOT_AVAILABLE.value, why, why)
-            return
-        try:
-            args = tool.parse_args(raw_args)
-        except Exception as exc:  # ToolError(INVALID_ARGS)
-            code = getattr(exc, "code", ToolErrorCode.INVALID_ARGS)
-            msg = f"{code}: {getattr(exc, 'message', str(exc))}"
-            yield ToolStartChunk(
-                tool_call_id=call_id, name=name, args={}, step_index=state.iteration, round_id=rid
-            )
-            yield self._result_chunk(state, call_id, name, ToolRun(False, msg, msg, str(code)))
-            return
-        # --- a call already executed before a restart (the outbox) ------------------------------
-        done = agent.outbox.by_id(f"{rid}/{call_id}", name, args)
-        if done is not None:
-            yield self._result_chunk(
-                state, call_id, name, ToolRun(done.ok, done.content, done.summary, done.error_code)
-            )
-            return
-        if strategy.tool_readonly and tool.writes:
-            msg = (
-                f"{ToolErrorCode.PERMISSION_DENIED}: {name} changes files and this role is read-only "
-                "(toolReadonly = readonly); describe the change instead"
-            )
-            yield self._blocked(
-                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
-            )
-            return
-        if agent.options.permission == "guest" and (tool.writes or tool.runs_code):
-            msg = f"{ToolErrorCode.PERMISSION_DENIED}: {name} is not available to a guest (no writes, no commands)"
-            yield self._blocked(
-                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
-            )
-            return
-        if name == "ask_user" and state.questions_asked >= strategy.ask_limit:
-            msg = f"{ToolErrorCode.PERMISSION_DENIED}: the question limit of this turn ({strategy.ask_limit}) is reached; decide with what you know"
-            yield self._blocked(
-                state, call_id, name, ToolErrorCode.PERMISSION_DENIED.value, msg, msg
-            )
-            return
-        verdict = agent.duplicate_interceptor.check(name, args)
-        if verdict == "block":
-            msg = agent.messages.render(
-                "duplicate_tool_call_warning", threshold=agent.options.duplicate_call_threshold
-            )
-            yield self._blocked(
-                state,
-                call_id,
-                name,
-                ToolErrorCode.PERMISSION_DENIED.value,
-                msg,
-                "duplicate call blocked",
-            )
-            return
-
-        # --- pre-execution checks (plugins + host) ------------------------------------------------
-        previous = agent.outbox.previous(name, args)
-        info = ToolCallInfo(
-            call_id,
-            name,
-            args,
-            writes=tool.writes,
-            runs_code=tool.runs_code,
-            idempotency=tool.idempotency,
-        )
-        ctx = CheckContext(
-            project_path=agent.options.project_path,
-            permission=agent.options.permission,
-            role_pack=agent.role_pack.active.name,
-            session_id=state.session_id,
-            round_id=rid,
-            confirm_writes=agent.options.confirm_writes,
-            confirm_scripts=agent.options.confirm_scripts,
-            previous_result=previous.content if previous else None,
-        )
-        outcome = agent.plugins.pre_execution_check(info, ctx)
-        verdict_ = outcome.decision
-        if isinstance(verdict_, Deny):
-            who = f" (by {outcome.plugin})" if outcome.plugin else ""
-            msg = f"{ToolErrorCode.PERMISSION_DENIED}: refused{who}: {verdict_.reason}"
-            state.events.append(
-                {
-                    "type": "tool_blocked",
-                    "tool_call_id": call_id,
-                    "name": name,
-                    "reason": verdict_.reason,
-                }
-            )
-            yield self._blocked(
-                state,
-                call_id,
-                name,
-                ToolErrorCode.PERMISSION_DENIED.value,
-                msg,
-                f"blocked: {verdict_.reason}",
-            )
-            return
-        if isinstance(verdict_, Skip):
-            reused = (
-                verdict_.result
-                if verdict_.result is not None
-                else (previous.content if previous else None)
-            )
-            if reused is not None:
-                yield self._result_chunk(
-                    state, call_id, name, ToolRun(True, reused, "reused the previous result")
-                )
-                return
-        if isinstance(verdict_, Rewrite):
-            try:
-                args = tool.parse_args(dict(verdict_.args))
-            except Exception as exc:
-                msg = f"{ToolErrorCode.INVALID_ARGS}: a check rewrote the arguments into something invalid: {exc}"
-                yield self._blocked(
-                    state, call_id, name, ToolErrorCode.INVALID_ARGS.value, msg, msg
-                )
-                return
-            state.events.append(
-                {"type": "tool_rewritten", "tool_call_id": call_id, "by": outcome.plugin}
-            )
-        if isinstance(verdict_, Ask):
-            state.paused = {
-                "kind": "approval",
-                "tool_call_id": call_id,
-                "name": name,
-                "args": args,
-                "reason": verdict_.reason,
-            }
-            agent.session_state.pause()
-            state.events.append(
-                {"type": "approval_pending", "tool_call_id": call_id, "name": name, "args": args}
-            )
+        gate = GateCall(self.deps, record, call.id, call.name, call.arguments)
+        verdict = run_gates(gate)
+        if verdict is None:
+            assert gate.tool is not None
+            async for chunk in self._execute(gate.tool, call.id, gate.args, emit, warn=gate.warn):
+                yield chunk
+        elif isinstance(verdict, Refuse):
+            if verdict.started:
+                yield self._start_chunk(call.id, call.name, {})
+            run = ToolRun(False, verdict.content, verdict.summary, verdict.code)
+            yield self._result(call.id, call.name, run, blocked=verdict.blocked)
+        elif isinstance(verdict, Reuse):
+            yield self._result(call.id, call.name, verdict.run)
+        elif isinstance(verdict, Approve):
+            record.paused = ApprovalPause(call.id, call.name, gate.args, verdict.reason)
+            self.deps.session.pause()
+            record.note("approval_pending", tool_call_id=call.id, name=call.name, args=gate.args)
             yield ApprovalPendingChunk(
-                tool_call_id=call_id, name=name, args=args, reason=verdict_.reason, round_id=rid
+                tool_call_id=call.id,
+                name=call.name,
+                args=gate.args,
+                reason=verdict.reason,
+                round_id=record.round_id,
             )
-            yield PausedChunk(round_id=rid)
+            yield PausedChunk(round_id=record.round_id)
+
+    async def _resume_paused(
+        self, call: PendingCall, emit: Callable[[AgentChunk], None]
+    ) -> AsyncIterator[AgentChunk]:
+        record = self.record
+        paused = record.paused
+        if isinstance(paused, QuestionPause):
+            answers = dict(record.answers)
+            record.answers = {}
+            record.paused = None
+            content = json.dumps({"answers": answers}, ensure_ascii=False)
+            yield self._result(
+                call.id, call.name, ToolRun(True, content, f"{len(answers)} answers")
+            )
             return
-        async for chunk in self._execute(state, tool, call_id, args, warn=verdict == "warn"):
+        assert isinstance(paused, ApprovalPause)
+        decision = record.approval
+        assert decision is not None and decision.tool_call_id == call.id
+        record.paused = None
+        record.approval = None
+        if not decision.approved:
+            reason = decision.reason or "the user rejected this call"
+            run = ToolRun(
+                False,
+                f"{ToolErrorCode.PERMISSION_DENIED}: rejected by the user: {reason}",
+                f"rejected: {reason}",
+                ToolErrorCode.PERMISSION_DENIED.value,
+            )
+            yield self._result(call.id, call.name, run, blocked=True)
+            return
+        tool = self.deps.tools.get(call.name)
+        if tool is None:
+            msg = f"{ToolErrorCode.NOT_AVAILABLE}: there is no tool named {call.name!r} here"
+            run = ToolRun(False, msg, msg, ToolErrorCode.NOT_AVAILABLE.value)
+            yield self._result(call.id, call.name, run, blocked=True)
+            return
+        args = decision.args if decision.args is not None else paused.args
+        async for chunk in self._execute(tool, call.id, args, emit):
             yield chunk
 
     async def _execute(
         self,
-        state: TurnState,
         tool: Tool,
         call_id: str,
         args: dict[str, Any],
+        emit: Callable[[AgentChunk], None],
         *,
         warn: bool = False,
-        approved: bool = False,
     ) -> AsyncIterator[AgentChunk]:
-        agent = self.agent
-        rid = state.round_id
+        deps, record = self.deps, self.record
+        rid = record.round_id
         name = tool.name
-        yield ToolStartChunk(
-            tool_call_id=call_id, name=name, args=args, step_index=state.iteration, round_id=rid
-        )
-        state.events.append(
-            {"type": "tool_start", "tool_call_id": call_id, "name": name, "args": args}
-        )
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        ctx = agent._tool_context_for(state, queue.put_nowait)
-        span = agent.tracer.start_span(
+        yield self._start_chunk(call_id, name, args)
+        record.note("tool_start", tool_call_id=call_id, name=name, args=args)
+
+        def progress(text: str) -> None:
+            emit(ToolProgressChunk(tool_call_id=call_id, name=name, content=text, round_id=rid))
+
+        # one context per call: progress (and anything else set per call) is never shared
+        ctx = dataclasses.replace(deps.tool_context, progress=progress)
+        span = deps.tracer.start_span(
             "recall" if name == "memory_search" else "tool_exec", {"tool": name, "round_id": rid}
         )
-        task = asyncio.ensure_future(run_tool(tool, ctx, args))
         err: BaseException | None = None
         try:
-            while not task.done():
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield ToolProgressChunk(
-                        tool_call_id=call_id, name=name, content=getter.result(), round_id=rid
-                    )
-                else:
-                    getter.cancel()
-            while not queue.empty():
-                yield ToolProgressChunk(
-                    tool_call_id=call_id, name=name, content=queue.get_nowait(), round_id=rid
-                )
-            run = task.result()
+            run = await run_parsed(tool, ctx, args)
         except AskUserSignal as signal:
-            err = None
-            async for chunk in self._pause_for_questions(state, call_id, signal.questions):
-                yield chunk
+            record.questions_asked += len(signal.questions)
+            record.paused = QuestionPause(call_id, list(signal.questions), name)
+            deps.session.pause()
+            record.note("question_pending", questions=[q.model_dump() for q in signal.questions])
+            yield QuestionPendingChunk(questions=signal.questions, round_id=rid)
+            yield PausedChunk(round_id=rid)
             return
         except BaseException as exc:
             err = exc
-            task.cancel()
             raise
         finally:
             span.end(err)
         if warn:
-            note = agent.messages.render(
-                "duplicate_tool_call_warning", threshold=agent.options.duplicate_call_threshold
+            note = deps.messages.render(
+                "duplicate_tool_call_warning", threshold=deps.duplicate_threshold
             )
             run = ToolRun(
                 run.ok, f"{run.content}\n\n[{note}]", run.summary, run.error_code, run.data
             )
         if tool.idempotency != "read-only":
-            agent.outbox.record(
+            record.outbox.record(
                 f"{rid}/{call_id}", name, args, run.ok, run.content, run.summary, run.error_code
             )
-        yield self._result_chunk(state, call_id, name, run)
+        yield self._result(call_id, name, run)
 
-    async def _pause_for_questions(
-        self, state: TurnState, call_id: str, questions: list[QuestionSpec]
-    ) -> AsyncIterator[AgentChunk]:
-        state.questions_asked += len(questions)
-        state.paused = {
-            "kind": "question",
-            "tool_call_id": call_id,
-            "name": "ask_user",
-            "questions": [q.model_dump() for q in questions],
-        }
-        self.agent.session_state.pause()
-        state.events.append(
-            {"type": "question_pending", "questions": [q.model_dump() for q in questions]}
-        )
-        yield QuestionPendingChunk(questions=questions, round_id=state.round_id)
-        yield PausedChunk(round_id=state.round_id)
-
-    def _blocked(
-        self, state: TurnState, call_id: str, name: str, code: str, content: str, summary: str
-    ) -> ToolResultChunk:
-        """A call refused before it ran: ``tool_result(blocked=True)``; the model gets ``content``."""
-        return self._result_chunk(
-            state, call_id, name, ToolRun(False, content, summary, code), blocked=True
+    def _start_chunk(self, call_id: str, name: str, args: dict[str, Any]) -> ToolStartChunk:
+        record = self.record
+        return ToolStartChunk(
+            tool_call_id=call_id,
+            name=name,
+            args=args,
+            step_index=record.iteration,
+            round_id=record.round_id,
         )
 
-    def _result_chunk(
-        self, state: TurnState, call_id: str, name: str, run: ToolRun, *, blocked: bool = False
+    def _result(
+        self, call_id: str, name: str, run: ToolRun, *, blocked: bool = False
     ) -> ToolResultChunk:
-        agent = self.agent
+        """Record a call's result (history, round event) and make its chunk."""
+        record = self.record
         content = run.content
         if not run.ok and run.error_code and is_retryable(run.error_code) and not blocked:
-            limit = agent.role_pack.strategy.tool_step_limit
-            remaining = max(limit - state.tool_steps, 0) if limit else "unlimited"
-            content += "\n\n" + agent.messages.render("reflection_hint", remaining=remaining)
-        agent._append_message(state, Message.tool(call_id, name, content))
-        state.events.append(
-            {
-                "type": "tool_result",
-                "tool_call_id": call_id,
-                "name": name,
-                "ok": run.ok,
-                "summary": run.summary,
-                "blocked": blocked,
-                "error_code": run.error_code,
-            }
+            limit = self.deps.strategy.tool_step_limit
+            remaining = max(limit - record.tool_steps, 0) if limit else "unlimited"
+            content += "\n\n" + self.deps.messages.render("reflection_hint", remaining=remaining)
+        self._append(Message.tool(call_id, name, content))
+        record.resolve(call_id)
+        record.note(
+            "tool_result",
+            tool_call_id=call_id,
+            name=name,
+            ok=run.ok,
+            summary=run.summary,
+            blocked=blocked,
+            error_code=run.error_code,
         )
         return ToolResultChunk(
             tool_call_id=call_id,
@@ -842,13 +803,9 @@ class TurnEngine:
             summary=run.summary,
             blocked=blocked,
             error_code=run.error_code,
-            round_id=state.round_id,
+            round_id=record.round_id,
         )
 
 
 def new_round_id() -> str:
     return f"r-{uuid.uuid4().hex[:12]}"
-
-
-def visible_specs(tools: list[Tool]) -> list[ToolSpec]:
-    return [t.spec() for t in tools]

@@ -16,6 +16,7 @@ __all__ = [
     "DuplicateCallInterceptor",
     "Outbox",
     "SessionState",
+    "StatusTransition",
     "goal_similarity",
 ]
 
@@ -134,51 +135,85 @@ def goal_similarity(a: str, b: str) -> float:
     return len(x & y) / len(x | y)
 
 
+@dataclass(frozen=True, slots=True)
+class StatusTransition:
+    """What a state change did: ``from_`` -> ``to`` (unchanged when not ``allowed``)."""
+
+    from_: str
+    to: str
+    reason: str
+    allowed: bool = True
+
+
 @dataclass
 class SessionState:
-    """``running`` / ``paused`` / ``error``.  An error keeps its cause and returns to running only
-    once marked recovered; pause timeouts count from ``paused_at``."""
+    """The session state machine: ``idle`` / ``running`` / ``paused`` / ``error``.
+
+    An error keeps its cause and returns to running only once marked recovered; pause timeouts
+    count from ``paused_at``, not from the heartbeat.  Each change returns a
+    :class:`StatusTransition`.  Goals belong to the session: :meth:`reset` on a session switch.
+    """
 
     status: Literal["idle", "running", "paused", "error"] = "idle"
     error: str | None = None
+    error_at: float | None = None
     recovered: bool = True
     paused_at: float | None = None
     heartbeat_at: float = field(default_factory=time.time)
     main_goal: str | None = None
     current_goal: str | None = None
+    goal_change_seq: int = 0
+    session_id: str | None = None
     drift_threshold: float = 0.08
     on_drift: Callable[[str, str, float], None] | None = None
 
-    def start(self) -> None:
+    def _move(
+        self, to: Literal["idle", "running", "paused", "error"], reason: str
+    ) -> StatusTransition:
+        before = self.status
+        self.status = to
+        self.heartbeat_at = time.time()
+        return StatusTransition(before, to, reason)
+
+    def start(self) -> StatusTransition:
+        """Into ``running``; raises ``BUSY`` while an unrecovered error stands."""
         if self.status == "error" and not self.recovered:
             raise MemoraError(
                 ErrorCode.BUSY,
                 f"the session is in error ({self.error}); call agent.mark_recovered() before continuing",
             )
-        self.status = "running"
         self.paused_at = None
-        self.heartbeat_at = time.time()
+        return self._move("running", "turn started")
 
     def beat(self) -> None:
         self.heartbeat_at = time.time()
 
-    def pause(self) -> None:
-        self.status = "paused"
+    def pause(self, reason: str = "waiting for the host") -> StatusTransition:
+        if self.status != "running":
+            return StatusTransition(self.status, self.status, reason, allowed=False)
         self.paused_at = time.time()
+        return self._move("paused", reason)
 
-    def fail(self, cause: str) -> None:
-        self.status = "error"
+    def fail(self, cause: str, *, recovered: bool = False) -> StatusTransition:
+        """Into ``error``, keeping ``cause``.  ``recovered=True`` for a failure outside the
+        session (a provider error): visible as ``error``, but the next turn may start."""
         self.error = cause
-        self.recovered = False
-
-    def mark_recovered(self) -> None:
-        self.recovered = True
-        if self.status == "error":
-            self.status = "idle"
-
-    def finish(self) -> None:
-        self.status = "idle"
+        self.error_at = time.time()
+        self.recovered = recovered
         self.paused_at = None
+        return self._move("error", cause)
+
+    def mark_recovered(self) -> StatusTransition:
+        self.recovered = True
+        if self.status != "error":
+            return StatusTransition(self.status, self.status, "not in error", allowed=False)
+        return self._move("idle", "marked recovered")
+
+    def finish(self, reason: str = "turn ended") -> StatusTransition:
+        if self.status == "error" and not self.recovered:
+            return StatusTransition(self.status, self.status, reason, allowed=False)
+        self.paused_at = None
+        return self._move("idle", reason)
 
     def pause_expired(self, timeout: float, now: float | None = None) -> bool:
         """True when paused for longer than ``timeout`` seconds (counted from ``paused_at``)."""
@@ -186,12 +221,21 @@ class SessionState:
             return False
         return (now if now is not None else time.time()) - self.paused_at > timeout
 
+    def reset(self, session_id: str | None, main_goal: str | None = None) -> None:
+        """Another session: its own goals (the first request of the session is the main goal)."""
+        self.session_id = session_id
+        self.main_goal = main_goal.strip()[:500] if main_goal and main_goal.strip() else None
+        self.current_goal = self.main_goal
+        self.goal_change_seq = 0
+
     def set_goal(self, text: str) -> None:
         goal = text.strip()[:500]
         if not goal:
             return
         if self.main_goal is None:
             self.main_goal = goal
+        if goal != self.current_goal:
+            self.goal_change_seq += 1
         self.current_goal = goal
         if goal != self.main_goal:
             sim = goal_similarity(self.main_goal, goal)
@@ -200,10 +244,14 @@ class SessionState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "session_id": self.session_id,
             "status": self.status,
             "error": self.error,
+            "error_at": self.error_at,
             "recovered": self.recovered,
             "paused_at": self.paused_at,
+            "heartbeat_at": self.heartbeat_at,
             "main_goal": self.main_goal,
             "current_goal": self.current_goal,
+            "goal_change_seq": self.goal_change_seq,
         }

@@ -121,20 +121,21 @@ async def _run(
 
 
 def _answer_interactively(agent: Any) -> None:
-    turn = agent.paused_turn
-    paused = turn.paused
-    if paused["kind"] == "question":
+    from memora.agent import QuestionPause
+
+    paused = agent.paused_turn.paused
+    if isinstance(paused, QuestionPause):
         answers = {}
-        for q in paused["questions"]:
-            options = f" [{' / '.join(q['options'])}]" if q.get("options") else ""
-            answers[q["slot"]] = click.prompt(f"{q['question']}{options}", err=True)
+        for q in paused.questions:
+            options = f" [{' / '.join(q.options)}]" if q.options else ""
+            answers[q.slot] = click.prompt(f"{q.question}{options}", err=True)
         agent.answer_question(answers)
     else:
-        args = json.dumps(paused.get("args"), ensure_ascii=False)
-        if click.confirm(f"Allow {paused['name']} {args}?", err=True, default=False):
-            agent.approve(paused["tool_call_id"])
+        args = json.dumps(paused.args, ensure_ascii=False)
+        if click.confirm(f"Allow {paused.name} {args}?", err=True, default=False):
+            agent.approve(paused.tool_call_id)
         else:
-            agent.reject(paused["tool_call_id"], "declined at the prompt")
+            agent.reject(paused.tool_call_id, "declined at the prompt")
 
 
 def _emit(chunk: Any, events: str) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "ToolRegistry",
     "ToolRun",
     "format_validation_error",
+    "run_parsed",
     "run_tool",
     "tool",
 ]
@@ -78,6 +79,13 @@ class Tool:
     writes: bool = False
     runs_code: bool = False
     takes_context: bool = True
+    capability: str | None = None
+    """A capability the active role pack must declare for the model to see this tool (the
+    privileged ones, ``web:search`` ..., also need a plugin providing their service; see
+    :data:`memora.capabilities.PRIVILEGED`)."""
+    pauses: bool = False
+    """The tool pauses the turn for the user (``ask_user``): it never runs in a parallel batch,
+    counts against ``global.askLimit`` and is visible only when ``reflect.userFollowup = ask``."""
     _schema: dict[str, Any] | None = field(default=None, repr=False)
     _spec: ToolSpec | None = field(default=None, repr=False)
 
@@ -160,6 +168,8 @@ def tool(
     idempotency: Idempotency = "non-idempotent",
     writes: bool = False,
     runs_code: bool = False,
+    capability: str | None = None,
+    pauses: bool = False,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -171,6 +181,8 @@ def tool(
     idempotency: Idempotency = "non-idempotent",
     writes: bool = False,
     runs_code: bool = False,
+    capability: str | None = None,
+    pauses: bool = False,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a :class:`Tool` from a typed async function (usable bare or with options)."""
 
@@ -206,6 +218,8 @@ def tool(
             writes=writes,
             runs_code=runs_code,
             takes_context=takes_context,
+            capability=capability,
+            pauses=pauses,
         )
 
     if fn is not None:
@@ -231,6 +245,20 @@ async def run_tool(t: Tool, ctx: Any, raw_args: str | Mapping[str, Any] | None) 
     """
     try:
         args = t.parse_args(raw_args)
+    except ToolError as exc:
+        return ToolRun(
+            False,
+            f"{exc.code}: {exc.message}",
+            f"{exc.code}: {_summary(exc.message)}",
+            str(exc.code),
+        )
+    return await run_parsed(t, ctx, args)
+
+
+async def run_parsed(t: Tool, ctx: Any, args: dict[str, Any]) -> ToolRun:
+    """Run ``t`` with arguments already validated by :meth:`Tool.parse_args` (the loop validates
+    once, in its gates); failures become a :class:`ToolRun` as in :func:`run_tool`."""
+    try:
         out = await t.invoke(ctx, args)
     except ToolError as exc:
         return ToolRun(

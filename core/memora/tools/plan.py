@@ -60,7 +60,7 @@ async def task_table_update(
     return ToolOutput(table, f"task table: {len(ctx.task_table.items())} items")
 
 
-@tool(idempotency="read-only")
+@tool(idempotency="read-only", pauses=True)
 async def ask_user(
     ctx: ToolContext,
     questions: Annotated[list[QuestionArg], Field(min_length=1, max_length=5)],

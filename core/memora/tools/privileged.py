@@ -14,13 +14,15 @@ from .context import ToolContext
 __all__ = ["PRIVILEGED_TOOLS"]
 
 
-@tool(idempotency="read-only")
+@tool(idempotency="read-only", capability="web:search")
 async def web_search(
     ctx: ToolContext,
     query: Annotated[str, Field(min_length=1, max_length=500)],
     max_results: Annotated[int, Field(ge=1, le=20)] = 5,
 ) -> ToolOutput:
     """Search the web; returns titles, URLs and snippets."""
+    # the loop refuses a call over the cap before it starts (tool_result(blocked=True), see
+    # memora.agent.gates); this check keeps direct callers of the tool within it too
     used = ctx.counters.get("web_search", 0)
     if used >= ctx.web_search_limit:
         raise ToolError(
@@ -36,7 +38,7 @@ async def web_search(
     return ToolOutput("\n".join(lines), f"{len(hits)} results")
 
 
-@tool(idempotency="read-only")
+@tool(idempotency="read-only", capability="web:fetch")
 async def web_fetch(
     ctx: ToolContext,
     url: Annotated[str, Field(min_length=1, max_length=4000)],
@@ -55,7 +57,7 @@ async def web_fetch(
     )
 
 
-@tool(runs_code=True, idempotency="non-idempotent")
+@tool(runs_code=True, idempotency="non-idempotent", capability="code:execute")
 async def run_code(
     ctx: ToolContext,
     code: Annotated[str, Field(min_length=1, max_length=100_000)],

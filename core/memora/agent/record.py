@@ -1,0 +1,275 @@
+"""The turn record: everything a turn needs between two steps, in one typed, serialisable object.
+
+A turn paused for a question or an approval is resumed from its record — in this process, or in
+another one after ``agent.pause_state()`` / ``agent.resume(state)``.  The record holds the
+position of the step machine (``step``), the unresolved tool calls, the pause and the host's
+answer to it, the turn's messages and round events, and the per-turn state the gates and tools
+keep: the idempotency outbox, the duplicate-call interceptor, the file stamps of
+``file_consistency_check``, the per-turn counters (``web_search`` calls) and the plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..chunks import QuestionSpec, Usage
+from ..tools.task_table import PlanItem, TaskTable
+from .state import DuplicateCallInterceptor, Outbox
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalPause",
+    "PendingCall",
+    "QuestionPause",
+    "Step",
+    "TurnRecord",
+]
+
+Step = Literal["model", "tools", "review", "finish"]
+"""Where the step machine continues: call the model, resolve the pending tool calls, run the
+self-review, or finish (persist, ``done``)."""
+
+RECORD_VERSION = 2
+
+
+@dataclass(slots=True)
+class PendingCall:
+    """A tool call of the current step that has no result yet."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(slots=True)
+class QuestionPause:
+    """``ask_user`` asked; the answers become the call's result."""
+
+    tool_call_id: str
+    questions: list[QuestionSpec]
+    name: str = "ask_user"
+    kind: Literal["question"] = "question"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "questions": [q.model_dump() for q in self.questions],
+        }
+
+
+@dataclass(slots=True)
+class ApprovalPause:
+    """A check answered ``Ask``: the call runs once the host approves it."""
+
+    tool_call_id: str
+    name: str
+    args: dict[str, Any]
+    reason: str = ""
+    kind: Literal["approval"] = "approval"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "args": self.args,
+            "reason": self.reason,
+        }
+
+
+Pause = QuestionPause | ApprovalPause
+
+
+@dataclass(slots=True)
+class ApprovalDecision:
+    """The host's answer to an :class:`ApprovalPause`."""
+
+    tool_call_id: str
+    approved: bool
+    args: dict[str, Any] | None = None
+    """Edited (re-validated) arguments, or ``None`` to run the call as asked."""
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_call_id": self.tool_call_id,
+            "approved": self.approved,
+            "args": self.args,
+            "reason": self.reason,
+        }
+
+
+def _pause_from(data: dict[str, Any] | None) -> Pause | None:
+    if not data:
+        return None
+    if data.get("kind") == "question":
+        return QuestionPause(
+            str(data["tool_call_id"]),
+            [QuestionSpec(**q) for q in data.get("questions") or []],
+            str(data.get("name") or "ask_user"),
+        )
+    return ApprovalPause(
+        str(data["tool_call_id"]),
+        str(data["name"]),
+        dict(data.get("args") or {}),
+        str(data.get("reason") or ""),
+    )
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """One turn's resumable state (see the module docstring)."""
+
+    round_id: str
+    user_text: str
+    session_id: str
+    started_at: float = field(default_factory=time.time)
+    step: Step = "model"
+    started: bool = False
+    """The user message is in history (the first step has run)."""
+    iteration: int = 0
+    tool_steps: int = 0
+    answer: str = ""
+    review_text: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    questions_asked: int = 0
+    pending_calls: list[PendingCall] = field(default_factory=list)
+    paused: Pause | None = None
+    answers: dict[str, str] = field(default_factory=dict)
+    approval: ApprovalDecision | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """This turn's messages so far (persisted to the session when the turn ends)."""
+    soft_limit_sent: bool = False
+    empty_attempts: int = 0
+    status: str = "running"
+    # per-turn state of the gates and tools (shared with every call's ToolContext)
+    outbox: Outbox = field(default_factory=Outbox)
+    duplicates: DuplicateCallInterceptor = field(default_factory=DuplicateCallInterceptor)
+    counters: dict[str, int] = field(default_factory=dict)
+    file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    plan: TaskTable = field(default_factory=TaskTable)
+
+    # -- convenience ---------------------------------------------------------------------------
+
+    def usage_model(self) -> Usage:
+        return Usage(**{k: int(v) for k, v in self.usage.items() if k in Usage.model_fields})
+
+    def add_usage(
+        self, input_tokens: int, output_tokens: int, reasoning: int = 0, calls: int = 0
+    ) -> None:
+        u = self.usage
+        u["input_tokens"] = u.get("input_tokens", 0) + input_tokens
+        u["output_tokens"] = u.get("output_tokens", 0) + output_tokens
+        u["reasoning_tokens"] = u.get("reasoning_tokens", 0) + reasoning
+        u["llm_calls"] = u.get("llm_calls", 0) + calls
+
+    def note(self, kind: str, **data: Any) -> None:
+        """Add a round event (persisted with the round)."""
+        data["type"] = kind
+        self.events.append(data)
+
+    def resolve(self, call_id: str) -> None:
+        """The call has its result: it is no longer pending."""
+        for i, call in enumerate(self.pending_calls):
+            if call.id == call_id:
+                del self.pending_calls[i]
+                return
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": RECORD_VERSION,
+            "round_id": self.round_id,
+            "user_text": self.user_text,
+            "session_id": self.session_id,
+            "started_at": self.started_at,
+            "step": self.step,
+            "started": self.started,
+            "iteration": self.iteration,
+            "tool_steps": self.tool_steps,
+            "answer": self.answer,
+            "review_text": self.review_text,
+            "events": list(self.events),
+            "usage": dict(self.usage),
+            "questions_asked": self.questions_asked,
+            "pending_calls": [c.to_dict() for c in self.pending_calls],
+            "paused": self.paused.to_dict() if self.paused is not None else None,
+            "answers": dict(self.answers),
+            "approval": self.approval.to_dict() if self.approval is not None else None,
+            "messages": list(self.messages),
+            "soft_limit_sent": self.soft_limit_sent,
+            "empty_attempts": self.empty_attempts,
+            "status": self.status,
+            "outbox": self.outbox.to_list(),
+            "duplicates": self.duplicates.to_dict(),
+            "counters": dict(self.counters),
+            "file_stamps": {k: list(v) for k, v in self.file_stamps.items()},
+            "plan": [i.to_dict() for i in self.plan.items()],
+        }
+
+    @staticmethod
+    def from_dict(
+        data: dict[str, Any],
+        *,
+        outbox: Outbox | None = None,
+        duplicates: DuplicateCallInterceptor | None = None,
+        file_stamps: dict[str, tuple[int, int]] | None = None,
+        plan: TaskTable | None = None,
+    ) -> TurnRecord:
+        """Rebuild a record; the outbox, interceptor, file stamps and plan are loaded into the
+        given objects (the Agent's own, shared across the session's turns) when passed."""
+        approval = data.get("approval")
+        record = TurnRecord(
+            round_id=str(data["round_id"]),
+            user_text=str(data.get("user_text", "")),
+            session_id=str(data["session_id"]),
+            started_at=float(data.get("started_at") or time.time()),
+            step=data.get("step") or ("tools" if data.get("pending_calls") else "model"),
+            started=bool(data.get("started", bool(data.get("messages")))),
+            iteration=int(data.get("iteration", 0)),
+            tool_steps=int(data.get("tool_steps", 0)),
+            answer=str(data.get("answer", "")),
+            review_text=str(data.get("review_text", "")),
+            events=list(data.get("events") or []),
+            usage={k: int(v) for k, v in (data.get("usage") or {}).items()},
+            questions_asked=int(data.get("questions_asked", 0)),
+            pending_calls=[
+                PendingCall(str(c["id"]), str(c["name"]), str(c.get("arguments") or ""))
+                for c in data.get("pending_calls") or []
+            ],
+            paused=_pause_from(data.get("paused")),
+            answers={str(k): str(v) for k, v in (data.get("answers") or {}).items()},
+            approval=ApprovalDecision(
+                str(approval["tool_call_id"]),
+                bool(approval.get("approved")),
+                approval.get("args"),
+                str(approval.get("reason") or ""),
+            )
+            if approval
+            else None,
+            messages=list(data.get("messages") or []),
+            soft_limit_sent=bool(data.get("soft_limit_sent", False)),
+            empty_attempts=int(data.get("empty_attempts", 0)),
+            status=str(data.get("status", "running")),
+            counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
+        )
+        record.file_stamps = file_stamps if file_stamps is not None else {}
+        record.file_stamps.update(
+            {str(k): (int(v[0]), int(v[1])) for k, v in (data.get("file_stamps") or {}).items()}
+        )
+        record.outbox = outbox if outbox is not None else Outbox()
+        record.outbox.load(list(data.get("outbox") or []))
+        record.duplicates = duplicates if duplicates is not None else DuplicateCallInterceptor()
+        record.duplicates.load(dict(data.get("duplicates") or {}))
+        record.plan = plan if plan is not None else TaskTable()
+        record.plan.update([PlanItem(**i) for i in data.get("plan") or []], replace=True)
+        return record
