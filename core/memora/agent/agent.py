@@ -720,8 +720,7 @@ class Agent:
         """What the turn engine sees of the Agent (built once per turn or resumption)."""
         opts = self.options
         strategy = self._role_pack.strategy
-        base = dataclasses.replace(
-            self._tool_context,
+        base = self._tool_context.derive(
             session_id=record.session_id,
             round_id=record.round_id,
             readonly=strategy.tool_readonly,

@@ -24,7 +24,6 @@ leaves a history every provider accepts: a tool call that has no result gets an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import uuid
@@ -58,7 +57,7 @@ from ..errors import ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
-from ..llm.types import Message, ToolCallDelta, ToolSpec, clean_delta
+from ..llm.types import LLMRequest, Message, ToolCallDelta, ToolSpec, clean_delta
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
 from .gates import Approve, GateCall, Refuse, Reuse, run_gates
@@ -426,8 +425,6 @@ class TurnEngine:
             # appended to the list being sent)
             record.soft_limit_sent = True
             self._append(Message.user(deps.messages.soft_limit_wrapup))
-        from ..llm.types import LLMRequest
-
         request = LLMRequest(
             messages=request_messages,
             tools=deps.specs(record.questions_asked >= deps.strategy.ask_limit) if tools else [],
@@ -732,7 +729,7 @@ class TurnEngine:
             emit(ToolProgressChunk(tool_call_id=call_id, name=name, content=text, round_id=rid))
 
         # one context per call: progress (and anything else set per call) is never shared
-        ctx = dataclasses.replace(deps.tool_context, progress=progress)
+        ctx = deps.tool_context.derive(progress=progress)
         span = deps.tracer.start_span(
             "recall" if name == "memory_search" else "tool_exec", {"tool": name, "round_id": rid}
         )

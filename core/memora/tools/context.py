@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,18 @@ class ToolContext:
     file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Resolved path -> (mtime_ns, size) when the model last read or wrote it."""
 
+    def derive(self, **changes: Any) -> ToolContext:
+        """A copy with ``changes`` (shallow: the managers and the per-turn dicts are shared).
+        The loop gives every tool call its own context this way; cheaper than
+        ``dataclasses.replace``, which re-runs ``__init__``."""
+        ctx = object.__new__(ToolContext)
+        ctx.__dict__.update(self.__dict__)
+        for key, value in changes.items():
+            if key not in _FIELDS:
+                raise TypeError(f"ToolContext has no field {key!r}")
+            setattr(ctx, key, value)
+        return ctx
+
     def service(self, kind: str, capability: str) -> Any:
         """The service of ``kind``, created on first use; a ``NOT_AVAILABLE`` tool error when no
         plugin provides it or it failed to start (the message names the plugin and the cause)."""
@@ -80,3 +92,6 @@ class ToolContext:
         return ToolContext(
             project=project, guard=PathGuard(project, kwargs.pop("allowed_paths", None)), **kwargs
         )
+
+
+_FIELDS = frozenset(f.name for f in fields(ToolContext))
