@@ -117,6 +117,9 @@ _HOOK_KINDS: dict[str, Kind] = {hook: kind for kind, hook in KINDS.items()}
 INSTALL_HINTS: dict[str, str] = {
     "provider": "pip install memora-plugin-openai (or memora-plugin-llamacpp)",
     "web_fetch": "pip install memora-plugin-fetch",
+    "web_search": "pip install memora-plugin-ddgs",
+    "code_executor": "pip install memora-plugin-sandbox",
+    "tracer": "pip install memora-plugin-otel",
 }
 """Install hints shown when nothing of a kind is installed.  Only distributions that exist in
 this repository's ``plugins/`` folder are named (a test checks it)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,7 +26,17 @@ __all__ = [
     "SearchHit",
     "WebFetch",
     "WebSearch",
+    "current_round_id",
 ]
+
+
+_ROUND: ContextVar[str | None] = ContextVar("memora_round_id", default=None)
+
+
+def current_round_id() -> str | None:
+    """The round (turn) a service call is made for, while the loop runs a tool; ``None``
+    outside a turn.  Services use it for per-turn state, e.g. a result cache."""
+    return _ROUND.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +53,13 @@ class FetchResult:
     status: int
     content_type: str
     text: str
-    """Main text of the page (boilerplate removed for HTML), capped at ``max_chars``."""
+    """Main text of the page (boilerplate removed for HTML, as Markdown when the plugin can),
+    capped at ``max_chars``."""
     title: str | None = None
     truncated: bool = False
+    author: str | None = None
+    date: str | None = None
+    """Publication date as the page states it (ISO ``YYYY-MM-DD`` when known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +69,8 @@ class ExecutionResult:
     stderr: str
     timed_out: bool = False
     truncated: bool = False
+    isolation: str | None = None
+    """How the snippet was isolated (user, network, limits), in words; shown with every result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,11 @@ class ProjectMatch:
 
 @runtime_checkable
 class WebSearch(Protocol):
+    """``search(query, *, max_results)``; a service may also accept the keyword arguments
+    ``region`` (``us-en``, ``cn-zh``…), ``safesearch`` (``on`` / ``moderate`` / ``off``) and
+    ``timelimit`` (``d`` / ``w`` / ``m`` / ``y``): the ``web_search`` tool passes them only when
+    the model sets them."""
+
     async def search(self, query: str, *, max_results: int = 5) -> list[SearchHit]: ...
 
 

@@ -66,10 +66,11 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
 may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
 
 USER_SIDE_KEYS: frozenset[str] = frozenset(
-    {"base_url", "api_key_env", "headers", "dsn", "allow_private", "allow"}
+    {"base_url", "api_key_env", "headers", "dsn", "allow_private", "allow", "proxy", "network"}
 )
 """Provider and plugin options that choose where secrets go (an endpoint, the variable a key is
-read from, extra headers, a database address) or widen a guard.  A project's config is
+read from, extra headers, a database address, a proxy) or widen a guard (``network`` of the
+code sandbox).  A project's config is
 untrusted input — a cloned repository — so these come from the user's side only: the user
 config, ``MEMORA_*`` variables, Agent options or command-line flags."""
 

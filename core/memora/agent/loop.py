@@ -58,6 +58,7 @@ from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
 from ..llm.types import LLMRequest, Message, ToolCallDelta, ToolSpec, clean_delta
+from ..services import _ROUND
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
 from .gates import Approve, GateCall, Refuse, Reuse, run_gates
@@ -612,6 +613,7 @@ class TurnEngine:
         queue: asyncio.Queue[AgentChunk | None] = asyncio.Queue()
 
         async def one(call: PendingCall) -> None:
+            _ROUND.set(self.record.round_id)  # this task's context: services see the round
             try:
                 async for chunk in self._resolve(call, queue.put_nowait):
                     queue.put_nowait(chunk)

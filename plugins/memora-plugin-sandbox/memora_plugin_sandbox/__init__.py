@@ -1,0 +1,59 @@
+"""memora plugin providing ``code:execute`` (the ``run_code`` tool): Python and shell snippets in
+a subprocess with a temporary folder, a wall-clock timeout, CPU / memory / file-size /
+process-count limits, capped output, a scrubbed environment and no network where the platform
+allows it.  Every result says how it was isolated.
+
+Options (``plugins.sandbox``): ``memory_mb``, ``file_size_mb``, ``max_processes``,
+``max_output``, ``network`` (``"off"`` or ``"on"``; user config only), ``require_isolation``,
+``python``, ``env``, ``user`` (``auto``: a dedicated uid per run when memora runs as root,
+else the host user; ``dedicated``; ``host``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from memora import hookimpl
+
+if TYPE_CHECKING:
+    from .sandbox import SubprocessSandbox
+
+__all__ = ["SubprocessSandbox", "register_code_executors"]
+
+_OPTIONS = {
+    "memory_mb",
+    "file_size_mb",
+    "max_processes",
+    "max_output",
+    "network",
+    "require_isolation",
+    "python",
+    "env",
+    "user",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SubprocessSandbox":
+        from .sandbox import SubprocessSandbox
+
+        return SubprocessSandbox
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _factory(options: Mapping[str, Any]) -> SubprocessSandbox:
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ValueError(
+            f"unknown sandbox option(s) {', '.join(sorted(unknown))}; legal: "
+            f"{', '.join(sorted(_OPTIONS))}"
+        )
+    from .sandbox import SubprocessSandbox
+
+    return SubprocessSandbox(**options)
+
+
+@hookimpl
+def register_code_executors(register: Any) -> None:
+    register("sandbox", _factory)

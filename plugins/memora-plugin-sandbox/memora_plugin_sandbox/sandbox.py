@@ -1,0 +1,378 @@
+"""Run a snippet in a limited subprocess (Linux).
+
+How a run is isolated, strongest first, decided once per sandbox and reported with every result:
+
+- **user**: when memora runs as root, the snippet runs as a *dedicated user id* (a fresh,
+  unused uid per run, no account needed): it cannot read the host user's files or signal its
+  processes, ``max_processes`` counts exactly its own processes (a fork bomb stops there), and
+  when the run ends every process of that uid is killed — daemons that ``setsid`` and fork twice
+  included.  Otherwise the snippet runs as the host user under the kernel's reaper
+  (:mod:`memora.tools.reaper`), which kills every descendant when it ends.
+- **network**: a new, empty network namespace (no interface but a downed loopback) when the
+  platform allows it (root, or unprivileged user namespaces); otherwise reported as not isolated
+  (``require_isolation=True`` refuses to run instead).
+- **limits** (``resource``): CPU seconds (the timeout + 1), address space (``memory_mb``), file
+  size (``file_size_mb``), process count (``max_processes``), no core files; a wall-clock timeout
+  kills the run; stdout and stderr are capped at ``max_output`` bytes each — past it the run is
+  killed and the output marked truncated.
+- **environment**: only ``PATH``, ``HOME`` and ``TMPDIR`` (the run's temporary folder), ``LANG``
+  and the ``env`` option's variables; nothing named like a secret passes, even from ``env``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memora.errors import ToolError, ToolErrorCode
+from memora.services import ExecutionResult
+
+__all__ = ["SubprocessSandbox"]
+
+logger = logging.getLogger("memora.plugins.sandbox")
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+_UID_BASE = 1_600_000_000
+"""Dedicated uids are drawn above this (far from any real account)."""
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_LANGUAGES = {"python": "main.py", "py": "main.py", "shell": "main.sh", "sh": "main.sh"}
+_in_use: set[int] = set()
+
+
+def _looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def _runnable_by_others(path: str) -> bool:
+    """Whether a user without any of our permissions can execute ``path`` (every folder on the
+    way searchable by others, the file executable by others)."""
+    try:
+        real = Path(os.path.realpath(path))
+        if not real.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+    except OSError:
+        return False
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _probe_network_isolation(flags: int) -> bool:
+    """Fork a throw-away child that tries to enter a new network namespace."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            code = 0 if _libc().unshare(flags) == 0 else 1
+        except Exception:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` until none is left (a fork bomb keeps spawning while we
+    work: SIGSTOP first so nothing new appears, then SIGKILL)."""
+    for _ in range(200):
+        pids = _pids_of_uid(uid)
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+        time.sleep(0.01)
+
+
+class SubprocessSandbox:
+    """The ``code:execute`` service."""
+
+    def __init__(
+        self,
+        *,
+        memory_mb: int = 512,
+        file_size_mb: int = 16,
+        max_processes: int = 32,
+        max_output: int = 64_000,
+        network: str = "off",
+        require_isolation: bool = False,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str = "auto",
+    ) -> None:
+        if not sys.platform.startswith("linux"):
+            raise RuntimeError(
+                "memora-plugin-sandbox runs code on Linux only (it needs process limits and "
+                "namespaces); run_code stays unavailable on this platform"
+            )
+        if user not in ("auto", "dedicated", "host"):
+            raise ValueError('sandbox user must be "auto", "dedicated" or "host"')
+        if user == "dedicated" and os.geteuid() != 0:
+            raise ValueError('sandbox user="dedicated" needs memora to run as root')
+        if network not in ("off", "on"):
+            raise ValueError('sandbox network must be "off" or "on"')
+        for name, value in (
+            ("memory_mb", memory_mb),
+            ("file_size_mb", file_size_mb),
+            ("max_processes", max_processes),
+            ("max_output", max_output),
+        ):
+            if int(value) <= 0:
+                raise ValueError(f"sandbox {name} must be a positive number")
+        secret = sorted(k for k in (env or {}) if _looks_secret(k))
+        if secret:
+            raise ValueError(
+                f"sandbox env may not pass secret-named variables ({', '.join(secret)}): "
+                "snippets are untrusted code"
+            )
+        self.memory = int(memory_mb) * 1024 * 1024
+        self.file_size = int(file_size_mb) * 1024 * 1024
+        self.max_processes = int(max_processes)
+        self.max_output = int(max_output)
+        self.network = network
+        self.require_isolation = bool(require_isolation)
+        self.extra_env = dict(env or {})
+        self.root = os.geteuid() == 0
+        self.dedicated = self.root and user != "host"
+        self.python = python or self._find_python()
+        self._net_flags: int | None = None
+
+    def _find_python(self) -> str:
+        candidates = [sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"]
+        if self.dedicated:  # the snippet runs as another uid: the interpreter must be reachable
+            for c in candidates:
+                if c and _runnable_by_others(c):
+                    return c
+            return ""
+        return sys.executable
+
+    def _network_flags(self) -> int:
+        """0 when the network stays (``network="on"`` or not isolatable), else unshare flags."""
+        if self._net_flags is None:
+            flags = 0
+            if self.network == "off":
+                wanted = CLONE_NEWNET if self.root else CLONE_NEWUSER | CLONE_NEWNET
+                flags = wanted if _probe_network_isolation(wanted) else 0
+            self._net_flags = flags
+        return self._net_flags
+
+    def isolation(self, uid: int | None) -> str:
+        """The isolation of a run, in words."""
+        flags = self._network_flags()
+        user = f"dedicated uid {uid}" if uid is not None else "host user (descendants reaped)"
+        if self.network == "on":
+            net = "network allowed (sandbox option network=on)"
+        else:
+            net = "no network (new network namespace)" if flags else "network NOT isolated"
+        return (
+            f"{user}; {net}; limits: memory {self.memory >> 20} MB, files {self.file_size >> 20} MB, "
+            f"{self.max_processes} processes, output {self.max_output} bytes per stream"
+        )
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def execute(
+        self, code: str, *, language: str = "python", timeout: float = 30.0
+    ) -> ExecutionResult:
+        lang = language.strip().lower()
+        filename = _LANGUAGES.get(lang)
+        if filename is None:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                f"language {language!r} is not supported here; supported: python, shell",
+            )
+        flags = await asyncio.to_thread(self._network_flags)
+        if self.require_isolation and self.network == "off" and not flags:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                "run_code needs network isolation (require_isolation) and this platform cannot "
+                "create a network namespace",
+            )
+        if filename == "main.py" and not self.python:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                "no Python interpreter is reachable by the sandbox user; set plugins.sandbox.python",
+            )
+        uid = self._take_uid() if self.dedicated else None
+        workdir = Path(tempfile.mkdtemp(prefix="memora-sandbox-"))
+        try:
+            script = workdir / filename
+            script.write_text(code, encoding="utf-8")
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+                os.chown(script, uid, uid)
+            argv = (
+                [self.python, "-I", "-B", str(script)]
+                if filename == "main.py"
+                else ["/bin/sh", str(script)]
+            )
+            if uid is None:  # the host user: the kernel's reaper takes every descendant down
+                from memora.tools import reaper
+
+                argv = [sys.executable, "-I", reaper.__file__, "--", *argv]
+            return await self._run(argv, workdir, uid, flags, float(timeout))
+        finally:
+            if uid is not None:
+                await asyncio.to_thread(_kill_uid, uid)
+                _in_use.discard(uid)
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    def _take_uid(self) -> int:
+        while True:
+            uid = _UID_BASE + random.randrange(1, 1 << 24)
+            if uid not in _in_use and not _pids_of_uid(uid):
+                _in_use.add(uid)
+                return uid
+
+    def _environment(self, workdir: Path) -> dict[str, str]:
+        env = {
+            "PATH": _SAFE_PATH,
+            "HOME": str(workdir),
+            "TMPDIR": str(workdir),
+            "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+        }
+        env.update({k: v for k, v in self.extra_env.items() if not _looks_secret(k)})
+        return env
+
+    def _preexec(self, uid: int | None, flags: int, timeout: float) -> Callable[[], None]:
+        import resource
+
+        cpu = int(timeout) + 1
+        limits = [
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_AS, self.memory),
+            (resource.RLIMIT_FSIZE, self.file_size),
+            (resource.RLIMIT_CORE, 0),
+        ]
+        if uid is not None:
+            limits.append((resource.RLIMIT_NPROC, self.max_processes))
+        else:  # the host user's own processes count too: allow that many more
+            limits.append(
+                (resource.RLIMIT_NPROC, len(_pids_of_uid(os.getuid())) + self.max_processes)
+            )
+
+        def prepare() -> None:  # runs in the child, between fork and exec
+            for which, value in limits:
+                resource.setrlimit(which, (value, value))
+            if flags and _libc().unshare(flags) != 0:
+                os._exit(121)
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+
+        return prepare
+
+    async def _run(
+        self, argv: list[str], workdir: Path, uid: int | None, flags: int, timeout: float
+    ) -> ExecutionResult:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=workdir,
+            env=self._environment(workdir),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=self._preexec(uid, flags, timeout),
+        )
+        over = asyncio.Event()
+        outputs: list[bytearray] = [bytearray(), bytearray()]
+
+        async def drain(stream: asyncio.StreamReader | None, into: bytearray) -> None:
+            if stream is None:
+                return
+            # read to the end even past the cap (discarding): a pipe left unread never reports
+            # its end, and the process's exit is only complete once its pipes are
+            while chunk := await stream.read(65536):
+                room = self.max_output - len(into)
+                if room > 0:
+                    into.extend(chunk[:room])
+                if len(chunk) > room:
+                    over.set()
+
+        readers = [
+            asyncio.ensure_future(drain(proc.stdout, outputs[0])),
+            asyncio.ensure_future(drain(proc.stderr, outputs[1])),
+        ]
+        waiter = asyncio.ensure_future(proc.wait())
+        flood = asyncio.ensure_future(over.wait())
+        timed_out = truncated = False
+        try:
+            done, _ = await asyncio.wait(
+                {waiter, flood}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if waiter not in done:
+                timed_out = flood not in done
+                truncated = flood in done
+                await self._stop(proc, uid)
+            await asyncio.wait_for(asyncio.shield(waiter), 10)
+            await asyncio.wait(readers, timeout=2)
+        finally:
+            flood.cancel()
+            for r in readers:
+                r.cancel()
+            if proc.returncode is None:
+                await self._stop(proc, uid)
+        if flags and proc.returncode == 121 and not outputs[0] and not outputs[1]:
+            raise ToolError(
+                ToolErrorCode.EXECUTION_FAILED, "the sandbox could not enter its network namespace"
+            )
+        note = "\n[output limit reached: the run was stopped]" if truncated else ""
+        return ExecutionResult(
+            exit_code=proc.returncode if proc.returncode is not None else -9,
+            stdout=outputs[0].decode("utf-8", errors="replace"),
+            stderr=outputs[1].decode("utf-8", errors="replace") + note,
+            timed_out=timed_out,
+            truncated=truncated or over.is_set(),
+            isolation=self.isolation(uid),
+        )
+
+    async def _stop(self, proc: asyncio.subprocess.Process, uid: int | None) -> None:
+        if uid is not None:
+            await asyncio.to_thread(_kill_uid, uid)
+        else:
+            # the reaper kills every descendant on SIGTERM, then the group for good measure
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
