@@ -212,7 +212,10 @@ def test_role_pack_validate_reports_unprovided_and_unknown_capabilities(tmp_path
             }
         )
     )
-    r = _memora(["role-pack", "validate", str(pack), "--json"])
+    # only the fetch plugin is loaded: nothing provides code execution
+    r = _memora(
+        ["role-pack", "validate", str(pack), "--json"], env={"MEMORA_LOAD_PLUGINS": "fetch"}
+    )
     assert r.returncode == 0, r.stderr
     (report,) = json.loads(r.stdout)["packs"]
     warnings = {w["path"]: w["message"] for w in report["warnings"]}

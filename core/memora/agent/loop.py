@@ -239,7 +239,14 @@ class TurnEngine:
             "review": self._review,
             "finish": self._finish,
         }
-        span = deps.tracer.start_span("response", {"round_id": record.round_id})
+        span = deps.tracer.start_span(
+            "response",
+            {
+                "round_id": record.round_id,
+                "session_id": record.session_id,
+                "role_pack": deps.role_pack,
+            },
+        )
         error: BaseException | None = None
         try:
             if not record.started:
@@ -288,6 +295,10 @@ class TurnEngine:
                 message=f"{type(exc).__name__}: {exc}", category="unknown", round_id=record.round_id
             )
         finally:
+            usage = record.usage
+            span.set_attribute("status", record.status)
+            span.set_attribute("input_tokens", usage.get("input_tokens", 0))
+            span.set_attribute("output_tokens", usage.get("output_tokens", 0))
             span.end(error)
 
     async def _end(
@@ -446,8 +457,16 @@ class TurnEngine:
         reasoning: list[str] = []
         step_index = record.iteration
         span = deps.tracer.start_span(
-            "llm_call", {"round_id": rid, "iteration": step_index, "provider": provider.name}
+            "llm_call",
+            {
+                "round_id": rid,
+                "iteration": step_index,
+                "provider": provider.name,
+                "model": getattr(provider, "model", None) or provider.name.split(":", 1)[-1],
+                "stage": stage,
+            },
         )
+        used_in = used_out = 0
         loop = asyncio.get_running_loop()
         seen_tool = False
         err: BaseException | None = None
@@ -486,6 +505,8 @@ class TurnEngine:
                         elif kind == "usage":
                             u = delta.usage  # type: ignore[union-attr]
                             record.add_usage(u.input_tokens, u.output_tokens, u.reasoning_tokens)
+                            used_in += u.input_tokens
+                            used_out += u.output_tokens
                         elif kind == "retry":
                             notice: RetryNotice = delta  # type: ignore[assignment]
                             watch.last = loop.time() + notice.delay
@@ -523,6 +544,10 @@ class TurnEngine:
             yield Stop("error", chunk)
             return
         finally:
+            span.set_attribute("input_tokens", used_in)
+            span.set_attribute("output_tokens", used_out)
+            if out.finish_reason:
+                span.set_attribute("finish_reason", out.finish_reason)
             span.end(err)
         self._partial = []
         record.add_usage(0, 0, 0, 1)
@@ -733,11 +758,15 @@ class TurnEngine:
         # one context per call: progress (and anything else set per call) is never shared
         ctx = deps.tool_context.derive(progress=progress)
         span = deps.tracer.start_span(
-            "recall" if name == "memory_search" else "tool_exec", {"tool": name, "round_id": rid}
+            "recall" if name == "memory_search" else "tool_exec",
+            {"tool": name, "round_id": rid, "tool_call_id": call_id},
         )
         err: BaseException | None = None
         try:
             run = await run_parsed(tool, ctx, args)
+            span.set_attribute("ok", run.ok)
+            if run.error_code:
+                span.set_attribute("error_code", run.error_code)
         except AskUserSignal as signal:
             record.questions_asked += len(signal.questions)
             record.paused = QuestionPause(call_id, list(signal.questions), name)

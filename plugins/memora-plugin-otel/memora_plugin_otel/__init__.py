@@ -1,0 +1,49 @@
+"""memora plugin sending memora's spans to OpenTelemetry, following the GenAI semantic conventions.
+
+A turn becomes an ``invoke_agent`` span; each LLM call a ``chat`` span and each tool call an
+``execute_tool`` span inside it (nested by the turn's ``round_id``, so parallel tool calls nest
+correctly too); the turn's span is a child of whatever span is current where the host calls
+``agent.chat()``.  Attributes: ``gen_ai.operation.name``, ``gen_ai.agent.name``,
+``gen_ai.conversation.id``, ``gen_ai.provider.name``, ``gen_ai.request.model``,
+``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``,
+``gen_ai.tool.name``, ``gen_ai.tool.call.id``, plus ``memora.*`` ones.  No message content is
+recorded.
+
+Options (``plugins.otel``; an Agent's ``plugin_options={"otel": {...}}`` may pass objects):
+``tracer_provider`` (default: the global one, ``opentelemetry.trace.get_tracer_provider()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memora import hookimpl
+
+__all__ = ["OtelTracer", "register_tracers"]
+
+_OPTIONS = {"tracer_provider"}
+
+
+def _factory(options: Mapping[str, Any]) -> Any:
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ValueError(
+            f"unknown otel option(s) {', '.join(sorted(unknown))}; legal: {', '.join(_OPTIONS)}"
+        )
+    from .tracer import OtelTracer
+
+    return OtelTracer(options.get("tracer_provider"))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OtelTracer":
+        from .tracer import OtelTracer
+
+        return OtelTracer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@hookimpl
+def register_tracers(register: Any) -> None:
+    register("otel", _factory)
