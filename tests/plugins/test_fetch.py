@@ -24,6 +24,24 @@ ARTICLE = (
 )
 
 
+NEWS = (
+    "<html><head><title>Kernel news</title>"
+    '<meta name="author" content="Ada Lovelace">'
+    '<meta property="article:published_time" content="2026-11-02T08:00:00Z">'
+    "</head><body><nav>menu menu menu</nav><article><h1>Kernel news</h1>"
+    "<h2>What changed</h2>"
+    + "<p>The turn is now an explicit step machine with typed records and gates.</p>"
+    * 6
+    + "<ul><li>first point</li><li>second point</li></ul>"
+    "</article></body></html>"
+)
+GBK_PAGE = (
+    '<html><head><meta charset="gbk"><title>编码</title></head><body><article><p>'
+    + "这是一段用国标编码写成的中文文字，用来检查字符集识别。" * 10
+    + "</p></article></body></html>"
+)
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
@@ -42,6 +60,21 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/article":
             self._send(200, ARTICLE.encode(), "text/html; charset=utf-8")
+        elif self.path == "/news":
+            self._send(200, NEWS.encode(), "text/html; charset=utf-8")
+        elif self.path == "/gbk":
+            self._send(200, GBK_PAGE.encode("gb18030"), "text/html")
+        elif self.path == "/gbk-undeclared":
+            body = ("纯文本，没有声明字符集。" * 20).encode("gb18030")
+            self._send(200, body, "text/plain")
+        elif self.path == "/json":
+            self._send(
+                200, b'{"name":"\xe8\xae\xb0\xe5\xbf\x86","items":[1,2]}', "application/json"
+            )
+        elif self.path == "/pdf":
+            self._send(200, b"%PDF-1.7\n%binary", "application/pdf")
+        elif self.path == "/pdf-as-text":
+            self._send(200, b"%PDF-1.4\n1 0 obj", "text/plain")
         elif self.path == "/plain":
             self._send(200, "纯文本 plain".encode(), "text/plain; charset=utf-8")
         elif self.path == "/big":
@@ -264,3 +297,35 @@ async def test_malformed_urls_are_clean_tool_errors(url: str) -> None:
         assert info.value.code == ToolErrorCode.INVALID_ARGS
     finally:
         await f.aclose()
+
+
+async def test_article_as_markdown_with_title_author_and_date(
+    server: str, fetcher: HttpFetcher
+) -> None:
+    r = await fetcher.fetch(f"{server}/news")
+    assert r.title == "Kernel news"
+    assert r.author == "Ada Lovelace"
+    assert r.date == "2026-11-02"
+    assert "step machine" in r.text and "menu menu" not in r.text
+    assert "- first point" in r.text  # Markdown list
+    assert "## What changed" in r.text or "What changed" in r.text
+
+
+async def test_charsets_declared_in_the_page_or_guessed(server: str, fetcher: HttpFetcher) -> None:
+    r = await fetcher.fetch(f"{server}/gbk")
+    assert "国标编码" in r.text
+    r = await fetcher.fetch(f"{server}/gbk-undeclared")
+    assert "没有声明字符集" in r.text
+
+
+async def test_json_is_pretty_printed(server: str, fetcher: HttpFetcher) -> None:
+    r = await fetcher.fetch(f"{server}/json")
+    assert r.content_type == "application/json"
+    assert r.text.splitlines()[1] == '  "name": "记忆",'
+
+
+@pytest.mark.parametrize("path", ["/pdf", "/pdf-as-text"])
+async def test_pdfs_are_refused_clearly(server: str, fetcher: HttpFetcher, path: str) -> None:
+    with pytest.raises(ToolError) as info:
+        await fetcher.fetch(f"{server}{path}")
+    assert info.value.code == ToolErrorCode.NOT_AVAILABLE and "PDF" in info.value.message

@@ -101,7 +101,8 @@ async def test_a_turn_is_nested_spans_with_genai_attributes(
     assert last["gen_ai.provider.name"] == "openai"
     assert last["gen_ai.usage.output_tokens"] >= 7  # type: ignore[operator]
     assert attrs["gen_ai.usage.output_tokens"] == sum(
-        (s.attributes or {})["gen_ai.usage.output_tokens"] for s in chats  # type: ignore[misc]
+        (s.attributes or {})["gen_ai.usage.output_tokens"]
+        for s in chats  # type: ignore[misc]
     )
     assert list(last["gen_ai.response.finish_reasons"]) == ["stop"]  # type: ignore[arg-type]
     assert {(s.attributes or {})["gen_ai.tool.call.id"] for s in tools} == {"call-a", "call-b"}

@@ -1,6 +1,6 @@
 """The Agent facade and the turn loop."""
 
-from .agent import Agent, PolishManager, SecurityManager, SessionManager
+from .agent import Agent, PolishManager, SecurityManager, SessionManager, ToolCallResult
 from .context_window import ContextWindow
 from .loop import TurnDeps, TurnEngine, TurnState
 from .options import AgentOptions, TeamConfig
@@ -23,6 +23,7 @@ __all__ = [
     "SessionState",
     "StatusTransition",
     "TeamConfig",
+    "ToolCallResult",
     "TurnDeps",
     "TurnEngine",
     "TurnRecord",

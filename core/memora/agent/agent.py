@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import os
 import time
@@ -22,7 +23,14 @@ from pydantic import ValidationError
 
 from ..capabilities import PRIVILEGED, CapabilityMap, compute_capability_map
 from ..checks import CheckContext, CheckDecision, ToolCallInfo
-from ..chunks import AbortedChunk, AgentChunk, DoneChunk, ErrorChunk
+from ..chunks import (
+    AbortedChunk,
+    AgentChunk,
+    DoneChunk,
+    ErrorChunk,
+    ToolProgressChunk,
+    ToolResultChunk,
+)
 from ..errors import ErrorCode, MemoraError
 from ..events import ArchiveFailed, EventEmitter, GoalDriftDetected, SessionForked
 from ..hookspecs import hookimpl
@@ -46,11 +54,11 @@ from ..tracing import combine_tracers
 from .context_window import ContextWindow
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions
-from .record import ApprovalDecision, ApprovalPause, QuestionPause, TurnRecord
+from .record import ApprovalDecision, ApprovalPause, PendingCall, QuestionPause, TurnRecord
 from .serialize import message_from_dict
 from .state import DuplicateCallInterceptor, Outbox, SessionState, StatusTransition
 
-__all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager"]
+__all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult"]
 
 logger = logging.getLogger("memora.agent")
 
@@ -104,6 +112,28 @@ def _available_services(services: Mapping[str, Any]) -> builtins.list[str]:
     if isinstance(services, LazyServices):
         return sorted(services.available())
     return [k for k, v in services.items() if v is not None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """What :meth:`Agent.call_tool` returns."""
+
+    name: str
+    call_id: str
+    ok: bool
+    blocked: bool
+    error_code: str | None
+    summary: str
+    content: str
+    """What the model would have received."""
+    started: bool = False
+    """The tool ran (or started): false for a call refused by a gate."""
+    progress: builtins.list[str] = dataclasses.field(default_factory=list)
+    needs_approval: str | None = None
+    """A check asked for approval (its reason); the call did not run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class PolishManager:
@@ -952,6 +982,85 @@ class Agent:
         if self._consumer is not None and not self._consumer.done():
             self._aborting = True
             self._consumer.cancel()
+
+    # ------------------------------------------------------------------------------------------
+    # tools outside the conversation
+
+    def exposed_tools(self) -> builtins.list[Tool]:
+        """The tools the model sees under the active role pack (flags, capability map,
+        ``resident_tools``), in registration order."""
+        self._need("tools")
+        return [
+            t
+            for name in self._tools.names()
+            if (t := self._tools.get(name)) is not None and self._tool_visible(t)
+        ]
+
+    async def call_tool(
+        self,
+        name: str,
+        args: Mapping[str, Any] | str | None = None,
+        *,
+        approve: bool = False,
+    ) -> ToolCallResult:
+        """Run one tool call through the same gates as the loop (role pack, permission,
+        capability map, limits, every ``pre_execution_check``) without the model and without
+        touching the conversation: for hosts, plugin authors and ``memora tools call``.
+
+        A check answering ``Ask`` runs the call only with ``approve=True``; otherwise the result
+        says approval is needed (``needs_approval``)."""
+        self._start()
+        raw = args if isinstance(args, str) else json.dumps(dict(args or {}), ensure_ascii=False)
+        record = self._new_record(f"[direct tool call] {name}")
+        record.duplicates = DuplicateCallInterceptor(self.options.duplicate_call_threshold)
+        scratch = ContextWindow(self.messages, summarise=False)
+        deps = dataclasses.replace(self._turn_deps(record), window=scratch)
+        engine = TurnEngine(deps, record)
+        call = PendingCall(f"direct-{new_round_id()[2:]}", name, raw)
+        self._busy = True
+        try:
+            chunks = [c async for c in engine.run_call(call)]
+            pause = record.paused
+            if isinstance(pause, ApprovalPause):
+                if not approve:
+                    return ToolCallResult(
+                        name,
+                        call.id,
+                        False,
+                        True,
+                        "NEEDS_APPROVAL",
+                        f"needs approval: {pause.reason}",
+                        "",
+                        needs_approval=pause.reason,
+                    )
+                record.approval = ApprovalDecision(call.id, True)
+                chunks += [c async for c in engine.run_call(call)]
+        finally:
+            self._busy = False
+            self.session_state.finish("direct tool call")
+        result = next((c for c in chunks if isinstance(c, ToolResultChunk)), None)
+        if result is None:  # ask_user: a question needs a conversation
+            return ToolCallResult(
+                name,
+                call.id,
+                False,
+                True,
+                "NOT_AVAILABLE",
+                "this tool asks the user; it only runs inside a conversation",
+                "",
+            )
+        last = scratch.last
+        return ToolCallResult(
+            name,
+            call.id,
+            result.ok,
+            result.blocked,
+            result.error_code,
+            result.summary,
+            last.content if last is not None else "",
+            started=any(c.type == "tool_start" for c in chunks),
+            progress=[c.content for c in chunks if isinstance(c, ToolProgressChunk)],
+        )
 
     # ------------------------------------------------------------------------------------------
     # pauses

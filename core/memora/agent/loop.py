@@ -601,6 +601,17 @@ class TurnEngine:
             summarise=True,
         )
 
+    # -- one call outside the model loop -----------------------------------------------------------
+
+    async def run_call(self, call: PendingCall) -> AsyncIterator[AgentChunk]:
+        """Resolve one tool call through the gates and the tool, as the ``tools`` step would
+        (``Agent.call_tool``); a call left paused for approval resumes on the next call with
+        the same id once ``record.approval`` is set."""
+        if not any(c.id == call.id for c in self.record.pending_calls):
+            self.record.pending_calls.append(call)
+        async for chunk in self._run_batch([call]):
+            yield chunk
+
     # -- step: tools -------------------------------------------------------------------------------
 
     async def _tools(self) -> AsyncIterator[AgentChunk | Transition]:

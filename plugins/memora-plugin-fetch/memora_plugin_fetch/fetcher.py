@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 from typing import Any
 from urllib.parse import urljoin
 
@@ -20,7 +22,13 @@ __all__ = ["HttpFetcher"]
 
 logger = logging.getLogger("memora.plugins.fetch")
 
-_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
+_TEXT_TYPES = (
+    "text/",
+    "application/json",
+    "application/xml",
+    "application/xhtml+xml",
+    "application/javascript",
+)
 
 
 class HttpFetcher:
@@ -110,10 +118,12 @@ class HttpFetcher:
                 else ToolErrorCode.NETWORK_ERROR,
                 f"{url} answered HTTP {status}",
             )
-        if ctype and not ctype.startswith(_TEXT_TYPES):
+        if ctype == "application/pdf":
+            raise _pdf(url)
+        if ctype and not ctype.startswith(_TEXT_TYPES) and not ctype.endswith(("+json", "+xml")):
             raise ToolError(
                 ToolErrorCode.NOT_AVAILABLE,
-                f"{url} is {ctype}, not a text page; web_fetch only reads HTML and text",
+                f"{url} is {ctype}, not a text page; web_fetch reads HTML, plain text, JSON and XML",
             )
         body = bytearray()
         truncated = False
@@ -123,13 +133,18 @@ class HttpFetcher:
                 del body[self.max_bytes :]
                 truncated = True
                 break
-        encoding = response.encoding or "utf-8"
-        raw = bytes(body).decode(encoding, errors="replace")
-        title: str | None = None
+        data = bytes(body)
+        if data.startswith(b"%PDF-"):
+            raise _pdf(url)
+        raw = _decode(data, response.headers.get("content-type", ""), ctype)
+        title = author = date = None
         if ctype in ("text/html", "application/xhtml+xml") or (
             not ctype and "<html" in raw[:2000].lower()
         ):
-            text, title = await asyncio.to_thread(_extract_html, raw, url)
+            text, title, author, date = await asyncio.to_thread(_extract_html, raw, url)
+            ctype = ctype or "text/html"
+        elif ctype == "application/json" or ctype.endswith("+json"):
+            text = _pretty_json(raw)
         else:
             text = raw
         if len(text) > max_chars:
@@ -142,17 +157,80 @@ class HttpFetcher:
             text=text,
             title=title,
             truncated=truncated,
+            author=author,
+            date=date,
         )
 
 
-def _extract_html(html: str, url: str) -> tuple[str, str | None]:
+def _pdf(url: str) -> ToolError:
+    return ToolError(
+        ToolErrorCode.NOT_AVAILABLE,
+        f"{url} is a PDF document; web_fetch reads web pages and text only (PDFs are not "
+        "converted) — look for an HTML version of it",
+    )
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _decode(data: bytes, header: str, ctype: str) -> str:
+    """Text from bytes: the charset the header declares, else the one an HTML page declares,
+    else UTF-8 when it decodes cleanly, else the best guess (charset-normalizer)."""
+    declared = None
+    for part in header.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            declared = value.strip().strip("\"'")
+    if declared is None and (ctype in ("text/html", "application/xhtml+xml") or not ctype):
+        found = _META_CHARSET.search(data[:4096])
+        if found:
+            declared = found.group(1).decode("ascii", "ignore")
+    if declared:
+        try:
+            return data.decode(_codec(declared), errors="replace")
+        except LookupError:
+            pass  # an unknown charset name: guess instead
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data).best()
+    return str(best) if best is not None else data.decode("utf-8", errors="replace")
+
+
+def _codec(name: str) -> str:
+    name = name.lower()
+    # pages that say gb2312 are nearly always written in its superset gb18030
+    return "gb18030" if name in ("gb2312", "gbk", "x-gbk") else name
+
+
+def _pretty_json(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw), ensure_ascii=False, indent=2)
+    except ValueError:
+        return raw
+
+
+def _extract_html(html: str, url: str) -> tuple[str, str | None, str | None, str | None]:
+    """Main text as Markdown (headings, lists, tables, emphasis) with title, author and date."""
     import trafilatura
 
     doc = trafilatura.bare_extraction(
-        html, url=url, with_metadata=True, include_comments=False, include_tables=True
+        html,
+        url=url,
+        with_metadata=True,
+        include_comments=False,
+        include_tables=True,
+        include_formatting=True,
     )
     if doc is None:
-        return "", None
+        return "", None, None, None
     text = getattr(doc, "text", None) or ""
-    title = getattr(doc, "title", None)
-    return text, title
+    return (
+        text,
+        getattr(doc, "title", None) or None,
+        getattr(doc, "author", None) or None,
+        getattr(doc, "date", None) or None,
+    )

@@ -1,0 +1,258 @@
+"""`memora tools list` and `memora tools call`: what the model would see, and one tool run through
+the loop's gates — for plugin authors and for debugging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ErrorCode, MemoraError
+from .common import data_dir_for, location_options, storage_option
+from .main import cli
+
+EXIT_OK, EXIT_FAILED, EXIT_NEEDS_APPROVAL = 0, 1, 3
+
+role_pack_options = [
+    click.option("--role-pack", default=None, help="Active role pack name."),
+    click.option(
+        "--role-pack-dir",
+        "role_pack_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Extra folder of role packs (repeatable).",
+    ),
+]
+
+
+def _with_role_pack_options(fn: Any) -> Any:
+    for option in reversed(role_pack_options):
+        fn = option(fn)
+    return fn
+
+
+def parse_call_args(args_json: str | None, pairs: Sequence[str] = ()) -> dict[str, Any]:
+    """The arguments of ``memora tools call``: ``--args`` (a JSON object) and/or ``--arg KEY=VALUE``
+    (repeatable; VALUE read as JSON when it is valid JSON, else as a string).  ``--arg`` wins
+    over the same key in ``--args``."""
+    args: dict[str, Any] = {}
+    if args_json is not None and args_json.strip():
+        try:
+            data = json.loads(args_json)
+        except ValueError as exc:
+            raise MemoraError(ErrorCode.INVALID_INPUT, f"--args is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"--args must be a JSON object ({{...}}), not {type(data).__name__}",
+            )
+        args.update(data)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"--arg {pair!r}: expected KEY=VALUE (e.g. --arg path=a.txt)",
+            )
+        try:
+            args[key.strip()] = json.loads(value)
+        except ValueError:
+            args[key.strip()] = value
+    return args
+
+
+class _NoModel:
+    """The provider of these commands: they never call a model."""
+
+    name = "none"
+    context_window = 128_000
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        from ..llm.provider import ProviderError
+
+        raise ProviderError("memora tools does not call a model")
+        yield  # pragma: no cover - makes this an async generator
+
+    async def complete(self, request: Any) -> Any:
+        from ..llm.provider import ProviderError
+
+        raise ProviderError("memora tools does not call a model")
+
+
+async def _agent(
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: Sequence[Path],
+) -> Any:
+    from ..agent import Agent
+
+    extra: dict[str, Any] = {"storage": storage} if storage else {}
+    agent = Agent(
+        project_path=project,
+        data_dir=data_dir_for(project, data_dir),
+        config_dir=config_dir,
+        active_role_pack=role_pack,
+        role_pack_dirs=list(role_pack_dirs),
+        provider=_NoModel(),
+        session_store="memory",
+        **extra,
+    )
+    await agent.init()
+    if role_pack is not None and agent.role_pack.active.name != role_pack:
+        available = ", ".join(agent.role_pack.names())
+        await agent.close()
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"role pack {role_pack!r} does not exist; available: {available}",
+            context={"role_pack": role_pack},
+        )
+    return agent
+
+
+def _service_of(agent: Any, privileged: Any) -> str | None:
+    """The plugin providing a privileged tool's service (the tool itself is built in)."""
+    if privileged is None:
+        return None
+    names = agent.plugins.names(privileged.service_kind)
+    chosen = getattr(agent.options, privileged.service_kind, None)
+    if isinstance(chosen, str):
+        return chosen
+    if chosen is not None:
+        return "host"
+    return names[0] if names else None
+
+
+def _capability_of(tool: Any) -> str:
+    return str(tool.capability) if tool.capability else "resident"
+
+
+@cli.group("tools")
+def tools_group() -> None:
+    """List the tools the model would see, or run one through the loop's gates."""
+
+
+@tools_group.command("list")
+@location_options
+@storage_option
+@_with_role_pack_options
+@click.option("--all", "show_all", is_flag=True, help="Also list tools the role pack hides.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: tuple[Path, ...],
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """The tools the model would see for the active (or given) role pack, with each tool's
+    plugin and capability."""
+    project = project.resolve()
+
+    async def run() -> dict[str, Any]:
+        agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
+        try:
+            from ..capabilities import PRIVILEGED
+
+            exposed = {t.name for t in agent.exposed_tools()}
+            rows = []
+            for name in agent.tools.names():
+                tool = agent.tools.get(name)
+                if tool is None or (name not in exposed and not show_all):
+                    continue
+                rows.append(
+                    {
+                        "name": name,
+                        "plugin": agent.tools.owner(name),
+                        "capability": _capability_of(tool),
+                        "service": _service_of(agent, PRIVILEGED.get(tool.capability or "")),
+                        "exposed": name in exposed,
+                        "writes": tool.writes,
+                        "runs_code": tool.runs_code,
+                        "idempotency": tool.idempotency,
+                        "description": tool.description.splitlines()[0],
+                    }
+                )
+            return {"role_pack": agent.role_pack.active.name, "tools": rows}
+        finally:
+            await agent.close()
+
+    report = asyncio.run(run())
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"tools for role pack {report['role_pack']!r}")
+    for column in (
+        "tool",
+        "plugin",
+        "capability",
+        *(["exposed"] if show_all else []),
+        "what it does",
+    ):
+        table.add_column(column)
+    for row in report["tools"]:
+        plugin = row["plugin"] or ""
+        if row["service"]:
+            plugin = f"service: {row['service']}"
+        cells = [row["name"], plugin, row["capability"]]
+        if show_all:
+            cells.append("yes" if row["exposed"] else "no")
+        cells.append(row["description"])
+        table.add_row(*cells)
+    Console().print(table)
+
+
+@tools_group.command("call")
+@click.argument("name")
+@click.option(
+    "--args", "args_json", default=None, help='Arguments as a JSON object: \'{"path": "a.txt"}\'.'
+)
+@click.option("--arg", "pairs", multiple=True, help="One argument as KEY=VALUE (repeatable).")
+@click.option("--yes", is_flag=True, help="Approve the call when a check asks for approval.")
+@location_options
+@storage_option
+@_with_role_pack_options
+def call_cmd(
+    name: str,
+    args_json: str | None,
+    pairs: tuple[str, ...],
+    yes: bool,
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: tuple[Path, ...],
+) -> None:
+    """Run one tool through the same gates as the loop and print its result as JSON.
+
+    Exit 0 when the tool succeeded, 1 when it failed or was refused, 3 when a check asks for
+    approval (run again with --yes)."""
+    args = parse_call_args(args_json, pairs)
+    project = project.resolve()
+
+    async def run() -> Any:
+        agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
+        try:
+            return await agent.call_tool(name, args, approve=yes)
+        finally:
+            await agent.close()
+
+    result = asyncio.run(run())
+    click.echo(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    if result.needs_approval is not None:
+        sys.exit(EXIT_NEEDS_APPROVAL)
+    sys.exit(EXIT_OK if result.ok else EXIT_FAILED)
