@@ -53,6 +53,10 @@ class ErrorCode(StrEnum):
     """A call received an argument outside its legal range."""
     NOT_FOUND = "NOT_FOUND"
     """A named object (session, memory, role pack) does not exist."""
+    CONFLICT = "CONFLICT"
+    """The host's check refused a change (a role-pack edit); nothing was changed."""
+    PAUSE_EXPIRED = "PAUSE_EXPIRED"
+    """A paused turn waited longer than ``pause_timeout``; it was dropped."""
 
 
 class MemoraError(Exception):

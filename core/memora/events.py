@@ -35,6 +35,8 @@ class Event:
 class RolePackSwitched(Event):
     from_pack: str | None
     to_pack: str
+    reloaded: bool = False
+    """The same pack, read again because its files changed on disk (or were edited)."""
 
 
 @dataclass(frozen=True, slots=True)

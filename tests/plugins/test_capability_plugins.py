@@ -20,10 +20,10 @@ from memora.testing import ScriptedProvider, text, tool_call
 
 pytest.importorskip("ddgs")
 pytest.importorskip("opentelemetry.sdk")
-from ddgs.http_client import HttpClient  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from ddgs.http_client import HttpClient
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 

@@ -55,7 +55,7 @@ from .context_window import ContextWindow
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions
 from .record import ApprovalDecision, ApprovalPause, PendingCall, QuestionPause, TurnRecord
-from .serialize import message_from_dict
+from .serialize import message_from_dict, message_to_dict
 from .state import DuplicateCallInterceptor, Outbox, SessionState, StatusTransition
 
 __all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult"]
@@ -504,6 +504,7 @@ class Agent:
             messages=self.messages,
         )
         self._role_pack.resolve_initial()
+        self._role_pack.edit_check = opts.role_pack_edit_check
         self._tools = ToolRegistry()
         self._plugin_tools: dict[str, Tool] = {}
         self._sync_plugin_tools()
@@ -982,6 +983,49 @@ class Agent:
         if self._consumer is not None and not self._consumer.done():
             self._aborting = True
             self._consumer.cancel()
+
+    # ------------------------------------------------------------------------------------------
+    # host control
+
+    def switch_role_pack(self, name: str) -> None:
+        """Activate another role pack (``agent.role_pack.activate``): prompt, strategy,
+        capability map and tool set follow from the next LLM call on."""
+        self._start()
+        self.role_pack.activate(name)
+        self._cap_map = None
+        self._visible_cache = None
+
+    def reload_config(self) -> builtins.list[str]:
+        """Read the configuration again: role packs changed on disk (the active one is rebuilt
+        and ``RolePackSwitched(reloaded=True)`` emitted), added or removed packs, project rules
+        and skills, and the Agent ``options`` of the config files.  Providers, storage, the
+        session store and the lock stay as they are (they hold connections and files; build a
+        new Agent to change them).  Returns the names of the packs read again."""
+        self._start()
+        self._apply_settings(Path(self.options.project_path))
+        changed = self.role_pack.refresh()
+        self._cap_map = None
+        self._visible_cache = None
+        self._window.summarise = self.options.enable_context_summary
+        return changed
+
+    def effective_max_tokens(self) -> int | None:
+        """The output limit requests carry: min(``max_tokens``, the role pack's
+        ``act.outputLimit``), ``None`` when neither is set.  Hosts must not recompute it."""
+        return self.role_pack.strategy.max_tokens(self.options.max_tokens)
+
+    async def append_message(self, role: str, content: str) -> None:
+        """Add a message to the live conversation between turns (a system note, a message the
+        host received elsewhere): the next request carries it and the session store keeps it.
+        ``role`` is ``user``, ``assistant`` or ``system``."""
+        self._start()
+        if role not in ("user", "assistant", "system"):
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"append_message role must be user, assistant or system, not {role!r}",
+            )
+        message = self._window.append(Message(role, clean_text(content)))  # type: ignore[arg-type]
+        await self._session_store.append_messages(self._session_id, [message_to_dict(message)])
 
     # ------------------------------------------------------------------------------------------
     # tools outside the conversation

@@ -62,15 +62,15 @@ class ContextWindow:
         "_note",
         "_prompt",
         "_section",
-        "_summarise",
         "_total",
         "_wire",
+        "summarise",
         "trimmed",
     )
 
     def __init__(self, messages: Messages, *, summarise: bool = True) -> None:
         self._messages = messages
-        self._summarise = summarise
+        self.summarise = summarise
         self._history: list[Message] = []
         self._costs: list[int] = []
         self._total = 0
@@ -176,7 +176,7 @@ class ContextWindow:
         note = self._messages.render(
             "context_truncated", skipped=self.trimmed, kept=len(self._history)
         )
-        if self._summarise:
+        if self.summarise:
             # cumulative: each trim adds its digest; the oldest digests go first when many pile up
             digest = self._digest(dropped)
             if digest:

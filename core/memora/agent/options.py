@@ -72,7 +72,15 @@ class AgentOptions(BaseModel):
     ``agent.memory.write_round_summary``."""
     disabled_skills: list[str] = Field(default_factory=list)
     file_consistency_check: bool = False
-    """Refuse write_file/edit_file on a file changed on disk since the model last read it."""
+    """Refuse write_file/edit_file on a file changed on disk since the model last read it.
+    (The seed's ``fileConsistencyCheck`` host callback for role-pack edits is
+    ``role_pack_edit_check``.)"""
+    role_pack_edit_check: Callable[[str, str], bool] | None = None
+    """Called after each role-pack edit (``agent.role_pack.update_rule`` ...) with
+    ``("rule:N" | "skill:NAME", "exists" | "absent")``; ``False`` rolls the edit back."""
+    pause_timeout: float | None = Field(default=None, gt=0)
+    """Seconds a paused turn may wait (counted from when it paused); after that, answering or
+    continuing it drops it with ``PAUSE_EXPIRED``.  ``None``: no limit."""
     pre_execution_check: Callable[..., Any] | None = None
     """A host check ``(call, context) -> decision | None`` run with the plugins' checks."""
     plugins: list[Any] = Field(default_factory=list)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -46,6 +46,11 @@ class RolePackMeta:
     path: str
     builtin: bool
     active: bool
+    author: str | None = None
+    strategy: Mapping[str, Any] = field(default_factory=dict)
+    """The keys a role list shows as chips, effective values (defaults filled in):
+    ``toolMode``, ``toolReadonly``, ``summaryFocus``, ``outputLimit``, ``temperature``,
+    ``multiStepReasoning``, ``selfReview``, ``userFollowup``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,9 +58,11 @@ class RolePackMeta:
             "displayName": self.display_name,
             "description": self.description,
             "version": self.version,
+            "author": self.author,
             "interactionType": self.interaction_type,
             "handoffPrompt": self.handoff_prompt,
             "capabilities": list(self.capabilities),
+            "strategy": dict(self.strategy),
             "path": self.path,
             "builtin": self.builtin,
             "active": self.active,
@@ -96,6 +103,9 @@ class RolePack:
     manifest: dict[str, Any]
     report: Report
     builtin: bool = False
+    stamp: tuple[tuple[str, int, int], ...] = ()
+    """What the pack's files looked like when loaded (path, mtime_ns, size): a change on disk
+    makes the manager read the pack again."""
     _skills: dict[str, Skill] | None = field(default=None, repr=False)
 
     @property
@@ -159,6 +169,28 @@ class RolePack:
         return _meta(self.name, self.folder, self.manifest, self.builtin, active)
 
 
+def _author(manifest: Mapping[str, Any]) -> str | None:
+    author = manifest.get("author")
+    if isinstance(author, dict):  # {"name": ..., "email": ...}
+        author = author.get("name")
+    return _str(author)
+
+
+def _chips(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    raw = manifest.get("strategy")
+    strategy, _ = resolve_strategy(raw if isinstance(raw, dict) else {}, None)
+    return {
+        "toolMode": strategy.tool_mode,
+        "toolReadonly": "readonly" if strategy.tool_readonly else "full",
+        "summaryFocus": strategy.summary_focus,
+        "outputLimit": strategy.output_limit,
+        "temperature": strategy.temperature,
+        "multiStepReasoning": strategy.multi_step_reasoning,
+        "selfReview": 1 if strategy.self_review else 0,
+        "userFollowup": strategy.user_followup,
+    }
+
+
 def _meta(
     name: str, folder: Path, manifest: Mapping[str, Any], builtin: bool, active: bool
 ) -> RolePackMeta:
@@ -173,7 +205,26 @@ def _meta(
         path=str(folder),
         builtin=builtin,
         active=active,
+        author=_author(manifest),
+        strategy=_chips(manifest),
     )
+
+
+def fingerprint(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """(relative path, mtime_ns, size) of every file that makes up a pack (a few stats)."""
+    entries: list[tuple[str, int, int]] = []
+    candidates = [folder / "manifest.json", folder / "persona.md", folder / "rules.md"]
+    skills = folder / "skills"
+    if skills.is_dir():
+        for entry in sorted(skills.iterdir()):
+            candidates.append(entry / "SKILL.md" if entry.is_dir() else entry)
+    for path in candidates:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        entries.append((str(path.relative_to(folder)), st.st_mtime_ns, st.st_size))
+    return tuple(entries)
 
 
 def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
@@ -196,7 +247,25 @@ def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
     manifest = _read_manifest(folder)
     declared = manifest.get("name")
     name = declared if isinstance(declared, str) and declared.strip() else folder.name
-    return RolePack(name=name, folder=folder, manifest=manifest, report=report, builtin=builtin)
+    return RolePack(
+        name=name,
+        folder=folder,
+        manifest=manifest,
+        report=report,
+        builtin=builtin,
+        stamp=fingerprint(folder),
+    )
+
+
+def _rule_text(text: str) -> str:
+    rule = " ".join(text.split())
+    if not rule:
+        raise MemoraError(ErrorCode.INVALID_INPUT, "a rule cannot be empty")
+    if len(rule) > LIMITS.rule:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT, f"a rule is at most {LIMITS.rule} characters (got {len(rule)})"
+        )
+    return rule
 
 
 class RolePackManager:
@@ -232,6 +301,9 @@ class RolePackManager:
         self._strategy: EffectiveStrategy | None = None
         self._prompt: str | None = None
         self._skills: dict[str, Skill] | None = None
+        self.edit_check: Callable[[str, str], bool] | None = None
+        """The host's check after each edit (``id`` is ``rule:N`` or ``skill:NAME``,
+        ``expected`` is ``exists`` or ``absent``); ``False`` rolls the edit back."""
 
     # -- discovery ----------------------------------------------------------------------------
 
@@ -257,8 +329,199 @@ class RolePackManager:
         return self._folders
 
     def rescan(self) -> None:
-        """Forget what was scanned (packs added or removed on disk)."""
+        """Forget what was scanned (packs added or removed on disk); changed packs are read
+        again the next time they are used."""
         self._folders = None
+
+    def _forget(self, name: str) -> None:
+        self._loaded.pop(name, None)
+        self.__dict__.get("_member_prompts", {}).pop(name, None)
+
+    def refresh(self) -> list[str]:
+        """Re-read what changed on disk: the list of packs, every loaded pack whose files
+        changed, and the active pack (its prompt, strategy and skills are rebuilt and
+        ``RolePackSwitched(from_pack=name, to_pack=name, reloaded=True)`` is emitted).  Returns
+        the names of the packs that were read again."""
+        self.rescan()
+        changed = [
+            name
+            for name, pack in list(self._loaded.items())
+            if not pack.builtin and fingerprint(pack.folder) != pack.stamp
+        ]
+        for name in changed:
+            self._forget(name)
+        self.__dict__.pop("_member_prompts", None)  # project rules may have changed too
+        active = self._active
+        if active is not None:
+            if active.name not in self._scan():
+                logger.warning(
+                    "the active role pack %r disappeared; keeping it loaded", active.name
+                )
+            elif active.name in changed:
+                self._set_active(self.get(active.name))
+                self.events.emit(RolePackSwitched(active.name, active.name, reloaded=True))
+            else:
+                self._prompt = None
+                self._skills = None
+        return changed
+
+    # -- editing -------------------------------------------------------------------------------
+
+    def _editable(self, pack_name: str | None) -> RolePack:
+        pack = self.get(pack_name) if pack_name else self.active
+        if pack.builtin:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"role pack {pack.name!r} is built in and cannot be edited; copy it into "
+                f"{self._roots[0] if self._roots else '<config_dir>/role-packs'} first",
+            )
+        return pack
+
+    def rules(self, pack_name: str | None = None) -> list[str]:
+        """The rules of a pack (the active one by default), numbered from 1 in the API."""
+        return list(self.get(pack_name).rules if pack_name else self.active.rules)
+
+    def add_rule(self, text: str, pack_name: str | None = None) -> int:
+        """Append a rule to ``rules.md``; returns its number (1-based)."""
+        pack = self._editable(pack_name)
+        rule = _rule_text(text)
+        path = pack.folder / "rules.md"
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        sep = "" if not current or current.endswith("\n") else "\n"
+        self._write_pack_file(
+            pack, path, f"{current}{sep}- {rule}\n", f"rule:{len(pack.rules) + 1}", "exists"
+        )
+        return len(self.get(pack.name).rules)
+
+    def update_rule(self, number: int, text: str, pack_name: str | None = None) -> None:
+        """Replace rule ``number`` (1-based) in ``rules.md``; the rest of the file (headings,
+        comments, other rules) is kept as it is."""
+        pack = self._editable(pack_name)
+        rule = _rule_text(text)
+        path, lines, (first, last) = self._rule_lines(pack, number)
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        lines[first : last + 1] = [f"{indent}- {rule}"]
+        self._write_pack_file(pack, path, "\n".join(lines) + "\n", f"rule:{number}", "exists")
+
+    def delete_rule(self, number: int, pack_name: str | None = None) -> None:
+        """Remove rule ``number`` (1-based) from ``rules.md``."""
+        pack = self._editable(pack_name)
+        path, lines, (first, last) = self._rule_lines(pack, number)
+        del lines[first : last + 1]
+        self._write_pack_file(pack, path, "\n".join(lines) + "\n", f"rule:{number}", "absent")
+
+    def update_skill(
+        self, name: str, description: str, body: str, pack_name: str | None = None
+    ) -> Path:
+        """Create or replace the pack's skill ``name`` (kebab-case) as ``skills/<name>.md`` (or
+        its existing ``skills/<name>/SKILL.md``)."""
+        from .text import KEBAB_NAME
+
+        pack = self._editable(pack_name)
+        if not KEBAB_NAME.match(name):
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"skill name {name!r} must be kebab-case (a-z, 0-9, '-'), e.g. write-tests",
+            )
+        desc = " ".join(description.split())
+        if not desc or len(desc) > LIMITS.skill_description:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"skill description must be 1–{LIMITS.skill_description} characters on one line",
+            )
+        folder_skill = pack.folder / "skills" / name / "SKILL.md"
+        path = folder_skill if folder_skill.is_file() else pack.folder / "skills" / f"{name}.md"
+        text = f"---\nname: {name}\ndescription: {json.dumps(desc, ensure_ascii=False)}\n---\n\n{body.strip()}\n"
+        self._write_pack_file(pack, path, text, f"skill:{name}", "exists")
+        return path
+
+    def delete_skill(self, name: str, pack_name: str | None = None) -> None:
+        """Delete the pack's skill ``name`` (its file, or its folder)."""
+        import shutil
+
+        pack = self._editable(pack_name)
+        single = pack.folder / "skills" / f"{name}.md"
+        folder = pack.folder / "skills" / name
+        if single.is_file():
+            target: Path = single
+        elif (folder / "SKILL.md").is_file():
+            target = folder
+        else:
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"role pack {pack.name!r} has no skill {name!r}; skills: "
+                f"{', '.join(sorted(pack.skills())) or 'none'}",
+            )
+        backup = target.with_name(f".{target.name}.memora-deleted")
+        target.rename(backup)  # atomic on one file system; restored if the host says no
+        try:
+            self._confirm(f"skill:{name}", "absent")
+        except BaseException:
+            backup.rename(target)
+            raise
+        if backup.is_dir():
+            shutil.rmtree(backup)
+        else:
+            backup.unlink()
+        self._after_edit(pack)
+
+    def _rule_lines(self, pack: RolePack, number: int) -> tuple[Path, list[str], tuple[int, int]]:
+        from .text import rule_spans
+
+        path = pack.folder / "rules.md"
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        spans = rule_spans(text)
+        if not 1 <= number <= len(spans):
+            raise MemoraError(
+                ErrorCode.NOT_FOUND,
+                f"role pack {pack.name!r} has {len(spans)} rule(s); there is no rule {number}",
+            )
+        first, last, _ = spans[number - 1]
+        return path, text.lstrip("\ufeff").splitlines(), (first, last)
+
+    def _write_pack_file(
+        self, pack: RolePack, path: Path, text: str, item: str, expected: str
+    ) -> None:
+        """Write atomically, validate the pack, ask the host's check; roll back on refusal."""
+        from ..security.atomic import atomic_write_text
+
+        before = path.read_bytes() if path.is_file() else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        try:
+            report = validate(pack.folder)
+            if report.refused or report.errors:
+                problems = "; ".join(f"{i.path}: {i.message}" for i in report.errors)
+                raise MemoraError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"the edit would make role pack {pack.name!r} invalid ({problems}); nothing was changed",
+                    context={"errors": [i.to_dict() for i in report.errors]},
+                )
+            self._confirm(item, expected)
+        except BaseException:
+            from ..security.atomic import atomic_write_bytes
+
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_bytes(path, before)
+            raise
+        self._after_edit(pack)
+
+    def _confirm(self, item: str, expected: str) -> None:
+        check = self.edit_check
+        if check is not None and not check(item, expected):
+            raise MemoraError(
+                ErrorCode.CONFLICT,
+                f"the host's edit check refused {item} ({expected}); nothing was changed",
+                context={"id": item, "expected": expected},
+            )
+
+    def _after_edit(self, pack: RolePack) -> None:
+        self._forget(pack.name)
+        if self._active is not None and self._active.name == pack.name:
+            self._set_active(self.get(pack.name))
+            self.events.emit(RolePackSwitched(pack.name, pack.name, reloaded=True))
 
     def names(self) -> list[str]:
         return sorted(self._scan())
@@ -272,7 +535,11 @@ class RolePackManager:
         return out
 
     def get(self, name: str) -> RolePack:
+        """A loaded pack; read again when its files changed on disk since it was loaded."""
         pack = self._loaded.get(name)
+        if pack is not None and not pack.builtin and fingerprint(pack.folder) != pack.stamp:
+            self._forget(name)
+            pack = None
         if pack is None:
             entry = self._scan().get(name)
             if entry is None:

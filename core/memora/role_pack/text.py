@@ -120,8 +120,8 @@ def _join(parts: list[str]) -> str:
     return out
 
 
-def parse_rules(text: str) -> list[str]:
-    """Parse ``rules.md`` into rules.
+def rule_spans(text: str) -> list[tuple[int, int, str]]:
+    """Parse ``rules.md`` into rules, each with the (first, last) line index it came from.
 
     * each list line (``-``, ``*``, ``+``, ``1.``, ``1)``, ``1、``) is one rule; indented lines
       under it continue it;
@@ -130,8 +130,9 @@ def parse_rules(text: str) -> list[str]:
     * headings, fenced code, HTML comments, tables and horizontal rules are not rules; they (and
       blank lines) end the current rule.
     """
-    rules: list[str] = []
+    rules: list[tuple[int, int, str]] = []
     current: list[str] = []
+    span = [-1, -1]
     in_list_item = False
     fence: str | None = None
     in_comment = False
@@ -140,11 +141,22 @@ def parse_rules(text: str) -> list[str]:
         nonlocal current, in_list_item
         joined = _join(current)
         if joined:
-            rules.append(joined)
-        current = []
+            rules.append((span[0], span[1], joined))
+        current = _Lines()
+        span[0] = span[1] = -1
         in_list_item = False
 
-    for raw_line in text.lstrip("\ufeff").splitlines():
+    class _Lines(list[str]):
+        """``current`` that remembers the lines it took text from."""
+
+        def append(self, item: str) -> None:
+            if span[0] < 0:
+                span[0] = index
+            span[1] = index
+            super().append(item)
+
+    current = _Lines()
+    for index, raw_line in enumerate(text.lstrip("\ufeff").splitlines()):  # noqa: B007 - _Lines reads it
         line = raw_line.rstrip()
         if fence is not None:
             m = _FENCE.match(line)
@@ -203,6 +215,11 @@ def parse_rules(text: str) -> list[str]:
         current.append(line)
     flush()
     return rules
+
+
+def parse_rules(text: str) -> list[str]:
+    """Parse ``rules.md`` into rules (see :func:`rule_spans` for the grammar)."""
+    return [rule for _, _, rule in rule_spans(text)]
 
 
 def extract_skill_references(text: str) -> list[str]:

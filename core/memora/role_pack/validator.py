@@ -42,6 +42,8 @@ class _Limits:
     capabilities: int = 50
     handoff_prompt: int = 2000
     meta_string: int = 200
+    rule: int = 2000
+    skill_description: int = 1024
 
 
 LIMITS = _Limits()
