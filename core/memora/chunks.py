@@ -172,10 +172,12 @@ class PausedChunk(_Chunk):
 class QuestionSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    slot: str
+    slot: str = "ask"
+    """The answer's key (``ask`` unless the model named it; ``ask_2``... for more questions)."""
     question: str
     options: list[str] | None = None
-    allow_custom: bool = True
+    allow_custom: bool = False
+    """Whether an answer outside ``options`` is accepted (the seed's default: no)."""
 
 
 class QuestionPendingChunk(_Chunk):

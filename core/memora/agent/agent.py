@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -54,11 +55,28 @@ from ..tracing import combine_tracers
 from .context_window import ContextWindow
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions
-from .record import ApprovalDecision, ApprovalPause, PendingCall, QuestionPause, TurnRecord
+from .record import (
+    PLAN_LOG_SIZE,
+    ApprovalDecision,
+    ApprovalPause,
+    HostPause,
+    PauseMeta,
+    PendingCall,
+    PlanItemOutcome,
+    QuestionPause,
+    TurnRecord,
+)
 from .serialize import message_from_dict, message_to_dict
 from .state import DuplicateCallInterceptor, Outbox, SessionState, StatusTransition
 
-__all__ = ["Agent", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult"]
+__all__ = [
+    "Agent",
+    "Checkpoint",
+    "PolishManager",
+    "SecurityManager",
+    "SessionManager",
+    "ToolCallResult",
+]
 
 logger = logging.getLogger("memora.agent")
 
@@ -112,6 +130,33 @@ def _available_services(services: Mapping[str, Any]) -> builtins.list[str]:
     if isinstance(services, LazyServices):
         return sorted(services.available())
     return [k for k, v in services.items() if v is not None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """``agent.checkpoint()``: the session's state for a host to show or keep."""
+
+    session_id: str
+    status: str
+    error: str | None
+    error_at: float | None
+    recovered: bool
+    main_goal: str | None
+    current_goal: str | None
+    goal_change_seq: int
+    plan: builtins.list[PlanItem]
+    plan_item_log: builtins.list[PlanItemOutcome]
+    """The last 12 steps: round, iteration, active plan item, tools called, all ok."""
+    pause_meta: PauseMeta | None
+    completed_tool_calls: builtins.list[dict[str, Any]]
+    last_heartbeat: float
+    paused_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["plan_item_log"] = [o.to_dict() for o in self.plan_item_log]
+        data["pause_meta"] = self.pause_meta.to_dict() if self.pause_meta else None
+        return data
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,6 +264,8 @@ class Agent:
         self._aborting = False
         self._window = ContextWindow(self.messages, summarise=self.options.enable_context_summary)
         self._override_router: ProviderRouter | None = None
+        self._pause_request: str | None = None
+        self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
         self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
         self._owned: builtins.list[Any] = []
@@ -786,10 +833,12 @@ class Agent:
             confirm_writes=opts.confirm_writes,
             confirm_scripts=opts.confirm_scripts,
             duplicate_threshold=opts.duplicate_call_threshold,
+            duplicate_interceptor=opts.duplicate_interceptor,
             max_iterations=strategy.max_iterations(opts.max_iterations),
             stall_timeout=opts.llm_stall_timeout,
             persist=self._finish_turn,
             aborting=lambda: self._aborting,
+            pause_requested=lambda: self._pause_request,
         )
 
     def _new_record(self, text: str) -> TurnRecord:
@@ -801,6 +850,7 @@ class Agent:
             duplicates=self.duplicate_interceptor,
             file_stamps=self._tool_context.file_stamps,
             plan=self._tool_context.task_table,
+            plan_log=self._plan_log,
         )
 
     async def _finish_turn(self, state: TurnRecord, summarise: bool) -> None:
@@ -930,8 +980,10 @@ class Agent:
             self._consumer = None
             self._aborting = False
             self._busy = False
-            if record.paused is None and self._turn is record:
-                self._turn = None
+            if record.paused is None:
+                self._pause_request = None  # the turn ended before it could pause
+                if self._turn is record:
+                    self._turn = None
 
     async def chat_text(self, text: str) -> str:
         """Run one turn and return the final answer text (raises on error or abort)."""
@@ -1118,6 +1170,7 @@ class Agent:
     def answer_question(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
         """Answer a ``question_pending``: ``answer_question({"slot": "text"})`` or
         ``answer_question("slot", "text")``."""
+        self._live_pause(required=False)
         turn = self.paused_turn
         paused = turn.paused if turn is not None else None
         if turn is None or not isinstance(paused, QuestionPause):
@@ -1153,7 +1206,57 @@ class Agent:
         turn, _ = self._pending_approval(tool_call_id)
         turn.approval = ApprovalDecision(tool_call_id, False, None, reason)
 
+    def _live_pause(self, *, required: bool = True) -> TurnRecord:
+        """The paused turn, dropped with ``PAUSE_EXPIRED`` when it waited past
+        ``pause_timeout`` (counted from when it paused)."""
+        turn = self.paused_turn
+        timeout = self.options.pause_timeout
+        if turn is not None and timeout is not None and self.session_state.pause_expired(timeout):
+            waited = time.time() - (self.session_state.paused_at or time.time())
+            self.discard_paused_turn()
+            raise MemoraError(
+                ErrorCode.PAUSE_EXPIRED,
+                f"the paused turn waited {waited:.0f} s, longer than pause_timeout "
+                f"({timeout:g} s); it was dropped — send the request again",
+            )
+        if turn is None:
+            if required:
+                raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
+            return None  # type: ignore[return-value]
+        return turn
+
+    def request_pause(self, reason: str = "") -> None:
+        """Ask the running turn to pause before its next model call (a host's "pause" button):
+        it yields ``paused``; ``continue_after_pause()`` resumes it where it stopped.  The
+        checkpoint's ``pause_meta`` says ``source="user"``."""
+        if not self._busy or self._turn is None:
+            raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is running")
+        self._pause_request = reason
+
+    def checkpoint(self) -> Checkpoint:
+        """The session's checkpoint: status and error, goals, the plan and its step log, the
+        pause (with its source), executed tool calls, heartbeat."""
+        state = self.session_state
+        turn = self._turn
+        return Checkpoint(
+            session_id=self._need("session_id"),
+            status=state.status,
+            error=state.error,
+            error_at=state.error_at,
+            recovered=state.recovered,
+            main_goal=state.main_goal,
+            current_goal=state.current_goal,
+            goal_change_seq=state.goal_change_seq,
+            plan=self.plan,
+            plan_item_log=list(self._plan_log),
+            pause_meta=turn.pause_meta if turn is not None and turn.paused is not None else None,
+            completed_tool_calls=self.outbox.to_list(),
+            last_heartbeat=state.heartbeat_at,
+            paused_at=state.paused_at,
+        )
+
     def _pending_approval(self, tool_call_id: str) -> tuple[TurnRecord, ApprovalPause]:
+        self._live_pause()
         turn = self.paused_turn
         paused = turn.paused if turn is not None else None
         if turn is None or not isinstance(paused, ApprovalPause):
@@ -1166,10 +1269,13 @@ class Agent:
         return turn, paused
 
     async def continue_after_pause(self) -> AsyncIterator[AgentChunk]:
-        """Resume the paused turn (same round) after answering or approving."""
-        turn = self.paused_turn
-        if turn is None:
-            raise MemoraError(ErrorCode.INVALID_INPUT, "no turn is paused")
+        """Resume the paused turn (same round) after answering or approving — or, for a pause
+        the host requested, as it is."""
+        turn = self._live_pause()
+        if isinstance(turn.paused, HostPause):
+            turn.paused = None
+            turn.pause_meta = None
+            self._pause_request = None
         if isinstance(turn.paused, QuestionPause) and not turn.answers:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT, "answer the pending question first (answer_question)"
@@ -1227,6 +1333,7 @@ class Agent:
             duplicates=self.duplicate_interceptor,
             file_stamps=self._tool_context.file_stamps,
             plan=self._tool_context.task_table,
+            plan_log=self._plan_log,
         )
         for m in turn.messages:
             self._window.append(message_from_dict(m))

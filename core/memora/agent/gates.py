@@ -31,6 +31,7 @@ from ..capabilities import PRIVILEGED
 from ..checks import Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
 from ..errors import ToolErrorCode
 from ..tools.base import Tool, ToolRun
+from .state import DuplicateCheckContext, args_key
 
 if TYPE_CHECKING:
     from .loop import TurnDeps
@@ -175,14 +176,41 @@ def turn_cap(c: GateCall) -> Verdict | None:
 
 
 def duplicates(c: GateCall) -> Verdict | None:
-    verdict = c.record.duplicates.check(c.name, c.args)
-    if verdict == "block":
-        msg = c.deps.messages.render(
-            "duplicate_tool_call_warning", threshold=c.deps.duplicate_threshold
+    record = c.record
+    custom = c.deps.duplicate_interceptor
+    if custom is not None:
+        key = args_key(c.name, c.args)
+        record.dup_count = record.dup_count + 1 if key == record.dup_key else 1
+        record.dup_key = key
+        ctx = DuplicateCheckContext(
+            c.name,
+            c.args,
+            key,
+            record.dup_count,
+            record.iteration,
+            record.round_id,
+            record.session_id,
         )
+        verdict = custom.check(ctx)
+    else:
+        custom = record.duplicates
+        verdict = custom.check(c.name, c.args)
+    if verdict not in ("ok", "warn", "block"):
+        raise ValueError(f"duplicate interceptor returned {verdict!r}; legal: ok, warn, block")
+    if verdict == "block":
+        msg = duplicate_warning(c.deps, custom)
+        record.note("duplicate_blocked", tool_call_id=c.id, name=c.name)
         return Refuse(ToolErrorCode.PERMISSION_DENIED.value, msg, "duplicate call blocked")
     c.warn = verdict == "warn"
     return None
+
+
+def duplicate_warning(deps: TurnDeps, interceptor: Any) -> str:
+    """The warning text, with the threshold of the interceptor that decided."""
+    threshold = getattr(interceptor, "threshold", None)
+    if not isinstance(threshold, int):
+        threshold = deps.duplicate_threshold
+    return deps.messages.render("duplicate_tool_call_warning", threshold=threshold)
 
 
 def checks(c: GateCall) -> Verdict | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -61,8 +62,18 @@ from ..llm.types import LLMRequest, Message, ToolCallDelta, ToolSpec, clean_delt
 from ..services import _ROUND
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
-from .gates import Approve, GateCall, Refuse, Reuse, run_gates
-from .record import ApprovalPause, PendingCall, QuestionPause, Step, TurnRecord
+from .gates import Approve, GateCall, Refuse, Reuse, duplicate_warning, run_gates
+from .record import (
+    ApprovalPause,
+    HostPause,
+    Pause,
+    PauseMeta,
+    PendingCall,
+    PlanItemOutcome,
+    QuestionPause,
+    Step,
+    TurnRecord,
+)
 from .serialize import message_to_dict
 
 if TYPE_CHECKING:
@@ -166,12 +177,16 @@ class TurnDeps:
     confirm_writes: bool
     confirm_scripts: bool
     duplicate_threshold: int
+    duplicate_interceptor: Any
+    """The ``duplicate_interceptor`` option (``check(DuplicateCheckContext)``), or ``None``."""
     max_iterations: int
     stall_timeout: float
     persist: Callable[[TurnRecord, bool], Awaitable[None]]
     """Store the round and the turn's messages (one append); ``True``: write its summary."""
     aborting: Callable[[], bool]
     """The Agent's own abort was requested (``agent.abort()``)."""
+    pause_requested: Callable[[], str | None]
+    """The host asked the turn to pause (``agent.request_pause(reason)``): the reason."""
 
 
 class StallWatch:
@@ -228,6 +243,7 @@ class TurnEngine:
         self._partial: list[str] = []
         """Text of the LLM call being streamed (kept with a marker if the turn ends in it)."""
         self._partial_stage = "answer"
+        self._step_calls: list[str] = [c.name for c in record.pending_calls]
 
     # -- the driver ----------------------------------------------------------------------------
 
@@ -346,6 +362,12 @@ class TurnEngine:
         record.pending_calls.clear()
         record.paused = None
 
+    def _pause(self, pause: Pause) -> None:
+        record = self.record
+        record.paused = pause
+        record.pause_meta = PauseMeta.of(pause)
+        self.deps.session.pause(record.pause_meta.reason)
+
     def _append(self, message: Message) -> None:
         message = self.deps.window.append(message)
         self.record.messages.append(message_to_dict(message))
@@ -356,6 +378,13 @@ class TurnEngine:
         deps, record = self.deps, self.record
         rid = record.round_id
         strategy = deps.strategy
+        reason = deps.pause_requested()
+        if reason is not None:
+            # the host asked to pause: stop before the next model call, resumable as is
+            self._pause(HostPause(reason))
+            yield PausedChunk(round_id=rid)
+            yield Suspend()
+            return
         if record.iteration >= deps.max_iterations or (
             strategy.tool_step_limit and record.tool_steps >= strategy.tool_step_limit
         ):
@@ -397,6 +426,7 @@ class TurnEngine:
                 Message("assistant", out.text, tuple(out.calls), reasoning=out.reasoning or None)
             )
             record.pending_calls = [PendingCall(c.id, c.name, c.arguments) for c in out.calls]
+            self._step_calls = [c.name for c in out.calls]
             yield Goto("tools")
             return
 
@@ -626,8 +656,28 @@ class TurnEngine:
                 yield Suspend()  # this call paused the turn
                 return
         self.deps.session.beat()
+        self._log_step()
         yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)
+        # the results are in: memora works them into the next request
+        yield ThinkingChunk(phase="processing", round_id=record.round_id)
         yield Goto("model")
+
+    def _log_step(self) -> None:
+        """The step just finished, for the checkpoint's plan-item log."""
+        record = self.record
+        results = [e for e in record.events[-20:] if e.get("type") == "tool_result"]
+        step = results[-len(self._step_calls) :] if self._step_calls else []
+        item = record.plan.active()
+        record.plan_log.append(
+            PlanItemOutcome(
+                record.round_id,
+                record.iteration,
+                item.id if item is not None else None,
+                tuple(self._step_calls),
+                all(e.get("ok") for e in step),
+                time.time(),
+            )
+        )
 
     def _batch(self) -> list[PendingCall]:
         """The next calls to run together: every pending call when all are read-only and none
@@ -697,8 +747,7 @@ class TurnEngine:
         elif isinstance(verdict, Reuse):
             yield self._result(call.id, call.name, verdict.run)
         elif isinstance(verdict, Approve):
-            record.paused = ApprovalPause(call.id, call.name, gate.args, verdict.reason)
-            self.deps.session.pause()
+            self._pause(ApprovalPause(call.id, call.name, gate.args, verdict.reason))
             record.note("approval_pending", tool_call_id=call.id, name=call.name, args=gate.args)
             yield ApprovalPendingChunk(
                 tool_call_id=call.id,
@@ -780,8 +829,7 @@ class TurnEngine:
                 span.set_attribute("error_code", run.error_code)
         except AskUserSignal as signal:
             record.questions_asked += len(signal.questions)
-            record.paused = QuestionPause(call_id, list(signal.questions), name)
-            deps.session.pause()
+            self._pause(QuestionPause(call_id, list(signal.questions), name))
             record.note("question_pending", questions=[q.model_dump() for q in signal.questions])
             yield QuestionPendingChunk(questions=signal.questions, round_id=rid)
             yield PausedChunk(round_id=rid)
@@ -792,9 +840,7 @@ class TurnEngine:
         finally:
             span.end(err)
         if warn:
-            note = deps.messages.render(
-                "duplicate_tool_call_warning", threshold=deps.duplicate_threshold
-            )
+            note = duplicate_warning(deps, deps.duplicate_interceptor or record.duplicates)
             run = ToolRun(
                 run.ok, f"{run.content}\n\n[{note}]", run.summary, run.error_code, run.data
             )

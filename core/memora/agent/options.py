@@ -95,7 +95,13 @@ class AgentOptions(BaseModel):
     web_fetch: Any = None
     code_executor: Any = None
     project_search: Any = None
-    duplicate_call_threshold: int = Field(default=3, ge=2, le=20)
+    duplicate_call_threshold: int = Field(default=3, ge=2, le=1000)
+    """Same tool + same arguments this many times in a row: a warning; more: blocked."""
+    duplicate_interceptor: Any = None
+    """Replaces the default duplicate-call rule: an object with
+    ``check(ctx: DuplicateCheckContext) -> "ok" | "warn" | "block"`` (the context has the call,
+    how many times in a row it came, the iteration, round and session), an optional ``name``
+    and ``threshold`` (used in the warning text)."""
     llm_stall_timeout: float = Field(default=120.0, gt=0)
     retry_attempts: int = Field(default=4, ge=1, le=10)
     retry_base_delay: float = Field(default=0.5, ge=0)

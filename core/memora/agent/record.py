@@ -11,6 +11,7 @@ keep: the idempotency outbox, the duplicate-call interceptor, the file stamps of
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,7 +22,10 @@ from .state import DuplicateCallInterceptor, Outbox
 __all__ = [
     "ApprovalDecision",
     "ApprovalPause",
+    "HostPause",
+    "PauseMeta",
     "PendingCall",
+    "PlanItemOutcome",
     "QuestionPause",
     "Step",
     "TurnRecord",
@@ -32,6 +36,7 @@ Step = Literal["model", "tools", "review", "finish"]
 self-review, or finish (persist, ``done``)."""
 
 RECORD_VERSION = 2
+PLAN_LOG_SIZE = 12
 
 
 @dataclass(slots=True)
@@ -84,7 +89,63 @@ class ApprovalPause:
         }
 
 
-Pause = QuestionPause | ApprovalPause
+@dataclass(slots=True)
+class HostPause:
+    """The host asked the turn to pause (``agent.request_pause()``): it stopped before its next
+    model call and continues with ``continue_after_pause()``."""
+
+    reason: str = ""
+    tool_call_id: str = ""
+    kind: Literal["host"] = "host"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason}
+
+
+Pause = QuestionPause | ApprovalPause | HostPause
+
+
+@dataclass(frozen=True, slots=True)
+class PauseMeta:
+    """Why and by whom a turn paused: ``user`` (the host asked), ``agent`` (the model asked a
+    question), ``system`` (a check asked for approval)."""
+
+    reason: str
+    source: Literal["user", "agent", "system"]
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "source": self.source, "at": self.at}
+
+    @staticmethod
+    def of(pause: Pause) -> PauseMeta:
+        if isinstance(pause, QuestionPause):
+            return PauseMeta("; ".join(q.question for q in pause.questions), "agent", time.time())
+        if isinstance(pause, ApprovalPause):
+            return PauseMeta(pause.reason or f"approve {pause.name}", "system", time.time())
+        return PauseMeta(pause.reason or "paused by the host", "user", time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItemOutcome:
+    """One step of the turn's timeline (the checkpoint's ``plan_item_log``, last 12 kept)."""
+
+    round_id: str
+    iteration: int
+    plan_item_id: str | None
+    tools: tuple[str, ...]
+    ok: bool
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id,
+            "iteration": self.iteration,
+            "plan_item_id": self.plan_item_id,
+            "tools": list(self.tools),
+            "ok": self.ok,
+            "at": self.at,
+        }
 
 
 @dataclass(slots=True)
@@ -109,6 +170,8 @@ class ApprovalDecision:
 def _pause_from(data: dict[str, Any] | None) -> Pause | None:
     if not data:
         return None
+    if data.get("kind") == "host":
+        return HostPause(str(data.get("reason") or ""))
     if data.get("kind") == "question":
         return QuestionPause(
             str(data["tool_call_id"]),
@@ -156,6 +219,11 @@ class TurnRecord:
     counters: dict[str, int] = field(default_factory=dict)
     file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
     plan: TaskTable = field(default_factory=TaskTable)
+    dup_key: str | None = None
+    dup_count: int = 0
+    """The ``duplicate_interceptor`` option's count of the same call in a row."""
+    plan_log: deque[PlanItemOutcome] = field(default_factory=lambda: deque(maxlen=PLAN_LOG_SIZE))
+    pause_meta: PauseMeta | None = None
 
     # -- convenience ---------------------------------------------------------------------------
 
@@ -212,8 +280,12 @@ class TurnRecord:
             "outbox": self.outbox.to_list(),
             "duplicates": self.duplicates.to_dict(),
             "counters": dict(self.counters),
+            "dup_key": self.dup_key,
+            "dup_count": self.dup_count,
             "file_stamps": {k: list(v) for k, v in self.file_stamps.items()},
             "plan": [i.to_dict() for i in self.plan.items()],
+            "plan_log": [o.to_dict() for o in self.plan_log],
+            "pause_meta": self.pause_meta.to_dict() if self.pause_meta else None,
         }
 
     @staticmethod
@@ -224,6 +296,7 @@ class TurnRecord:
         duplicates: DuplicateCallInterceptor | None = None,
         file_stamps: dict[str, tuple[int, int]] | None = None,
         plan: TaskTable | None = None,
+        plan_log: deque[PlanItemOutcome] | None = None,
     ) -> TurnRecord:
         """Rebuild a record; the outbox, interceptor, file stamps and plan are loaded into the
         given objects (the Agent's own, shared across the session's turns) when passed."""
@@ -261,6 +334,8 @@ class TurnRecord:
             empty_attempts=int(data.get("empty_attempts", 0)),
             status=str(data.get("status", "running")),
             counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
+            dup_key=data.get("dup_key"),
+            dup_count=int(data.get("dup_count") or 0),
         )
         record.file_stamps = file_stamps if file_stamps is not None else {}
         record.file_stamps.update(
@@ -272,4 +347,19 @@ class TurnRecord:
         record.duplicates.load(dict(data.get("duplicates") or {}))
         record.plan = plan if plan is not None else TaskTable()
         record.plan.update([PlanItem(**i) for i in data.get("plan") or []], replace=True)
+        record.plan_log = plan_log if plan_log is not None else deque(maxlen=PLAN_LOG_SIZE)
+        for o in data.get("plan_log") or []:
+            record.plan_log.append(
+                PlanItemOutcome(
+                    str(o["round_id"]),
+                    int(o["iteration"]),
+                    o.get("plan_item_id"),
+                    tuple(o.get("tools") or ()),
+                    bool(o.get("ok")),
+                    float(o.get("at") or 0),
+                )
+            )
+        meta = data.get("pause_meta")
+        if meta:
+            record.pause_meta = PauseMeta(str(meta["reason"]), meta["source"], float(meta["at"]))
         return record

@@ -14,6 +14,7 @@ from ..errors import ErrorCode, MemoraError
 
 __all__ = [
     "DuplicateCallInterceptor",
+    "DuplicateCheckContext",
     "Outbox",
     "SessionState",
     "StatusTransition",
@@ -24,6 +25,22 @@ __all__ = [
 def args_key(name: str, args: Any) -> str:
     raw = json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
     return name + ":" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateCheckContext:
+    """What a duplicate-call interceptor (the ``duplicate_interceptor`` option) is asked about:
+    this call, and how many times in a row the same call (tool + arguments) came, this one
+    included."""
+
+    name: str
+    args: dict[str, Any]
+    key: str
+    """``name:sha1(arguments)``."""
+    count: int
+    iteration: int
+    round_id: str
+    session_id: str
 
 
 class DuplicateCallInterceptor:
@@ -47,6 +64,14 @@ class DuplicateCallInterceptor:
         if self._count < self.threshold:
             return "ok"
         return "warn" if self._count == self.threshold else "block"
+
+    name = "default"
+
+    def decide(self, ctx: DuplicateCheckContext) -> Literal["ok", "warn", "block"]:
+        """The seed's contract (``duplicate_interceptor`` option): decide from the context."""
+        if ctx.count < self.threshold:
+            return "ok"
+        return "warn" if ctx.count == self.threshold else "block"
 
     def reset(self) -> None:
         self._last, self._count = None, 0

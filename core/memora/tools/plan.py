@@ -30,10 +30,17 @@ class PlanItemArg(BaseModel):
 
 
 class QuestionArg(BaseModel):
-    slot: str = Field(min_length=1, max_length=64, description="A short key for the answer")
     question: str = Field(min_length=1, max_length=1000)
     options: list[str] | None = Field(default=None, max_length=10)
-    allow_custom: bool = True
+    allow_custom: bool = Field(
+        default=False, description="Accept an answer outside the options (free text)"
+    )
+    slot: str = Field(
+        default="ask",
+        min_length=1,
+        max_length=64,
+        description="Key of the answer; only needed to tell several questions apart",
+    )
 
 
 class AskUserSignal(ControlSignal):
@@ -66,14 +73,23 @@ async def ask_user(
     questions: Annotated[list[QuestionArg], Field(min_length=1, max_length=5)],
 ) -> ToolOutput:
     """Ask the user one or more questions and wait for the answers (the turn pauses)."""
-    raise AskUserSignal(
-        [
+    specs: list[QuestionSpec] = []
+    used: set[str] = set()
+    for q in questions:
+        slot, n = q.slot, 2
+        while slot in used:  # several questions left on the default key: ask, ask_2, ...
+            slot, n = f"{q.slot}_{n}", n + 1
+        used.add(slot)
+        # without options any answer is free text; with options, only when allow_custom
+        specs.append(
             QuestionSpec(
-                slot=q.slot, question=q.question, options=q.options, allow_custom=q.allow_custom
+                slot=slot,
+                question=q.question,
+                options=q.options,
+                allow_custom=q.allow_custom or not q.options,
             )
-            for q in questions
-        ]
-    )
+        )
+    raise AskUserSignal(specs)
 
 
 PLAN_TOOLS = (task_table_update, ask_user)

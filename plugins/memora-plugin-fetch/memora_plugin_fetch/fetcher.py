@@ -170,7 +170,9 @@ def _pdf(url: str) -> ToolError:
     )
 
 
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_META_CHARSET = re.compile(
+    rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE
+)
 
 
 def _decode(data: bytes, header: str, ctype: str) -> str:
