@@ -17,6 +17,7 @@ __all__ = [
     "ApprovalPendingChunk",
     "DoneChunk",
     "ErrorChunk",
+    "MeetingTurnChunk",
     "NarrateChunk",
     "PausedChunk",
     "PlanItemBoundaryChunk",
@@ -71,11 +72,14 @@ class ThinkingChunk(_Chunk):
 
 
 class TextChunk(_Chunk):
-    """Answer text, streamed.  ``stage="self_review"`` marks the final self-review pass."""
+    """Answer text, streamed.  ``stage="self_review"`` marks the final self-review pass;
+    ``stage="meeting"`` a team member's contribution to a meeting, ``speaker`` naming the
+    member (the chair's summary is ``stage="answer"`` with its ``speaker``)."""
 
     type: Literal["text"] = "text"
     content: str
-    stage: Literal["answer", "self_review"] = "answer"
+    stage: Literal["answer", "self_review", "meeting"] = "answer"
+    speaker: str | None = None
 
 
 class ThoughtChunk(_Chunk):
@@ -227,6 +231,14 @@ class DoneChunk(_Chunk):
     answer: str | None = None
 
 
+class MeetingTurnChunk(_Chunk):
+    """In a meeting, ``member`` speaks next (``role="chair"`` for the summary)."""
+
+    type: Literal["meeting_turn"] = "meeting_turn"
+    member: str
+    role: Literal["member", "chair"] = "member"
+
+
 AgentChunk = Annotated[
     ThinkingChunk
     | TextChunk
@@ -245,6 +257,7 @@ AgentChunk = Annotated[
     | SelfReviewChunk
     | PlanItemBoundaryChunk
     | StepBoundaryChunk
+    | MeetingTurnChunk
     | DoneChunk,
     Field(discriminator="type"),
 ]

@@ -43,6 +43,17 @@ class Messages(BaseModel):
         "The tool call failed. Check the error, fix the arguments or choose another approach. "
         "Remaining tool steps: {remaining}."
     )
+    meeting_member_prompt: str = (
+        "Meeting of the team on the request above. You speak as {member}. "
+        "Give your own view in a few sentences; do not repeat what was already said.\n"
+        "Said so far:\n{contributions}"
+    )
+    meeting_chair_prompt: str = (
+        "You chair this meeting. Sum up what the members said into one answer to the request "
+        "above: where they agree, where they differ, and what to do.\n"
+        "The members said:\n{contributions}"
+    )
+    meeting_nothing_yet: str = "(nothing yet)"
     self_review_prompt: str = (
         "Review your answer above once against the user's request and the tool results. "
         "If it needs no changes, reply exactly: No changes needed. "

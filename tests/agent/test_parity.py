@@ -149,3 +149,86 @@ async def test_processing_is_reported_between_tool_results_and_the_next_call(
     assert phases == ["assembling", "llm_calling", "processing", "llm_calling", "archiving"]
     t = types(chunks)
     assert t.index("tool_result") < t.index("step_boundary") < len(t) - 1
+
+
+def _packs(tmp_path: Any) -> None:
+    from .conftest import write_pack
+
+    config = tmp_path / "config"
+    write_pack(config, "poet", {"reflect": {"summary": "off"}}, persona="You are the Poet.")
+    write_pack(config, "critic", {"reflect": {"summary": "off"}}, persona="You are the Critic.")
+
+
+async def test_a_meeting_lets_members_answer_in_turn_and_the_leader_sum_up(
+    make_agent: Any, tmp_path: Any
+) -> None:
+    _packs(tmp_path)
+    provider = ScriptedProvider(
+        [text("Use autumn imagery."), text("Keep it short."), text("Short, autumnal: agreed.")]
+    )
+    agent = await make_agent(
+        provider, role_pack_teams=[{"leader": "test", "members": ["poet", "critic"]}]
+    )
+    chunks = await collect(agent.meeting("How should the poem look?"))
+    turns = [(c.member, c.role) for c in chunks if c.type == "meeting_turn"]
+    assert turns == [("poet", "member"), ("critic", "member"), ("test", "chair")]
+    spoken = [(c.speaker, c.stage, c.content) for c in chunks if c.type == "text"]
+    assert spoken == [
+        ("poet", "meeting", "Use autumn imagery."),
+        ("critic", "meeting", "Keep it short."),
+        ("test", "answer", "Short, autumnal: agreed."),
+    ]
+    assert chunks[-1].type == "done" and chunks[-1].answer == "Short, autumnal: agreed."
+    first, second, chair = provider.requests
+    assert "You are the Poet." in first.messages[0].content
+    assert "You are the Critic." in second.messages[0].content
+    assert "poet: Use autumn imagery." in second.messages[-1].content
+    assert "critic: Keep it short." in chair.messages[-1].content and not chair.tools
+    assert [m.role for m in agent.history] == ["user", "assistant"]
+    (r,) = await agent.sessions.rounds()
+    assert [e["member"] for e in r.events if e["type"] == "meeting_turn"] == [
+        "poet",
+        "critic",
+        "test",
+    ]
+    with pytest.raises(MemoraError, match="must be members of team"):
+        await collect(agent.meeting("again?", members=["stranger"]))
+
+
+def test_teams_are_a_checked_list() -> None:
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from memora.agent import AgentOptions
+
+    base = {"project_path": Path("."), "data_dir": Path("d")}
+    one = AgentOptions(**base, role_pack_teams={"leader": "a", "members": ["b"]})
+    assert one.role_pack_teams is not None and one.role_pack_teams[0].leader == "a"
+    assert one.active_role_pack == "a"
+    two = AgentOptions(
+        **base,
+        role_pack_teams=[{"leader": "a", "members": ["b"]}, {"leader": "c", "members": ["d"]}],
+    )
+    assert [t.leader for t in two.role_pack_teams or []] == ["a", "c"]
+    for bad in (
+        {"leader": "a", "members": []},
+        {"leader": "a", "members": ["a"]},
+        {"leader": "a", "members": ["b", "b"]},
+        [{"leader": "a", "members": ["b"]}, {"leader": "a", "members": ["c"]}],
+    ):
+        with pytest.raises(ValidationError):
+            AgentOptions(**base, role_pack_teams=bad)
+
+
+async def test_a_plan_member_outside_the_team_is_ignored_with_a_warning(
+    make_agent: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _packs(tmp_path)
+    plan = {"items": [{"id": "1", "description": "Write", "status": "active", "member": "critic"}]}
+    provider = ScriptedProvider([tool_call(("task_table_update", plan)), text("ok")])
+    agent = await make_agent(provider, role_pack_teams={"leader": "test", "members": ["poet"]})
+    with caplog.at_level("WARNING", logger="memora.agent"):
+        await collect(agent.chat("plan"))
+    assert "You are the Critic." not in provider.requests[-1].messages[0].content
+    assert any("not in the active role pack's team" in r.getMessage() for r in caplog.records)

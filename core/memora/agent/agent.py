@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from ..tools.works import WorksRegistry
 from ..tracing import combine_tracers
 from .context_window import ContextWindow
 from .loop import TurnDeps, TurnEngine, new_round_id
-from .options import AgentOptions
+from .options import AgentOptions, TeamConfig
 from .record import (
     PLAN_LOG_SIZE,
     ApprovalDecision,
@@ -265,6 +265,7 @@ class Agent:
         self._window = ContextWindow(self.messages, summarise=self.options.enable_context_summary)
         self._override_router: ProviderRouter | None = None
         self._pause_request: str | None = None
+        self._warned_members: set[tuple[str, str]] = set()
         self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
         self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
@@ -726,12 +727,82 @@ class Agent:
     def _drift(self, main: str, current: str, similarity: float) -> None:
         self.events.emit(GoalDriftDetected(main, current, similarity))
 
+    def _team(self, name: str | None = None) -> TeamConfig | None:
+        """The team named ``name`` (its name or leader), else the one the active pack leads."""
+        teams = self.options.role_pack_teams or []
+        if name is not None:
+            return next((t for t in teams if name in (t.label, t.leader)), None)
+        active = self._role_pack.active.name
+        return next((t for t in teams if t.leader == active), None)
+
     def _system_prompt(self) -> str:
-        team = self.options.role_pack_teams
         item = self._tool_context.task_table.active()
-        if team and item is not None and item.member and item.member in team.members:
-            return self._role_pack.system_prompt_for(item.member)
+        if item is not None and item.member:
+            team = self._team()
+            if team is not None and item.member in (team.leader, *team.members):
+                if item.member != team.leader:
+                    return self._role_pack.system_prompt_for(item.member)
+            elif (item.id, item.member) not in self._warned_members:
+                self._warned_members.add((item.id, item.member))
+                logger.warning(
+                    "plan item %r names member %r, who is not in the active role pack's team; "
+                    "the active pack assembles it",
+                    item.id,
+                    item.member,
+                )
         return self._role_pack.system_prompt()
+
+    def _prompt_for(self, name: str) -> str:
+        if name == self._role_pack.active.name:
+            return self._role_pack.system_prompt()
+        return self._role_pack.system_prompt_for(name)
+
+    async def meeting(
+        self,
+        question: str,
+        *,
+        team: str | None = None,
+        members: Sequence[str] | None = None,
+    ) -> AsyncIterator[AgentChunk]:
+        """A team meeting as one turn: each member (a role pack) answers ``question`` in turn,
+        seeing what was said before, streamed as ``meeting_turn(member)`` then
+        ``text(stage="meeting", speaker=member)``; then the leader, as chair, sums up
+        (``meeting_turn(role="chair")``, ``text(stage="answer", speaker=leader)``); ``done``
+        carries the summary.  The session keeps the question and the summary; each
+        contribution is a ``meeting_turn`` round event.
+
+        ``team``: a team's name or leader (default: the team the active pack leads);
+        ``members``: a subset of its members, in speaking order."""
+        chosen = self._team(team)
+        if chosen is None:
+            known = ", ".join(t.label for t in self.options.role_pack_teams or []) or "none"
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"no team {team!r}; teams: {known}"
+                if team
+                else f"the active role pack leads no team; teams: {known} (pass team=...)",
+            )
+        speakers = list(members) if members is not None else list(chosen.members)
+        outside = [m for m in speakers if m not in chosen.members]
+        if outside or not speakers:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"meeting members must be members of team {chosen.label!r} "
+                f"({', '.join(chosen.members)}); not: {', '.join(outside) or '(none given)'}",
+            )
+        for name in [*speakers, chosen.leader]:
+            self.role_pack.get(name)  # NOT_FOUND now, not mid-meeting
+        self._start()
+        text = clean_text(question)
+        self.session_state.start()
+        self.session_state.set_goal(text)
+        self._busy = True
+        record = self._new_record(text)
+        record.step = "meeting"
+        record.meeting = {"members": speakers, "chair": chosen.leader, "spoken": []}
+        self._turn = record
+        async for chunk in self._drive(record):
+            yield chunk
 
     def _plan_section(self) -> str | None:
         """The plan as the model sees it (a system message after the prompt), when there is one."""
@@ -822,6 +893,7 @@ class Agent:
             visible=self._tool_visible,
             specs=self._visible_specs,
             system_prompt=self._system_prompt,
+            prompt_for=self._prompt_for,
             plan_section=self._plan_section,
             window_tokens=self._effective_window(),
             output_reserve=self._output_reserve(),

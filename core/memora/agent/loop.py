@@ -39,6 +39,7 @@ from ..chunks import (
     ApprovalPendingChunk,
     DoneChunk,
     ErrorChunk,
+    MeetingTurnChunk,
     NarrateChunk,
     PausedChunk,
     PlanItemBoundaryChunk,
@@ -166,6 +167,8 @@ class TurnDeps:
     specs: Callable[[bool], list[ToolSpec]]
     """The tool schemas to send (argument: the question limit is reached)."""
     system_prompt: Callable[[], str]
+    prompt_for: Callable[[str], str]
+    """The system prompt of a team member (meetings)."""
     plan_section: Callable[[], str | None]
     window_tokens: int
     output_reserve: int
@@ -254,6 +257,7 @@ class TurnEngine:
             "tools": self._tools,
             "review": self._review,
             "finish": self._finish,
+            "meeting": self._meeting,
         }
         span = deps.tracer.start_span(
             "response",
@@ -450,29 +454,39 @@ class TurnEngine:
         yield Goto("review" if (strategy.self_review and record.tool_steps > 0) else "finish")
 
     async def _call_model(
-        self, out: _Model, *, tools: bool, stage: Literal["answer", "self_review"]
+        self,
+        out: _Model,
+        *,
+        tools: bool,
+        stage: Literal["answer", "self_review", "meeting"],
+        messages: list[Message] | None = None,
+        speaker: str | None = None,
     ) -> AsyncIterator[AgentChunk | Transition]:
-        """One streaming LLM call; ends with a transition only when the turn cannot go on."""
+        """One streaming LLM call; ends with a transition only when the turn cannot go on.
+        ``messages`` replaces the conversation (a meeting member's own view of it)."""
         deps, record = self.deps, self.record
         rid = record.round_id
         window = deps.window
-        prompt = deps.system_prompt()
-        request_messages = window.wire(
-            prompt, deps.window_tokens, deps.output_reserve, deps.plan_section()
-        )
-        if not record.soft_limit_sent and window.near_soft_limit(
-            prompt, deps.window_tokens, deps.output_reserve
-        ):
-            # still near the limit after trimming: ask the model to converge (the message is
-            # appended to the list being sent)
-            record.soft_limit_sent = True
-            self._append(Message.user(deps.messages.soft_limit_wrapup))
+        if messages is not None:
+            request_messages = messages
+        else:
+            prompt = deps.system_prompt()
+            request_messages = window.wire(
+                prompt, deps.window_tokens, deps.output_reserve, deps.plan_section()
+            )
+            if not record.soft_limit_sent and window.near_soft_limit(
+                prompt, deps.window_tokens, deps.output_reserve
+            ):
+                # still near the limit after trimming: ask the model to converge (the message
+                # is appended to the list being sent)
+                record.soft_limit_sent = True
+                self._append(Message.user(deps.messages.soft_limit_wrapup))
         request = LLMRequest(
             messages=request_messages,
             tools=deps.specs(record.questions_asked >= deps.strategy.ask_limit) if tools else [],
             temperature=deps.strategy.temperature,
             max_tokens=deps.max_tokens,
-            history_key=deps.history_key,
+            history_key=deps.history_key if messages is None else None,
         )
         provider = deps.provider
         policy = (
@@ -515,7 +529,12 @@ class TurnEngine:
                                 streamed.append(piece)
                                 if stage == "answer":
                                     record.answer += piece
-                                yield TextChunk(content=piece, stage=stage, round_id=rid)
+                                if speaker is None:
+                                    yield TextChunk(content=piece, stage=stage, round_id=rid)
+                                else:
+                                    yield TextChunk(
+                                        content=piece, stage=stage, speaker=speaker, round_id=rid
+                                    )
                         elif kind == "reasoning":
                             thought = delta.text  # type: ignore[union-attr]
                             reasoning.append(thought)
@@ -601,6 +620,54 @@ class TurnEngine:
                 round_id=record.round_id,
             ),
         )
+
+    # -- step: meeting ---------------------------------------------------------------------------
+
+    async def _meeting(self) -> AsyncIterator[AgentChunk | Transition]:
+        """One speaker of a meeting: the next member, or, when all have spoken, the chair."""
+        deps, record = self.deps, self.record
+        meeting = record.meeting
+        assert meeting is not None
+        members: list[str] = meeting["members"]
+        spoken: list[list[str]] = meeting.setdefault("spoken", [])
+        said = "\n".join(f"- {m}: {t}" for m, t in spoken) or deps.messages.meeting_nothing_yet
+        chair = len(spoken) >= len(members)
+        speaker = meeting["chair"] if chair else members[len(spoken)]
+        yield MeetingTurnChunk(
+            member=speaker, role="chair" if chair else "member", round_id=record.round_id
+        )
+        instruction = (
+            deps.messages.render("meeting_chair_prompt", contributions=said)
+            if chair
+            else deps.messages.render("meeting_member_prompt", member=speaker, contributions=said)
+        )
+        conversation = [m for m in deps.window.messages if m.role != "system"]
+        messages = [
+            Message.system(deps.prompt_for(speaker)),
+            *conversation,
+            Message.user(instruction),
+        ]
+        out = _Model()
+        async for chunk in self._call_model(
+            out,
+            tools=False,
+            stage="answer" if chair else "meeting",
+            messages=messages,
+            speaker=speaker,
+        ):
+            yield chunk
+            if isinstance(chunk, _TRANSITIONS):
+                return
+        record.iteration += 1
+        text = out.text.strip()
+        record.note("meeting_turn", member=speaker, role="chair" if chair else "member", text=text)
+        if not chair:
+            spoken.append([speaker, text])
+            yield Goto("meeting")
+            return
+        self._append(Message.assistant(out.text))
+        yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)
+        yield Goto("finish")
 
     # -- step: review and finish ---------------------------------------------------------------
 

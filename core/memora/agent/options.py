@@ -15,10 +15,26 @@ __all__ = ["AgentOptions", "TeamConfig"]
 
 
 class TeamConfig(BaseModel):
+    """A team of role packs: the ``leader`` (the chair of its meetings) and its ``members``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    leader: str
-    members: list[str] = Field(default_factory=list)
+    leader: str = Field(min_length=1)
+    members: list[str] = Field(min_length=1)
+    name: str | None = None
+    """Defaults to the leader's name."""
+
+    @model_validator(mode="after")
+    def _members(self) -> TeamConfig:
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"team {self.label!r}: a member is listed twice")
+        if self.leader in self.members:
+            raise ValueError(f"team {self.label!r}: the leader {self.leader!r} is also a member")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.leader
 
 
 class AgentOptions(BaseModel):
@@ -40,7 +56,10 @@ class AgentOptions(BaseModel):
     role_pack_dirs: list[Path] = Field(default_factory=list)
     """Extra folders holding role packs (besides ``<config_dir>/role-packs``)."""
     active_role_pack: str | None = None
-    role_pack_teams: TeamConfig | None = None
+    role_pack_teams: list[TeamConfig] | None = None
+    """Teams of role packs (a single ``{leader, members}`` is accepted too).  A plan item's
+    ``member`` assembles that item's prompt when it belongs to the active pack's team;
+    ``agent.meeting()`` lets members answer one question in turn and the leader sum up."""
     builtin_fallback_role: str | None = None
     strategy_override: dict[str, Any] | None = None
     max_context_tokens: int = Field(default=120_000, ge=1_000)
@@ -114,6 +133,23 @@ class AgentOptions(BaseModel):
     node_path: str = "node"
     load_entrypoints: bool = True
 
+    @field_validator("role_pack_teams", mode="before")
+    @classmethod
+    def _teams(cls, value: Any) -> Any:
+        if isinstance(value, (dict, TeamConfig)):
+            return [value]
+        return value
+
+    @field_validator("role_pack_teams")
+    @classmethod
+    def _unique_teams(cls, value: list[TeamConfig] | None) -> list[TeamConfig] | None:
+        if value:
+            leaders = [t.leader for t in value]
+            twice = sorted({x for x in leaders if leaders.count(x) > 1})
+            if twice:
+                raise ValueError(f"a role pack leads one team at most: {', '.join(twice)}")
+        return value
+
     @field_validator("messages", mode="before")
     @classmethod
     def _messages(cls, value: Any) -> Any:
@@ -128,5 +164,5 @@ class AgentOptions(BaseModel):
             if issues:
                 raise ValueError("; ".join(f"{i.path}: {i.message}" for i in issues))
         if self.role_pack_teams and self.active_role_pack is None:
-            self.active_role_pack = self.role_pack_teams.leader
+            self.active_role_pack = self.role_pack_teams[0].leader
         return self

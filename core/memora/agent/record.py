@@ -31,7 +31,7 @@ __all__ = [
     "TurnRecord",
 ]
 
-Step = Literal["model", "tools", "review", "finish"]
+Step = Literal["model", "tools", "review", "finish", "meeting"]
 """Where the step machine continues: call the model, resolve the pending tool calls, run the
 self-review, or finish (persist, ``done``)."""
 
@@ -224,6 +224,8 @@ class TurnRecord:
     """The ``duplicate_interceptor`` option's count of the same call in a row."""
     plan_log: deque[PlanItemOutcome] = field(default_factory=lambda: deque(maxlen=PLAN_LOG_SIZE))
     pause_meta: PauseMeta | None = None
+    meeting: dict[str, Any] | None = None
+    """A meeting's plan and progress: ``members``, ``chair``, ``spoken`` ([member, text])."""
 
     # -- convenience ---------------------------------------------------------------------------
 
@@ -286,6 +288,7 @@ class TurnRecord:
             "plan": [i.to_dict() for i in self.plan.items()],
             "plan_log": [o.to_dict() for o in self.plan_log],
             "pause_meta": self.pause_meta.to_dict() if self.pause_meta else None,
+            "meeting": self.meeting,
         }
 
     @staticmethod
@@ -336,6 +339,7 @@ class TurnRecord:
             counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
             dup_key=data.get("dup_key"),
             dup_count=int(data.get("dup_count") or 0),
+            meeting=data.get("meeting"),
         )
         record.file_stamps = file_stamps if file_stamps is not None else {}
         record.file_stamps.update(
