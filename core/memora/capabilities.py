@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -87,9 +87,6 @@ class CapabilityMap:
     @property
     def privileged_tools(self) -> frozenset[str]:
         return frozenset(p.tool for p in self.enabled.values())
-
-    def allows_tool(self, name: str, resident: Iterable[str]) -> bool:
-        return name in self.privileged_tools or name in set(resident)
 
 
 def compute_capability_map(

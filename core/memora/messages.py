@@ -54,6 +54,17 @@ class Messages(BaseModel):
         "The members said:\n{contributions}"
     )
     meeting_nothing_yet: str = "(nothing yet)"
+    context_summary_prompt: str = (
+        "These messages were dropped from a long conversation to save space. Summarise them in "
+        "a few sentences: the requests, the decisions, facts and open items that matter later. "
+        "Write in the language of the conversation."
+    )
+    traits_intro: str = "Your traits (0 = not at all, 1 = very much): "
+    plan_request_words: str = (
+        "plan,planning,step by step,steps,todo,to-do,task list,checklist,roadmap,"
+        "计划,规划,步骤,分步,清单,任务表"
+    )
+    """Comma-separated words that mean "make a plan" (``multiStepReasoning: manual``)."""
     self_review_prompt: str = (
         "Review your answer above once against the user's request and the tool results. "
         "If it needs no changes, reply exactly: No changes needed. "

@@ -60,6 +60,8 @@ SAMPLES: list[dict[str, Any]] = [
     {"type": "self_review"},
     {"type": "plan_item_boundary", "plan_item_id": "1", "title": "outline"},
     {"type": "step_boundary", "step_index": 1},
+    {"type": "meeting_turn", "member": "poet", "role": "member"},
+    {"type": "text", "content": "autumn", "stage": "meeting", "speaker": "poet"},
     {"type": "done", "usage": {"input_tokens": 10, "output_tokens": 5, "llm_calls": 2}},
 ]
 

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,10 @@ from ..chunks import (
 from ..errors import ErrorCode, MemoraError
 from ..events import ArchiveFailed, EventEmitter, GoalDriftDetected, SessionForked
 from ..hookspecs import hookimpl
-from ..llm.provider import Provider
+from ..llm.provider import Provider, complete_text
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
-from ..llm.types import LLMRequest, Message, TextDelta, ToolSpec, clean_text
+from ..llm.types import LLMRequest, Message, ToolSpec, clean_text
 from ..memory.manager import MemoryManager
 from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
@@ -200,11 +200,7 @@ class PolishManager:
             temperature=0.3,
             max_tokens=max_tokens,
         )
-        parts = []
-        async for delta in provider.stream(request):
-            if isinstance(delta, TextDelta):
-                parts.append(delta.text)
-        return "".join(parts).strip()
+        return (await complete_text(provider, request)).strip()
 
 
 class SecurityManager:
@@ -266,6 +262,7 @@ class Agent:
         self._override_router: ProviderRouter | None = None
         self._pause_request: str | None = None
         self._warned_members: set[tuple[str, str]] = set()
+        self._plan_asked = False
         self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
         self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
@@ -510,8 +507,18 @@ class Agent:
             if background_spec is not None
             else None
         )
-        routes = {k: self._provider(plugins, v) for k, v in (opts.provider_router or {}).items()}
-        self._base_router = ProviderRouter(chat, background=background, routes=routes)
+        router = opts.provider_router
+        routes = (
+            {k: self._provider(plugins, v) for k, v in router.items()}
+            if isinstance(router, Mapping)
+            else {}
+        )
+        self._base_router = ProviderRouter(
+            chat,
+            background=background,
+            routes=routes,
+            resolver=router if callable(router) else None,
+        )
         self._router_fixed = None
 
         storage = self._storage_name()
@@ -581,6 +588,10 @@ class Agent:
             consistency_check=opts.file_consistency_check,
         )
         self._window = ContextWindow(self.messages, summarise=opts.enable_context_summary)
+        self._window.spawn = self._spawn_background
+        if self._base_router.for_task("background") is not self._base_router.chat:
+            # a background provider is configured: trimmed history gets an LLM summary there
+            self._window.summariser = self._summarise_trimmed
         self._polish = PolishManager(self)
         self._sessions = SessionManager(self)
         await self._open_session(opts.session_id)
@@ -752,6 +763,12 @@ class Agent:
                 )
         return self._role_pack.system_prompt()
 
+    def _asks_for_plan(self, text: str) -> bool:
+        """``multiStepReasoning: manual``: does this request ask for a plan?"""
+        lowered = text.lower()
+        words = [w.strip() for w in self.messages.plan_request_words.split(",") if w.strip()]
+        return any(w in lowered for w in words)
+
     def _prompt_for(self, name: str) -> str:
         if name == self._role_pack.active.name:
             return self._role_pack.system_prompt()
@@ -841,7 +858,14 @@ class Agent:
             return False
         if tool.pauses:
             return strategy.asks_user
+        if tool.plans and strategy.multi_step_reasoning == "manual":
+            return self._plan_asked or bool(self._tool_context.task_table.items())
         return True
+
+    def capability_map(self) -> CapabilityMap:
+        """The active role pack's capability map: which privileged capabilities are on, and
+        ``unavailable``: the declared ones no plugin provides, with the reason."""
+        return self._capability_map()
 
     def _capability_map(self) -> CapabilityMap:
         pack = self._role_pack.active
@@ -853,7 +877,13 @@ class Agent:
     def _visible_specs(self, asks_exhausted: bool = False) -> builtins.list[ToolSpec]:
         """The tool schemas sent to the model (computed once per tool set and role pack)."""
         strategy = self._role_pack.strategy
-        key = (self._role_pack.active.name, strategy, len(self._tools), asks_exhausted)
+        key = (
+            self._role_pack.active.name,
+            strategy,
+            len(self._tools),
+            asks_exhausted,
+            self._plan_asked,
+        )
         if self._visible_cache is None or self._visible_cache[0] != key:
             specs = [
                 t.spec()
@@ -887,6 +917,7 @@ class Agent:
             tracer=self.tracer,
             session=self.session_state,
             provider=self.router.for_task("chat"),
+            review_provider=self.router.for_task("reasoning"),
             retry_policy=self.retry_policy,
             check=self._plugins.pre_execution_check,
             tool_context=base,
@@ -994,6 +1025,31 @@ class Agent:
             logger.warning("round summary for %s failed: %s", state.round_id, exc)
             self.events.emit(ArchiveFailed(state.session_id, f"round summary failed: {exc}"))
 
+    def _spawn_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Work after the answer (summaries): the Agent owns the task; ``idle()`` waits for it,
+        ``close()`` finishes it."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._summaries.add(task)
+        task.add_done_callback(self._summaries.discard)
+
+    async def _summarise_trimmed(self, dropped: builtins.list[Message]) -> str:
+        """An LLM summary of messages trimmed from the context, on the background provider."""
+        labels = {"user": self.messages.user_label, "assistant": self.messages.assistant_label}
+        transcript = "\n".join(
+            f"{labels[m.role]}: {m.content[:2000]}"
+            for m in dropped
+            if m.role in labels and m.content.strip()
+        )
+        if not transcript:
+            return ""
+        request = LLMRequest(
+            [Message.system(self.messages.context_summary_prompt), Message.user(transcript)],
+            temperature=0.2,
+            max_tokens=400,
+        )
+        text = await complete_text(self.router.for_task("background"), request)
+        return f"{self.messages.recent_conversation_label} (summary): {text.strip()}"
+
     async def idle(self) -> None:
         """Wait until the work the Agent does after ``done`` (round summaries) has finished.
 
@@ -1035,6 +1091,7 @@ class Agent:
         self.session_state.set_goal(text)
         self._busy = True
         self.duplicate_interceptor.reset()
+        self._plan_asked = self._asks_for_plan(text)
         record = self._new_record(text)
         self._turn = record
         async for chunk in self._drive(record):

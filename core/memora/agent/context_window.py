@@ -11,9 +11,10 @@ token each, other text as one token per four characters, plus a small per-messag
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..llm.types import Message, clean_message, clean_text
 
@@ -22,8 +23,14 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextWindow", "estimate_tokens", "trim_history"]
 
+logger = logging.getLogger("memora.agent")
+
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _DIGESTS_KEPT = 6
+
+
+def _no_background(coro: Coroutine[Any, Any, None]) -> None:
+    coro.close()
 
 
 def estimate_tokens(m: Message) -> int:
@@ -57,6 +64,7 @@ class ContextWindow:
     __slots__ = (
         "_costs",
         "_digests",
+        "_head",
         "_history",
         "_messages",
         "_note",
@@ -64,7 +72,9 @@ class ContextWindow:
         "_section",
         "_total",
         "_wire",
+        "spawn",
         "summarise",
+        "summariser",
         "trimmed",
     )
 
@@ -78,9 +88,15 @@ class ContextWindow:
         self._prompt: str | None = None
         self._section: str | None = None
         self._note: str | None = None
-        self._digests: list[str] = []
+        self._digests: list[list[str]] = []
         self.trimmed = 0
         """How many messages have been trimmed from this session's live history so far."""
+        self.summariser: Callable[[list[Message]], Awaitable[str]] | None = None
+        """Writes an LLM summary of trimmed messages (the Agent sets it when a background
+        provider is configured); it replaces their local digest once written."""
+        self._head = ""
+        self.spawn: Callable[[Coroutine[Any, Any, None]], None] = _no_background
+        """Runs the summariser's coroutine in the background (the Agent tracks it)."""
 
     # -- the history -------------------------------------------------------------------------
 
@@ -109,6 +125,7 @@ class ContextWindow:
         self._wire = []
         self._note = None
         self._digests = []
+        self._head = ""
         self.trimmed = 0
 
     def append(self, message: Message) -> Message:
@@ -173,19 +190,44 @@ class ContextWindow:
         del self._history[:drop]
         del self._costs[:drop]
         self.trimmed += drop
-        note = self._messages.render(
+        self._head = self._messages.render(
             "context_truncated", skipped=self.trimmed, kept=len(self._history)
         )
         if self.summarise:
             # cumulative: each trim adds its digest; the oldest digests go first when many pile up
             digest = self._digest(dropped)
             if digest:
-                self._digests.append(digest)
+                holder = [digest]
+                self._digests.append(holder)
                 del self._digests[:-_DIGESTS_KEPT]
-            if self._digests:
-                note += "\n" + "\n".join(self._digests)
+                if self.summariser is not None:
+                    self._summarise_later(holder, dropped)
+        self._compose()
+
+    def _compose(self) -> None:
+        note = self._head
+        if self._digests:
+            note += "\n" + "\n".join(d[0] for d in self._digests)
         self._note = note
         self._wire = []
+
+    def _summarise_later(self, holder: list[str], dropped: list[Message]) -> None:
+        """Ask the summariser off the hot path; its text replaces the local digest when it
+        arrives (the next request carries it).  A failure keeps the digest."""
+        summariser = self.summariser
+        assert summariser is not None
+
+        async def run() -> None:
+            try:
+                text = (await summariser(dropped)).strip()
+            except Exception as exc:  # the local digest stays
+                logger.warning("summarising trimmed context failed: %s", exc)
+                return
+            if text:
+                holder[0] = text
+                self._compose()
+
+        self.spawn(run())
 
     def _digest(self, dropped: Sequence[Message]) -> str:
         """A short digest of trimmed messages, built locally (no extra LLM call on the hot path)."""

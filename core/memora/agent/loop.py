@@ -159,6 +159,8 @@ class TurnDeps:
     tracer: Tracer
     session: SessionState
     provider: Provider
+    review_provider: Provider
+    """The self-review pass (task type ``reasoning``; the chat provider unless routed)."""
     retry_policy: RetryPolicy
     check: Callable[[ToolCallInfo, CheckContext], CheckOutcome]
     tool_context: ToolContext
@@ -488,7 +490,7 @@ class TurnEngine:
             max_tokens=deps.max_tokens,
             history_key=deps.history_key if messages is None else None,
         )
-        provider = deps.provider
+        provider = deps.review_provider if stage == "self_review" else deps.provider
         policy = (
             deps.retry_policy
             if deps.strategy.error_handling == "retry"

@@ -50,8 +50,10 @@ class AgentOptions(BaseModel):
     provider_options: dict[str, Any] = Field(default_factory=dict)
     background_provider: Any = None
     """Cheaper model for summaries and background work; defaults to ``provider``."""
-    provider_router: dict[str, Any] | None = None
-    """Task type (``chat``, ``summary``, ``background``) -> Provider object or name."""
+    provider_router: dict[str, Any] | Callable[[str], Any] | None = None
+    """Task type (``chat``, ``reasoning`` — the self-review —, ``summary``, ``background``) ->
+    Provider object or name; or a callable ``(task) -> Provider | None`` asked first for every
+    task (``None`` keeps the default)."""
     config_dir: Path | None = None
     role_pack_dirs: list[Path] = Field(default_factory=list)
     """Extra folders holding role packs (besides ``<config_dir>/role-packs``)."""

@@ -183,7 +183,12 @@ def list_cmd(
                         "description": tool.description.splitlines()[0],
                     }
                 )
-            return {"role_pack": agent.role_pack.active.name, "tools": rows}
+            unavailable = dict(agent.capability_map().unavailable)
+            return {
+                "role_pack": agent.role_pack.active.name,
+                "tools": rows,
+                "unavailable": unavailable,
+            }
         finally:
             await agent.close()
 
@@ -212,7 +217,10 @@ def list_cmd(
             cells.append("yes" if row["exposed"] else "no")
         cells.append(row["description"])
         table.add_row(*cells)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for capability, why in report["unavailable"].items():
+        console.print(f"[yellow]{capability}[/yellow]: {why}")
 
 
 @tools_group.command("call")

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from typing import Literal, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
-from .types import Delta, LLMRequest
+from .types import Delta, LLMRequest, TextDelta
 
-__all__ = ["ErrorCategory", "Provider", "ProviderError"]
+__all__ = ["ErrorCategory", "Provider", "ProviderError", "complete_text"]
 
 ErrorCategory = Literal["connection", "timeout", "unknown"]
 
@@ -70,3 +70,16 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release connections, threads and models."""
         ...
+
+
+async def complete_text(provider: Provider, request: LLMRequest) -> str:
+    """The whole answer to ``request`` as text: the provider's non-streamed ``complete()`` when
+    it has one (nobody watches a summary being written), else its stream joined."""
+    complete = getattr(provider, "complete", None)
+    if complete is not None:
+        return str((await complete(request)).text)
+    parts: list[str] = []
+    async for delta in provider.stream(request):
+        if isinstance(delta, TextDelta):
+            parts.append(delta.text)
+    return "".join(parts)

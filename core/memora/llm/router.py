@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from ..errors import ErrorCode, MemoraError
@@ -10,19 +10,21 @@ from .provider import Provider
 
 __all__ = ["TASK_TYPES", "ProviderRouter", "TaskType"]
 
-TaskType = Literal["chat", "summary", "background"]
-TASK_TYPES: tuple[TaskType, ...] = ("chat", "summary", "background")
+TaskType = Literal["chat", "reasoning", "summary", "background"]
+TASK_TYPES: tuple[TaskType, ...] = ("chat", "reasoning", "summary", "background")
 
 
 class ProviderRouter:
     """Picks the provider for a task type.
 
-    ``background`` defaults to the chat provider; ``summary`` defaults to ``background``.  With
+    ``background`` and ``reasoning`` (the self-review pass) default to the chat provider;
+    ``summary`` defaults to ``background``.  A ``resolver`` (the host's router callable) is asked
+    first for every task and may answer ``None`` to keep the table's choice.  With
     ``fixed=True`` (the role pack's ``act.providerRouting = fixed``) every task goes to the chat
     provider.
     """
 
-    __slots__ = ("_chat", "_routes", "fixed")
+    __slots__ = ("_chat", "_resolver", "_routes", "fixed")
 
     def __init__(
         self,
@@ -31,8 +33,10 @@ class ProviderRouter:
         background: Provider | None = None,
         routes: Mapping[str, Provider] | None = None,
         fixed: bool = False,
+        resolver: Callable[[str], Provider | None] | None = None,
     ) -> None:
         self._chat = chat
+        self._resolver = resolver
         table: dict[str, Provider] = {"chat": chat, "background": background or chat}
         for task, provider in (routes or {}).items():
             if task not in TASK_TYPES:
@@ -43,6 +47,7 @@ class ProviderRouter:
                 )
             table[task] = provider
         table.setdefault("summary", table["background"])
+        table.setdefault("reasoning", chat)
         self._routes = table
         self.fixed = fixed
 
@@ -53,6 +58,10 @@ class ProviderRouter:
     def for_task(self, task: TaskType) -> Provider:
         if self.fixed:
             return self._chat
+        if self._resolver is not None and task in self._routes:
+            chosen = self._resolver(task)
+            if chosen is not None:
+                return chosen
         try:
             return self._routes[task]
         except KeyError:
@@ -65,6 +74,7 @@ class ProviderRouter:
         """The same routes with ``fixed`` changed (used when a role pack is activated)."""
         clone = ProviderRouter.__new__(ProviderRouter)
         clone._chat = self._chat
+        clone._resolver = self._resolver
         clone._routes = self._routes
         clone.fixed = fixed
         return clone

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..llm.provider import Provider
-from ..llm.types import LLMRequest, Message, TextDelta
+from ..llm.provider import Provider, complete_text
+from ..llm.types import LLMRequest, Message
 from ..messages import Messages
 
 __all__ = ["SUMMARY_TYPES", "parse_summary", "summarize_round"]
@@ -69,13 +69,4 @@ async def summarize_round(
         temperature=0.2,
         max_tokens=max_tokens,
     )
-    complete = getattr(provider, "complete", None)
-    if complete is not None:
-        # nobody watches a summary being written: one non-streamed answer parses once instead
-        # of once per token
-        return parse_summary((await complete(request)).text)
-    out: list[str] = []
-    async for delta in provider.stream(request):
-        if isinstance(delta, TextDelta):
-            out.append(delta.text)
-    return parse_summary("".join(out))
+    return parse_summary(await complete_text(provider, request))

@@ -675,6 +675,11 @@ def build_system_prompt(
     parts: list[str] = []
     if pack.persona:
         parts.append(pack.persona)
+    if pack.traits:
+        parts.append(
+            messages.traits_intro
+            + ", ".join(f"{name} {value:g}" for name, value in sorted(pack.traits.items()))
+        )
     if pack.rules:
         parts.append("# Rules\n" + "\n".join(f"{i}. {r}" for i, r in enumerate(pack.rules, 1)))
     if project_rules:

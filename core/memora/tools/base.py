@@ -86,6 +86,9 @@ class Tool:
     pauses: bool = False
     """The tool pauses the turn for the user (``ask_user``): it never runs in a parallel batch,
     counts against ``global.askLimit`` and is visible only when ``reflect.userFollowup = ask``."""
+    plans: bool = False
+    """The tool keeps the plan (``task_table_update``): with ``act.multiStepReasoning = manual``
+    it is visible only when the user asked for a plan (or one exists)."""
     _schema: dict[str, Any] | None = field(default=None, repr=False)
     _spec: ToolSpec | None = field(default=None, repr=False)
 
@@ -170,6 +173,7 @@ def tool(
     runs_code: bool = False,
     capability: str | None = None,
     pauses: bool = False,
+    plans: bool = False,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -183,6 +187,7 @@ def tool(
     runs_code: bool = False,
     capability: str | None = None,
     pauses: bool = False,
+    plans: bool = False,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a :class:`Tool` from a typed async function (usable bare or with options)."""
 
@@ -220,6 +225,7 @@ def tool(
             takes_context=takes_context,
             capability=capability,
             pauses=pauses,
+            plans=plans,
         )
 
     if fn is not None:

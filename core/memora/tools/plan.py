@@ -51,7 +51,7 @@ class AskUserSignal(ControlSignal):
         self.questions = questions
 
 
-@tool(idempotency="idempotent")
+@tool(idempotency="idempotent", plans=True)
 async def task_table_update(
     ctx: ToolContext,
     items: Annotated[list[PlanItemArg], Field(min_length=1, max_length=50)],

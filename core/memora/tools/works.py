@@ -11,7 +11,6 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
 from ..llm.types import clean_text
@@ -142,6 +141,3 @@ class WorksRegistry:
         await asyncio.to_thread(atomic_write_text, self._file, payload)
         self._works = works  # only once it is on disk: a failed write changes nothing
         return info
-
-    def to_dicts(self) -> builtins.list[dict[str, Any]]:
-        return [asdict(w) for w in self.list()]
