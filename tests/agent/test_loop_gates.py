@@ -14,8 +14,9 @@ from pydantic import Field
 from memora import hookimpl
 from memora.checks import Allow, Ask, Deny, Rewrite, Skip
 from memora.errors import MemoraError
+from memora.llm.types import FinishDelta, TextDelta
 from memora.services import SearchHit
-from memora.testing import ScriptedProvider, text, tool_call
+from memora.testing import ScriptedProvider, ScriptedResponse, text, tool_call
 from memora.tools import ToolContext, tool
 
 from .conftest import collect, text_of, types
@@ -91,9 +92,13 @@ async def test_web_search_limit(make_agent: Any) -> None:
         web_search=FakeSearch(),
         strategy={"global": {"webSearchLimit": 2}, "reflect": {"summary": "off"}},
     )
-    rs = results(await collect(agent.chat("search")))
+    chunks = await collect(agent.chat("search"))
+    rs = results(chunks)
     assert [r.ok for r in rs] == [True, True, False]
     assert "limit" in provider.requests[3].messages[-1].content
+    # the seed's contract: over the cap the call is blocked, and it never started
+    assert [r.blocked for r in rs] == [False, False, True]
+    assert len([c for c in chunks if c.type == "tool_start"]) == 2
 
 
 class Checks:
@@ -442,6 +447,9 @@ async def test_context_window_truncation(make_agent: Any) -> None:
     total = sum(len(m.content) for m in last)
     assert total < 2000 * 4
     assert "message 11" in last[-1].content
+    # enable_context_summary: the notice carries a digest of what was dropped
+    note = next(m.content for m in last if m.role == "system" and "context truncated" in m.content)
+    assert "message 0" in note and "lorem" in note.lower()
 
 
 async def test_soft_limit_wrapup(make_agent: Any) -> None:
@@ -459,7 +467,10 @@ async def test_multiple_agents_in_one_loop(tmp_path: Path) -> None:
     for i in range(3):
         p = tmp_path / f"proj{i}"
         p.mkdir()
-        slow = ScriptedProvider([text(f"answer {i}")])
+        # each answer takes 0.3 s to stream: three agents serialised would need 0.9 s
+        slow = ScriptedProvider(
+            [ScriptedResponse([TextDelta(f"answer {i}"), FinishDelta("stop")], delay=0.15)]
+        )
         agents.append(
             Agent(
                 project_path=p,
@@ -472,8 +483,11 @@ async def test_multiple_agents_in_one_loop(tmp_path: Path) -> None:
     for a in agents:
         await a.init()
     try:
+        started = time.monotonic()
         outs = await asyncio.gather(*(collect(a.chat("hi")) for a in agents))
+        elapsed = time.monotonic() - started
         assert [text_of(o) for o in outs] == ["answer 0", "answer 1", "answer 2"]
+        assert elapsed < 0.8, f"the agents ran one after another ({elapsed:.2f} s)"
     finally:
         for a in agents:
             await a.close()

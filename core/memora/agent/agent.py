@@ -669,7 +669,10 @@ class Agent:
         else:
             info = await store.create(session_id=session_id)
         history = [message_from_dict(m) for m in await store.messages(info.id)]
-        rounds = await self._round_store.rounds(info.id)
+        round_store = self._round_store
+        if round_store is not store and not await round_store.exists(info.id):
+            await round_store.create(session_id=info.id)  # a separate round store follows
+        rounds = await round_store.rounds(info.id)
         plan: builtins.list[dict[str, Any]] = []
         for r in reversed(rounds):  # the plan as the last round that changed it left it
             found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
@@ -1490,6 +1493,8 @@ class Agent:
     async def new_session(self, title: str = "") -> str:
         self._start()
         info = await self._session_store.create(title=title)
+        if self._round_store is not self._session_store:
+            await self._round_store.create(session_id=info.id, title=title)
         self._set_session(info.id, [], [])  # just created: nothing to read back
         return str(info.id)
 

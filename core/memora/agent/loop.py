@@ -915,7 +915,14 @@ class TurnEngine:
             )
         if tool.idempotency != "read-only":
             record.outbox.record(
-                f"{rid}/{call_id}", name, args, run.ok, run.content, run.summary, run.error_code
+                f"{rid}/{call_id}",
+                name,
+                args,
+                run.ok,
+                run.content,
+                run.summary,
+                run.error_code,
+                tool.idempotency,
             )
         yield self._result(call_id, name, run)
 

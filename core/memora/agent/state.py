@@ -55,23 +55,25 @@ class DuplicateCallInterceptor:
         self._last: str | None = None
         self._count = 0
 
-    def check(self, name: str, args: Any) -> Literal["ok", "warn", "block"]:
-        key = args_key(name, args)
-        if key == self._last:
-            self._count += 1
-        else:
-            self._last, self._count = key, 1
-        if self._count < self.threshold:
-            return "ok"
-        return "warn" if self._count == self.threshold else "block"
-
     name = "default"
 
-    def decide(self, ctx: DuplicateCheckContext) -> Literal["ok", "warn", "block"]:
-        """The seed's contract (``duplicate_interceptor`` option): decide from the context."""
-        if ctx.count < self.threshold:
+    def check(
+        self, name: str | DuplicateCheckContext, args: Any = None
+    ) -> Literal["ok", "warn", "block"]:
+        """``check(name, args)`` counts the calls itself; ``check(ctx)`` — the
+        ``duplicate_interceptor`` option's contract — decides from the context's count."""
+        if isinstance(name, DuplicateCheckContext):
+            count = name.count
+        else:
+            key = args_key(name, args)
+            if key == self._last:
+                self._count += 1
+            else:
+                self._last, self._count = key, 1
+            count = self._count
+        if count < self.threshold:
             return "ok"
-        return "warn" if ctx.count == self.threshold else "block"
+        return "warn" if count == self.threshold else "block"
 
     def reset(self) -> None:
         self._last, self._count = None, 0
@@ -93,11 +95,14 @@ class OutboxEntry:
     summary: str
     error_code: str | None
     at: float
+    idempotency: str = "non-idempotent"
 
 
 class Outbox:
     """Executed tool calls of a session, so a resumed turn never repeats non-idempotent work and
-    a check may ``Skip`` with the previous result."""
+    a check may ``Skip`` with the previous result.  Past ``limit`` entries the oldest
+    idempotent ones go first; a non-idempotent record is dropped only when nothing else is
+    left to drop."""
 
     def __init__(self, limit: int = 500) -> None:
         self._by_id: dict[str, OutboxEntry] = {}
@@ -113,15 +118,27 @@ class Outbox:
         content: str,
         summary: str,
         error_code: str | None,
+        idempotency: str = "non-idempotent",
     ) -> None:
         entry = OutboxEntry(
-            tool_call_id, name, args_key(name, args), ok, content, summary, error_code, time.time()
+            tool_call_id,
+            name,
+            args_key(name, args),
+            ok,
+            content,
+            summary,
+            error_code,
+            time.time(),
+            idempotency,
         )
         self._by_id[tool_call_id] = entry
         self._by_key[entry.key] = entry
         if len(self._by_id) > self._limit:
-            oldest = next(iter(self._by_id))
-            old = self._by_id.pop(oldest)
+            victim = next(
+                (k for k, e in self._by_id.items() if e.idempotency != "non-idempotent"),
+                next(iter(self._by_id)),
+            )
+            old = self._by_id.pop(victim)
             if self._by_key.get(old.key) is old:
                 del self._by_key[old.key]
 

@@ -171,7 +171,7 @@ async def read_file(
         os.close(fd)
 
 
-@tool(writes=True, idempotency="idempotent")
+@tool(writes=True, idempotency="idempotent-key")
 async def write_file(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File path, relative to the project root")],

@@ -76,7 +76,7 @@ async def memory_search(
     return ToolOutput("\n".join(lines), f"{len(hits)} memories")
 
 
-@tool(writes=False, idempotency="idempotent")
+@tool(writes=False, idempotency="idempotent-key")
 async def register_work(
     ctx: ToolContext,
     path: Annotated[str, Field(description="The work's text file, relative to the project root")],
