@@ -157,7 +157,7 @@ async def test_a_host_project_search_replaces_the_built_in(make_agent: Any) -> N
 
     index = Index()
     agent = await make_agent(ScriptedProvider(default=text("ok")), project_search=index)
-    result = await agent.call_tool("search_project", {"pattern": "needle"})
+    result = await agent.tools.execute("search_project", {"pattern": "needle"})
     assert result.ok and "src/indexed.py" in result.content and index.patterns == ["needle"]
 
 

@@ -561,6 +561,7 @@ class Agent:
         self._role_pack.resolve_initial()
         self._role_pack.edit_check = opts.role_pack_edit_check
         self._tools = ToolRegistry()
+        self._tools.executor = self.call_tool
         self._plugin_tools: dict[str, Tool] = {}
         self._sync_plugin_tools()
         self._hidden_resident = _hidden_resident(opts.resident_tools)

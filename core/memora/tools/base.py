@@ -297,6 +297,20 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._owners: dict[str, str] = {}
+        self.executor: Callable[..., Awaitable[Any]] | None = None
+        """Set by the Agent: runs a call through its gates (``Agent.call_tool``)."""
+
+    async def execute(
+        self, name: str, args: Mapping[str, Any] | str | None = None, *, approve: bool = False
+    ) -> Any:
+        """Run one call through the Agent's gates, outside the conversation (the seed's
+        ``agent.tools.execute``); returns a :class:`memora.agent.ToolCallResult`."""
+        if self.executor is None:
+            raise MemoraError(
+                ErrorCode.NOT_INITIALIZED,
+                "tools.execute() runs through an Agent's gates: use agent.tools after init()",
+            )
+        return await self.executor(name, args, approve=approve)
 
     def register(self, t: Tool, *, owner: str = "host", replace: bool = False) -> Tool:
         if not isinstance(t, Tool):
