@@ -68,6 +68,7 @@ __all__ = [
     "PluginInfo",
     "Plugins",
     "Registered",
+    "checked_factory",
     "create_plugin_manager",
 ]
 
@@ -182,6 +183,26 @@ class _Meta:
     @property
     def builtin(self) -> bool:
         return self.origin == "builtin"
+
+
+def checked_factory(
+    label: str, legal: Iterable[str], load: Callable[[], Callable[..., Any]]
+) -> Callable[[Mapping[str, Any]], Any]:
+    """A plugin factory that refuses unknown options (naming the legal ones) and imports its
+    implementation only when called (``load`` returns the class), so discovering the plugin
+    stays cheap: ``register("ddgs", checked_factory("ddgs", {"region"}, lambda: DdgsSearch))``."""
+    allowed = frozenset(legal)
+
+    def factory(options: Mapping[str, Any]) -> Any:
+        unknown = set(options) - allowed
+        if unknown:
+            raise ValueError(
+                f"unknown {label} option(s) {', '.join(sorted(unknown))}; legal: "
+                f"{', '.join(sorted(allowed)) or 'none'}"
+            )
+        return load()(**options)
+
+    return factory
 
 
 def _env_flag(name: str) -> bool:

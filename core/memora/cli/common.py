@@ -125,3 +125,20 @@ def store_options(fn: F) -> F:
         return fn(*args, where=StorageTarget(project, data_dir, config_dir, storage), **kwargs)
 
     return storage_option(location_options(wrapper))  # type: ignore[return-value]
+
+
+async def start_agent(agent: Any, role_pack: str | None) -> Any:
+    """``await agent.init()``; a ``--role-pack`` that does not exist is an error naming the
+    packs that do (the Agent itself would fall back to another pack)."""
+    from ..errors import ErrorCode, MemoraError
+
+    await agent.init()
+    if role_pack is not None and agent.role_pack.active.name != role_pack:
+        available = ", ".join(agent.role_pack.names())
+        await agent.close()
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"role pack {role_pack!r} does not exist; available: {available}",
+            context={"role_pack": role_pack},
+        )
+    return agent

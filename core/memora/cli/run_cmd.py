@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from ..errors import ErrorCode, MemoraError
-from .common import data_dir_for, location_options, storage_option
+from ..errors import MemoraError
+from .common import data_dir_for, location_options, start_agent, storage_option
 from .main import cli
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
@@ -71,15 +71,7 @@ async def _run(
         strategy_override=override,
         **explicit,
     )
-    await agent.init()
-    if role_pack is not None and agent.role_pack.active.name != role_pack:
-        available = ", ".join(agent.role_pack.names())
-        await agent.close()
-        raise MemoraError(
-            ErrorCode.NOT_FOUND,
-            f"role pack {role_pack!r} does not exist; available: {available}",
-            context={"role_pack": role_pack},
-        )
+    await start_agent(agent, role_pack)
     import asyncio
 
     loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
-from .common import data_dir_for, location_options, storage_option
+from .common import data_dir_for, location_options, start_agent, storage_option
 from .main import cli
 
 EXIT_OK, EXIT_FAILED, EXIT_NEEDS_APPROVAL = 0, 1, 3
@@ -105,16 +105,7 @@ async def _agent(
         session_store="memory",
         **extra,
     )
-    await agent.init()
-    if role_pack is not None and agent.role_pack.active.name != role_pack:
-        available = ", ".join(agent.role_pack.names())
-        await agent.close()
-        raise MemoraError(
-            ErrorCode.NOT_FOUND,
-            f"role pack {role_pack!r} does not exist; available: {available}",
-            context={"role_pack": role_pack},
-        )
-    return agent
+    return await start_agent(agent, role_pack)
 
 
 def _service_of(agent: Any, privileged: Any) -> str | None:

@@ -9,39 +9,31 @@ first searches, so discovering plugins stays cheap.  Options (``plugins.ddgs`` i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.plugins import checked_factory
 
 if TYPE_CHECKING:
     from .search import DdgsSearch
 
 __all__ = ["DdgsSearch", "register_web_search"]
 
-_OPTIONS = {"backend", "region", "safesearch", "timeout", "proxy", "cache_rounds"}
+OPTIONS = frozenset(["backend", "cache_rounds", "proxy", "region", "safesearch", "timeout"])
+
+
+def _load() -> type[DdgsSearch]:
+    from .search import DdgsSearch
+
+    return DdgsSearch
 
 
 def __getattr__(name: str) -> Any:
     if name == "DdgsSearch":
-        from .search import DdgsSearch
-
-        return DdgsSearch
+        return _load()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _factory(options: Mapping[str, Any]) -> DdgsSearch:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown ddgs option(s) {', '.join(sorted(unknown))}; legal: "
-            f"{', '.join(sorted(_OPTIONS))}"
-        )
-    from .search import DdgsSearch
-
-    return DdgsSearch(**options)
 
 
 @hookimpl
 def register_web_search(register: Any) -> None:
-    register("ddgs", _factory)
+    register("ddgs", checked_factory("ddgs", OPTIONS, _load))

@@ -6,38 +6,33 @@ first fetches, so discovering plugins (``memora plugins``, every Agent's start) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.plugins import checked_factory
 
 if TYPE_CHECKING:
     from .fetcher import HttpFetcher
 
 __all__ = ["HttpFetcher", "register_web_fetch"]
 
-_OPTIONS = {"timeout", "max_bytes", "allow_private", "allow", "user_agent", "max_redirects"}
+OPTIONS = frozenset(
+    ["allow", "allow_private", "max_bytes", "max_redirects", "timeout", "user_agent"]
+)
+
+
+def _load() -> type[HttpFetcher]:
+    from .fetcher import HttpFetcher
+
+    return HttpFetcher
 
 
 def __getattr__(name: str) -> Any:
     if name == "HttpFetcher":
-        from .fetcher import HttpFetcher
-
-        return HttpFetcher
+        return _load()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _factory(options: Mapping[str, Any]) -> HttpFetcher:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown fetch option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
-        )
-    from .fetcher import HttpFetcher
-
-    return HttpFetcher(**options)
 
 
 @hookimpl
 def register_web_fetch(register: Any) -> None:
-    register("fetch", _factory)
+    register("fetch", checked_factory("fetch", OPTIONS, _load))

@@ -15,35 +15,31 @@ Options (``plugins.otel``; an Agent's ``plugin_options={"otel": {...}}`` may pas
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.plugins import checked_factory
+
+if TYPE_CHECKING:
+    from .tracer import OtelTracer
 
 __all__ = ["OtelTracer", "register_tracers"]
 
-_OPTIONS = {"tracer_provider"}
+OPTIONS = frozenset(["tracer_provider"])
 
 
-def _factory(options: Mapping[str, Any]) -> Any:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown otel option(s) {', '.join(sorted(unknown))}; legal: {', '.join(_OPTIONS)}"
-        )
+def _load() -> type[OtelTracer]:
     from .tracer import OtelTracer
 
-    return OtelTracer(options.get("tracer_provider"))
+    return OtelTracer
 
 
 def __getattr__(name: str) -> Any:
     if name == "OtelTracer":
-        from .tracer import OtelTracer
-
-        return OtelTracer
+        return _load()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
 def register_tracers(register: Any) -> None:
-    register("otel", _factory)
+    register("otel", checked_factory("otel", OPTIONS, _load))

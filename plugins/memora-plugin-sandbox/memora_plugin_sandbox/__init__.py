@@ -11,49 +11,43 @@ else the host user; ``dedicated``; ``host``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.plugins import checked_factory
 
 if TYPE_CHECKING:
     from .sandbox import SubprocessSandbox
 
 __all__ = ["SubprocessSandbox", "register_code_executors"]
 
-_OPTIONS = {
-    "memory_mb",
-    "file_size_mb",
-    "max_processes",
-    "max_output",
-    "network",
-    "require_isolation",
-    "python",
-    "env",
-    "user",
-}
+OPTIONS = frozenset(
+    [
+        "env",
+        "file_size_mb",
+        "max_output",
+        "max_processes",
+        "memory_mb",
+        "network",
+        "python",
+        "require_isolation",
+        "user",
+    ]
+)
+
+
+def _load() -> type[SubprocessSandbox]:
+    from .sandbox import SubprocessSandbox
+
+    return SubprocessSandbox
 
 
 def __getattr__(name: str) -> Any:
     if name == "SubprocessSandbox":
-        from .sandbox import SubprocessSandbox
-
-        return SubprocessSandbox
+        return _load()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _factory(options: Mapping[str, Any]) -> SubprocessSandbox:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown sandbox option(s) {', '.join(sorted(unknown))}; legal: "
-            f"{', '.join(sorted(_OPTIONS))}"
-        )
-    from .sandbox import SubprocessSandbox
-
-    return SubprocessSandbox(**options)
 
 
 @hookimpl
 def register_code_executors(register: Any) -> None:
-    register("sandbox", _factory)
+    register("sandbox", checked_factory("sandbox", OPTIONS, _load))
