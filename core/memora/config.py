@@ -85,11 +85,47 @@ def check_secrets(config: MemoraConfig, path: Path) -> None:
             )
 
 
+def strip_json_comments(text: str) -> str:
+    """JSON with ``//`` line comments and ``/* */`` block comments (as ``memora init`` writes
+    them) turned into plain JSON; comment markers inside strings are kept.  Line numbers stay
+    the same, so JSON errors still point at the right line."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    in_string = False
+    while i < n:
+        ch = text[i]
+        if in_string:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_string = False
+            i += 1
+        elif ch == '"':
+            in_string = True
+            out.append(ch)
+            i += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            block = text[i : n if end < 0 else end + 2]
+            out.append("\n" * block.count("\n"))
+            i = n if end < 0 else end + 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
 def read_config_file(path: Path) -> MemoraConfig:
     """One config file parsed and validated: ``INVALID_CONFIG`` naming the file and the field
     for bad JSON, a bad field or a secret in a provider entry."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = json.loads(strip_json_comments(path.read_text(encoding="utf-8-sig")))
     except (OSError, ValueError) as exc:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,

@@ -228,7 +228,13 @@ def uninstall_cmd(packages: tuple[str, ...], yes: bool) -> None:
 
 
 def _register_commands() -> None:
-    from . import memory_cmd, role_pack_cmd, run_cmd, tools_cmd  # noqa: F401  (commands register on import)
+    from . import (  # noqa: F401  (commands register on import)
+        init_cmd,
+        memory_cmd,
+        role_pack_cmd,
+        run_cmd,
+        tools_cmd,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

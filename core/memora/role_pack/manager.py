@@ -286,6 +286,8 @@ class RolePackManager:
     ) -> None:
         roots = [Path(config_dir) / "role-packs"] if config_dir is not None else []
         roots.extend(Path(p) for p in pack_roots)
+        if project_path is not None:  # the project's own packs (memora init writes one)
+            roots.append(Path(project_path) / ".memora" / "role-packs")
         self._roots = roots
         self._config_dir = Path(config_dir) if config_dir is not None else None
         self._requested = active

@@ -1,0 +1,164 @@
+"""`memora init [DIR]`: scaffold a project's `.memora/` — a commented config and a starter role
+pack — refusing to overwrite anything."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ErrorCode, MemoraError
+from .main import cli
+
+CONFIG_TEMPLATE = """{{
+  // memora project configuration (JSON with comments). Values here are overridden by
+  // MEMORA_* environment variables and Agent options; see `memora config show`.
+
+  // The model memora talks to. "llamacpp" is the embedded model (no server, no key).
+  // For an OpenAI-compatible API set "type": "openai" and a "model"; the endpoint and key
+  // belong to your user config or the environment (MEMORA_BASE_URL, MEMORA_API_KEY), never
+  // to a project file others may clone.
+  "active_provider": {provider},
+  "providers": {{
+    {provider}: {entry}
+  }},
+
+  // Where memory (round summaries) and sessions live: sqlite (default), json, memory,
+  // or an installed plugin such as postgres.
+  "storage": "sqlite",
+
+  // Plugin options by plugin name, e.g. "ddgs": {{"region": "uk-en"}}.
+  "plugins": {{}},
+
+  // Agent options a project may set (see docs/configuration.md).
+  "options": {{
+    "active_role_pack": {role_pack}
+    // "max_context_tokens": 120000,
+    // "archive_mode": "full"
+  }}
+}}
+"""
+
+PERSONA = """---
+traits:
+  precision: 0.8
+  warmth: 0.6
+---
+You are {title}, the assistant of this project. You read the project's files before you
+answer, say which files you used, and keep answers short.
+"""
+
+RULES = """# Rules
+
+- Read the relevant files before answering questions about the project.
+- Never change a file without saying which file and why.
+- When you are unsure, say so and ask.
+"""
+
+SKILL = """---
+name: summarise-file
+description: Summarise one project file for a newcomer
+---
+
+1. Read the file with read_file (in parts when it is long).
+2. Say what it is for, its main parts, and what to read next.
+"""
+
+
+def _manifest(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "displayName": name.replace("-", " ").title(),
+        "description": "The starter role pack `memora init` created for this project.",
+        "version": "0.1.0",
+        "formatVersion": "1.0.0",
+        "capabilities": [],
+        "strategy": {
+            "act": {"temperature": 0.4},
+            "reflect": {"userFollowup": "ask", "summary": "on"},
+        },
+    }
+
+
+@cli.command("init")
+@click.argument(
+    "directory", required=False, default=".", type=click.Path(path_type=Path, file_okay=False)
+)
+@click.option(
+    "--provider",
+    type=click.Choice(["llamacpp", "openai"]),
+    default="llamacpp",
+    show_default=True,
+    help="llamacpp: the embedded model; openai: any OpenAI-compatible API.",
+)
+@click.option("--model", default=None, help="Model name (openai) or GGUF path (llamacpp).")
+@click.option(
+    "--role-pack",
+    "role_pack",
+    default="assistant",
+    show_default=True,
+    help="Name of the starter role pack (kebab-case).",
+)
+def init_cmd(directory: Path, provider: str, model: str | None, role_pack: str) -> None:
+    """Scaffold DIR/.memora: a commented config.json and a starter role pack.
+
+    Nothing is overwritten: when any of the files exists, nothing is written."""
+    from ..role_pack.text import KEBAB_NAME
+
+    if not KEBAB_NAME.match(role_pack):
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            f"--role-pack {role_pack!r} must be kebab-case (a-z, 0-9, '-'), e.g. assistant",
+        )
+    if provider == "openai" and not model:
+        raise MemoraError(ErrorCode.INVALID_INPUT, "--provider openai needs --model NAME")
+    root = directory.resolve()
+    memora_dir = root / ".memora"
+    pack = memora_dir / "role-packs" / role_pack
+    entry: dict[str, Any] = {"type": provider}
+    if model:
+        entry["model"] = model
+    files = {
+        memora_dir / "config.json": CONFIG_TEMPLATE.format(
+            provider=json.dumps(provider),
+            entry=json.dumps(entry),
+            role_pack=json.dumps(role_pack),
+        ),
+        pack / "manifest.json": json.dumps(_manifest(role_pack), indent=2) + "\n",
+        pack / "persona.md": PERSONA.format(title=role_pack.replace("-", " ").title()),
+        pack / "rules.md": RULES,
+        pack / "skills" / "summarise-file.md": SKILL,
+    }
+    existing = [p for p in files if p.exists()]
+    if existing:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            "memora init does not overwrite; already there: "
+            + ", ".join(str(p.relative_to(root)) for p in existing),
+        )
+    from ..security.atomic import atomic_write_text
+
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    from ..role_pack.validator import validate
+
+    report = validate(pack)
+    if report.errors:  # our own template: a bug, not the user's problem
+        raise MemoraError(ErrorCode.INVALID_CONFIG, f"the starter pack is invalid: {report}")
+    click.echo(f"created in {root}:")
+    for path in files:
+        click.echo(f"  {path.relative_to(root)}")
+    click.echo(
+        "next: `memora chat` to talk"
+        + (
+            " (set MEMORA_BASE_URL and MEMORA_API_KEY, or the endpoint in your user config)"
+            if provider == "openai"
+            else ""
+        )
+        + f", `memora tools list --project {directory}` to see the tools"
+    )
+    sys.stdout.flush()
