@@ -229,6 +229,7 @@ def uninstall_cmd(packages: tuple[str, ...], yes: bool) -> None:
 
 def _register_commands() -> None:
     from . import (  # noqa: F401  (commands register on import)
+        chat_cmd,
         init_cmd,
         memory_cmd,
         role_pack_cmd,

@@ -61,11 +61,12 @@ async def _run(
         explicit["provider_options"] = provider_options
     if storage is not None:
         explicit["storage"] = storage
+    if role_pack is not None:  # unset, the project config's active_role_pack applies
+        explicit["active_role_pack"] = role_pack
     agent = Agent(
         project_path=project,
         data_dir=data_dir,
         config_dir=config_dir,
-        active_role_pack=role_pack,
         role_pack_dirs=role_pack_dirs,
         session_id=session,
         strategy_override=override,

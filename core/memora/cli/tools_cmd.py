@@ -95,11 +95,12 @@ async def _agent(
     from ..agent import Agent
 
     extra: dict[str, Any] = {"storage": storage} if storage else {}
+    if role_pack is not None:  # unset, the project config's active_role_pack applies
+        extra["active_role_pack"] = role_pack
     agent = Agent(
         project_path=project,
         data_dir=data_dir_for(project, data_dir),
         config_dir=config_dir,
-        active_role_pack=role_pack,
         role_pack_dirs=list(role_pack_dirs),
         provider=_NoModel(),
         session_store="memory",

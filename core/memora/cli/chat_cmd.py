@@ -1,0 +1,391 @@
+"""`memora chat`: an interactive session in the terminal (a host of the kernel, public API only).
+
+Answers stream as Markdown; thoughts are folded into one line; tool calls are compact lines
+with their status and duration; a spinner shows while the model thinks; each turn ends with its
+token usage.  Questions are answered at the prompt (numbered options), approvals with y/n/e
+(edit).  Ctrl-C stops the turn, not the program; Ctrl-D or /quit leaves.  Input history is kept
+across runs, and the most recent session is resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import MemoraError
+from .common import data_dir_for, location_options, start_agent, storage_option
+from .main import cli
+from .run_cmd import choose_provider
+
+HELP = """commands:
+  /help                this help
+  /quit                leave (Ctrl-D too)
+  /role NAME           switch the role pack          /roles      list role packs
+  /session [ID]        show, or switch to, a session /sessions   list sessions
+  /new                 start a new session           /fork       fork this session here
+  /memory QUERY        search long-term memory       /tasks      the plan
+  /tools               the tools the model sees
+Ctrl-C stops the running answer."""
+
+
+class ChatUI:
+    """Renders one Agent's chunks on a rich console and asks the user at pauses."""
+
+    def __init__(self, agent: Any, console: Any, ask: Any) -> None:
+        self.agent = agent
+        self.console = console
+        self.ask = ask  # (prompt) -> str | None ; None = end of input
+
+    # -- one turn ----------------------------------------------------------------------------
+
+    async def turn(self, stream: AsyncIterator[Any]) -> None:
+        while True:
+            last = await self._render(stream)
+            if last is None or last.type != "paused":
+                return
+            if not self._answer_pause():
+                self.agent.discard_paused_turn()
+                self.console.print("[yellow]turn dropped[/yellow]")
+                return
+            stream = self.agent.continue_after_pause()
+
+    async def _render(self, stream: AsyncIterator[Any]) -> Any:
+        from rich.live import Live
+        from rich.markdown import Markdown
+        from rich.spinner import Spinner
+
+        answer: list[str] = []
+        started: dict[str, float] = {}
+        thought_chars = 0
+        last: Any = None
+        footer: list[str] = []
+
+        def view() -> Any:
+            text = "".join(answer)
+            return Markdown(text) if text.strip() else Spinner("dots", text=" thinking…")
+
+        with Live(view(), console=self.console, refresh_per_second=12, transient=False) as live:
+            async for chunk in stream:
+                last = chunk
+                t = chunk.type
+                if t == "text":
+                    answer.append(chunk.content)
+                    live.update(view())
+                elif t == "meeting_turn":
+                    self._flush(live, answer)
+                    role = " (chair)" if chunk.role == "chair" else ""
+                    live.console.print(f"[bold magenta]{chunk.member}{role}[/bold magenta]")
+                elif t == "narrate":
+                    text = "".join(answer)
+                    withdrawn = chunk.withdrawn or ""
+                    if withdrawn and text.endswith(withdrawn):
+                        text = text[: len(text) - len(withdrawn)]
+                    answer[:] = [text] if text else []
+                    if chunk.content.strip():
+                        live.console.print(f"[dim]{chunk.content.strip()}[/dim]")
+                    live.update(view())
+                elif t == "thought":
+                    thought_chars += len(chunk.content)
+                elif t == "tool_start":
+                    if thought_chars:
+                        live.console.print(f"[dim]💭 thought ({thought_chars} chars, folded)[/dim]")
+                        thought_chars = 0
+                    started[chunk.tool_call_id] = time.monotonic()
+                elif t == "tool_result":
+                    took = time.monotonic() - started.pop(chunk.tool_call_id, time.monotonic())
+                    mark, color = (
+                        ("⊘", "yellow")
+                        if chunk.blocked
+                        else ("✓", "green")
+                        if chunk.ok
+                        else ("✗", "red")
+                    )
+                    live.console.print(
+                        f"[{color}]{mark}[/{color}] {chunk.name} [dim]({took * 1000:.0f} ms)[/dim] "
+                        f"{chunk.summary}",
+                        highlight=False,
+                    )
+                elif t == "retry":
+                    live.console.print(
+                        f"[yellow]retrying ({chunk.attempt}): {chunk.error}[/yellow]"
+                    )
+                elif t == "self_review":
+                    self._flush(live, answer)
+                    live.console.print("[dim]reviewing the answer…[/dim]")
+                elif t in ("done", "aborted"):
+                    if thought_chars:
+                        live.console.print(f"[dim]💭 thought ({thought_chars} chars, folded)[/dim]")
+                    live.update(view() if "".join(answer).strip() else "")
+                    u = chunk.usage
+                    if t == "aborted":
+                        footer.append(f"[yellow]stopped: {chunk.reason}[/yellow]")
+                    if u is not None:
+                        footer.append(
+                            f"[dim]{u.input_tokens} in · {u.output_tokens} out · "
+                            f"{u.llm_calls} LLM call(s)[/dim]"
+                        )
+                elif t == "error":
+                    live.update(view() if "".join(answer).strip() else "")
+                    footer.append(f"[red]error: {chunk.message}[/red]")
+                elif t in ("question_pending", "approval_pending", "paused"):
+                    live.update(view() if "".join(answer).strip() else "")
+        for line in footer:  # below the answer, once it is final
+            self.console.print(line)
+        return last
+
+    def _flush(self, live: Any, answer: list[str]) -> None:
+        """Print what streamed so far and start a fresh block (a new speaker, the review)."""
+        from rich.markdown import Markdown
+
+        text = "".join(answer)
+        if text.strip():
+            live.update("")
+            live.console.print(Markdown(text))
+        answer.clear()
+
+    # -- pauses --------------------------------------------------------------------------------
+
+    def _answer_pause(self) -> bool:
+        from ..agent import ApprovalPause, QuestionPause
+
+        paused = self.agent.paused_turn.paused
+        if isinstance(paused, QuestionPause):
+            answers: dict[str, str] = {}
+            for q in paused.questions:
+                self.console.print(f"[bold cyan]? {q.question}[/bold cyan]")
+                for i, option in enumerate(q.options or [], 1):
+                    self.console.print(f"  {i}. {option}")
+                while True:
+                    reply = self.ask("answer> ")
+                    if reply is None:
+                        return False
+                    reply = reply.strip()
+                    if q.options and reply.isdigit() and 1 <= int(reply) <= len(q.options):
+                        answers[q.slot] = q.options[int(reply) - 1]
+                        break
+                    if not q.options or q.allow_custom or reply in q.options:
+                        answers[q.slot] = reply
+                        break
+                    self.console.print(f"[yellow]pick 1–{len(q.options)}[/yellow]")
+            self.agent.answer_question(answers)
+            return True
+        if isinstance(paused, ApprovalPause):
+            args = json.dumps(paused.args, ensure_ascii=False)
+            self.console.print(
+                f"[bold cyan]allow {paused.name}[/bold cyan] {args}"
+                + (f" [dim]({paused.reason})[/dim]" if paused.reason else "")
+            )
+            while True:
+                reply = self.ask("[y]es / [n]o / [e]dit> ")
+                if reply is None:
+                    return False
+                reply = reply.strip().lower()
+                if reply in ("y", "yes"):
+                    self.agent.approve(paused.tool_call_id)
+                    return True
+                if reply in ("n", "no"):
+                    self.agent.reject(paused.tool_call_id, "declined in memora chat")
+                    return True
+                if reply in ("e", "edit"):
+                    edited = self.ask("arguments (JSON)> ")
+                    if edited is None:
+                        return False
+                    try:
+                        self.agent.approve(paused.tool_call_id, json.loads(edited))
+                        return True
+                    except (ValueError, MemoraError) as exc:
+                        self.console.print(f"[red]{exc}[/red]")
+        return True  # a pause the host asked for: continue
+
+    # -- slash commands ----------------------------------------------------------------------------
+
+    async def command(self, line: str) -> bool:
+        """Run a slash command; False to leave."""
+        name, _, arg = line[1:].partition(" ")
+        arg = arg.strip()
+        agent, out = self.agent, self.console
+        if name in ("quit", "exit", "q"):
+            return False
+        if name == "help":
+            out.print(HELP, highlight=False)
+        elif name == "roles":
+            for meta in agent.role_pack.list_meta():
+                mark = "*" if meta.active else " "
+                out.print(f"{mark} {meta.name}  [dim]{meta.description or ''}[/dim]")
+        elif name == "role":
+            if not arg:
+                out.print(f"role pack: {agent.role_pack.active.name}")
+            else:
+                agent.switch_role_pack(arg)
+                out.print(f"role pack: {arg}")
+        elif name == "session":
+            if arg:
+                await agent.switch_session(arg)
+            out.print(f"session: {agent.session_id}")
+        elif name == "sessions":
+            for info in await agent.sessions.list():
+                mark = "*" if info.id == agent.session_id else " "
+                out.print(f"{mark} {info.id}  [dim]{info.title or ''}[/dim]", highlight=False)
+        elif name == "new":
+            out.print(f"session: {await agent.new_session(arg)}")
+        elif name == "fork":
+            out.print(f"forked into session {await agent.fork_session()}")
+        elif name == "memory":
+            if not arg:
+                out.print("[yellow]/memory QUERY[/yellow]")
+            for hit in await agent.memory.search(arg, limit=8) if arg else []:
+                out.print(f"- {hit.record.content}", highlight=False)
+        elif name == "tasks":
+            for item in agent.plan:
+                out.print(f"[{item.status}] {item.id}. {item.description}", highlight=False)
+            if not agent.plan:
+                out.print("[dim](no plan)[/dim]")
+        elif name == "tools":
+            for t in agent.exposed_tools():
+                out.print(f"{t.name}  [dim]{t.description.splitlines()[0]}[/dim]", highlight=False)
+        else:
+            out.print(f"[yellow]unknown command /{name}; /help lists them[/yellow]")
+        return True
+
+
+def _input_with_history(history: Path) -> Any:
+    """``input()`` with line editing and a history file kept across runs (when readline is
+    there)."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - Windows
+        readline = None  # type: ignore[assignment]
+    if readline is not None:
+        with contextlib.suppress(OSError):
+            readline.read_history_file(history)
+        readline.set_history_length(1000)
+
+    def ask(prompt: str) -> str | None:
+        try:
+            line = input(prompt)
+        except EOFError:
+            return None
+        if readline is not None and line.strip():
+            with contextlib.suppress(OSError):
+                history.parent.mkdir(parents=True, exist_ok=True)
+                readline.write_history_file(history)
+        return line
+
+    return ask
+
+
+@cli.command("chat")
+@click.option(
+    "--provider", default=None, help="Provider plugin name (default: the configured one)."
+)
+@click.option(
+    "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
+)
+@click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")
+@location_options
+@storage_option
+@click.option("--role-pack", default=None, help="Active role pack name.")
+@click.option(
+    "--role-pack-dir",
+    "role_pack_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Extra folder of role packs (repeatable).",
+)
+@click.option("--session", default=None, help="Session id (default: the most recent one).")
+def chat_cmd(
+    provider: str | None,
+    base_url: str | None,
+    model: str | None,
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: tuple[Path, ...],
+    session: str | None,
+) -> None:
+    """Talk to memora in the terminal; the most recent session is resumed."""
+    from rich.console import Console
+
+    from ..agent import Agent
+    from ..settings import user_config_dir
+
+    project = project.resolve()
+    name, options = choose_provider(provider, base_url, model)
+    explicit: dict[str, Any] = {}
+    if name is not None:
+        explicit["provider"] = name
+    if options:
+        explicit["provider_options"] = options
+    if storage is not None:
+        explicit["storage"] = storage
+    if role_pack is not None:  # unset, the project config's active_role_pack applies
+        explicit["active_role_pack"] = role_pack
+    console = Console(highlight=False)
+    ask = _input_with_history(user_config_dir(config_dir) / "chat_history")
+    runner = asyncio.Runner()
+    agent = Agent(
+        project_path=project,
+        data_dir=data_dir_for(project, data_dir),
+        config_dir=config_dir,
+        role_pack_dirs=list(role_pack_dirs),
+        session_id=session,
+        **explicit,
+    )
+    ui = ChatUI(agent, console, ask)
+    try:
+        runner.run(start_agent(agent, role_pack))
+        console.print(
+            f"[bold]memora[/bold] · role pack [cyan]{agent.role_pack.active.name}[/cyan] · "
+            f"session [cyan]{agent.session_id}[/cyan] · /help"
+        )
+        while True:
+            try:
+                line = ask("› ")
+            except KeyboardInterrupt:
+                console.print("[dim](Ctrl-D or /quit to leave)[/dim]")
+                continue
+            if line is None:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                if line.startswith("/"):
+                    if not runner.run(ui.command(line)):
+                        break
+                    continue
+                runner.run(_turn(agent, ui, line))
+            except MemoraError as exc:
+                console.print(f"[red]{exc}[/red]")
+                if exc.code == "BUSY" and agent.session_state.status == "error":
+                    agent.mark_recovered()
+    finally:
+        with contextlib.suppress(Exception):
+            runner.run(agent.close())
+        runner.close()
+    sys.exit(0)
+
+
+async def _turn(agent: Any, ui: ChatUI, line: str) -> None:
+    """One turn; Ctrl-C stops it (``agent.abort()``), not the program."""
+    loop = asyncio.get_running_loop()
+    installed = False
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, agent.abort)
+        installed = True
+    try:
+        await ui.turn(agent.chat(line))
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGINT)
