@@ -231,6 +231,7 @@ def _register_commands() -> None:
     from . import (  # noqa: F401  (commands register on import)
         chat_cmd,
         init_cmd,
+        mcp_cmd,
         memory_cmd,
         role_pack_cmd,
         run_cmd,
