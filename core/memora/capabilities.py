@@ -95,6 +95,7 @@ def compute_capability_map(
     available_services: Mapping[str, Sequence[str]],
     *,
     log: bool = True,
+    sourced: Mapping[str, str | None] | None = None,
 ) -> CapabilityMap:
     """Compute which privileged tools the pack may see.
 
@@ -108,6 +109,12 @@ def compute_capability_map(
     warnings: list[str] = []
     for cap in declared:
         if cap in RESIDENT_CAPABILITIES:
+            continue
+        if sourced is not None and cap in sourced:  # served by a tool source (mcp:github...)
+            reason = sourced[cap]
+            if reason is not None:
+                unavailable[cap] = f"role pack {pack!r} declares {cap!r}: {reason}"
+                warnings.append(unavailable[cap])
             continue
         spec = PRIVILEGED.get(cap)
         if spec is None:

@@ -166,6 +166,21 @@ def register_tracers(register: Register) -> None:
 
 
 @hookspec
+def register_tool_sources(register: Register) -> None:
+    """Register sources of tools that appear at run time (``register(name, factory)``), such as
+    the tools of MCP servers.  ``factory(options)`` (``options``: ``config["plugins"][name]``)
+    returns a :class:`memora.services.ToolSource`: it names the capabilities it serves
+    (``mcp:github``...) and, for a capability the active role pack declares, lists its tools
+    before each turn (so a changed tool list is picked up).  A source that fails to start costs
+    only its own capabilities.
+
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  Returns nothing.
+    """
+
+
+@hookspec
 def pre_execution_check(call: ToolCallInfo, context: CheckContext) -> CheckDecision | None:
     """Decide whether a tool call may run.
 

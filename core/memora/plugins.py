@@ -97,6 +97,7 @@ Kind = Literal[
     "project_search",
     "tracer",
     "tool",
+    "tool_source",
 ]
 
 KINDS: dict[Kind, str] = {
@@ -110,6 +111,7 @@ KINDS: dict[Kind, str] = {
     "project_search": "register_project_search",
     "tracer": "register_tracers",
     "tool": "register_tools",
+    "tool_source": "register_tool_sources",
 }
 """Each kind of registered thing and the hook that registers it."""
 
@@ -121,6 +123,7 @@ INSTALL_HINTS: dict[str, str] = {
     "web_search": "pip install memora-plugin-ddgs",
     "code_executor": "pip install memora-plugin-sandbox",
     "tracer": "pip install memora-plugin-otel",
+    "tool_source": "pip install memora-plugin-mcp",
 }
 """Install hints shown when nothing of a kind is installed.  Only distributions that exist in
 this repository's ``plugins/`` folder are named (a test checks it)."""

@@ -24,6 +24,7 @@ __all__ = [
     "ProjectMatch",
     "ProjectSearch",
     "SearchHit",
+    "ToolSource",
     "WebFetch",
     "WebSearch",
     "current_round_id",
@@ -89,6 +90,23 @@ class WebSearch(Protocol):
     the model sets them."""
 
     async def search(self, query: str, *, max_results: int = 5) -> list[SearchHit]: ...
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools that appear at run time (the ``tool_source`` plugin kind), under capabilities the
+    source names."""
+
+    def capabilities(self) -> list[str]:
+        """The capabilities this source serves (``mcp:github``...), known without starting
+        anything."""
+        ...
+
+    async def tools(self, capability: str) -> list[Any]:
+        """The :class:`memora.tools.Tool` objects of ``capability`` now (started on first use;
+        called before each turn in which the active role pack declares it).  Raise to report
+        that the capability is unavailable; the message reaches the host."""
+        ...
 
 
 @runtime_checkable

@@ -266,6 +266,10 @@ class Agent:
         self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
         self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
+        self._sources: dict[str, tuple[str, Any]] | None = None
+        """capability -> (tool source name, source), from the ``tool_source`` plugins."""
+        self._source_failures: dict[str, str] = {}
+        self._source_tools: dict[str, dict[str, Tool]] = {}
         self._owned: builtins.list[Any] = []
         self._round_ids: builtins.list[str] = []
         self.session_state = SessionState(on_drift=self._drift)
@@ -659,6 +663,7 @@ class Agent:
                 self._owned.append(svc)  # closed with the Agent
         self._cap_map = None
         self._visible_cache = None
+        self._sources = None  # re-created from the plugins now registered
 
     async def _open_session(self, session_id: str | None) -> None:
         store = self._session_store
@@ -875,8 +880,66 @@ class Agent:
         pack = self._role_pack.active
         if self._cap_map is None or self._cap_map.role_pack != pack.name:
             services = {k: [k] for k in _available_services(self._tool_context.services)}
-            self._cap_map = compute_capability_map(pack.name, list(pack.capabilities), services)
+            sourced = {cap: self._source_failures.get(cap) for cap in self._tool_sources()}
+            self._cap_map = compute_capability_map(
+                pack.name, list(pack.capabilities), services, sourced=sourced
+            )
         return self._cap_map
+
+    # -- tools that appear at run time (tool sources: MCP servers...) ------------------------
+
+    def _tool_sources(self) -> dict[str, tuple[str, Any]]:
+        """capability -> (source name, source); sources are created (not started) once."""
+        if self._sources is None:
+            sources: dict[str, tuple[str, Any]] = {}
+            for name in self._plugins.names("tool_source"):
+                try:
+                    source = self._plugins.create("tool_source", name, self._plugin_options(name))
+                except Exception as exc:
+                    logger.warning("tool source %r failed to start: %s", name, exc)
+                    continue
+                self._owned.append(source)
+                for cap in source.capabilities():
+                    sources.setdefault(cap, (name, source))
+            self._sources = sources
+        return self._sources
+
+    async def load_capability_tools(self) -> None:
+        """Bring the tools of the capabilities the active role pack declares and a tool source
+        serves (``mcp:<server>``...) up to date: started on first use, listed again before
+        every turn.  A source that fails costs only its capability: its tools disappear, the
+        reason is in ``capability_map().unavailable``."""
+        sources = self._tool_sources()
+        declared = [c for c in self._role_pack.active.capabilities if c in sources]
+        changed = False
+        for cap in declared:
+            name, source = sources[cap]
+            try:
+                tools = {t.name: t for t in await source.tools(cap)}
+                failure = None
+            except Exception as exc:
+                tools, failure = {}, f"{name} could not provide it: {exc}"
+            if failure != self._source_failures.get(cap):
+                changed = True
+                if failure is None:
+                    self._source_failures.pop(cap, None)
+                else:
+                    logger.warning("%s", failure)
+                    self._source_failures[cap] = failure
+            old = self._source_tools.get(cap, {})
+            for tool_name, tool in old.items():
+                if tools.get(tool_name) is not tool and self._tools.get(tool_name) is tool:
+                    self._tools.unregister(tool_name)
+            for tool_name, tool in tools.items():
+                if self._tools.get(tool_name) is tool:
+                    continue
+                if tool_name in self._tools and old.get(tool_name) is None:
+                    logger.warning("tool %r of %s is shadowed by an existing tool", tool_name, name)
+                    continue
+                self._tools.register(tool, owner=name, replace=True)
+            self._source_tools[cap] = tools
+        if changed:
+            self._cap_map = None
 
     def _visible_specs(self, asks_exhausted: bool = False) -> builtins.list[ToolSpec]:
         """The tool schemas sent to the model (computed once per tool set and role pack)."""
@@ -884,7 +947,7 @@ class Agent:
         key = (
             self._role_pack.active.name,
             strategy,
-            len(self._tools),
+            self._tools.version,
             asks_exhausted,
             self._plan_asked,
         )
@@ -1096,6 +1159,7 @@ class Agent:
         self._busy = True
         self.duplicate_interceptor.reset()
         self._plan_asked = self._asks_for_plan(text)
+        await self.load_capability_tools()
         record = self._new_record(text)
         self._turn = record
         async for chunk in self._drive(record):
@@ -1239,6 +1303,7 @@ class Agent:
         A check answering ``Ask`` runs the call only with ``approve=True``; otherwise the result
         says approval is needed (``needs_approval``)."""
         self._start()
+        await self.load_capability_tools()
         raw = args if isinstance(args, str) else json.dumps(dict(args or {}), ensure_ascii=False)
         record = self._new_record(f"[direct tool call] {name}")
         record.duplicates = DuplicateCallInterceptor(self.options.duplicate_call_threshold)

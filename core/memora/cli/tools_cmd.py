@@ -106,7 +106,9 @@ async def _agent(
         session_store="memory",
         **extra,
     )
-    return await start_agent(agent, role_pack)
+    await start_agent(agent, role_pack)
+    await agent.load_capability_tools()  # tools of MCP servers and other tool sources
+    return agent
 
 
 def _service_of(agent: Any, privileged: Any) -> str | None:

@@ -297,6 +297,8 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._owners: dict[str, str] = {}
+        self.version = 0
+        """Changes whenever a tool is registered or removed (caches of schemas key on it)."""
         self.executor: Callable[..., Awaitable[Any]] | None = None
         """Set by the Agent: runs a call through its gates (``Agent.call_tool``)."""
 
@@ -326,10 +328,12 @@ class ToolRegistry:
             )
         self._tools[t.name] = t
         self._owners[t.name] = owner
+        self.version += 1
         return t
 
     def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self.version += 1
         self._owners.pop(name, None)
 
     def get(self, name: str) -> Tool | None:

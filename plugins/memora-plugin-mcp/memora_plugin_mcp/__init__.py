@@ -1,11 +1,40 @@
 """memora plugin for the Model Context Protocol, on the official ``mcp`` SDK.
 
-- ``memora mcp serve`` (:mod:`memora_plugin_mcp.server`): a project's memory, read-only, for
-  any MCP client.
+- **client** (:mod:`memora_plugin_mcp.client`): the tools of MCP servers configured under
+  ``plugins.mcp.servers`` become agent tools under the capability ``mcp:<server>``.
+- **server** (:mod:`memora_plugin_mcp.server`): ``memora mcp serve`` exposes a project's memory
+  read-only.
 
-The entry point registers nothing at discovery: the SDK is imported only by the command.
+The entry point only registers a factory: the SDK is imported when a server is first used.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+from memora import hookimpl
+from memora.plugins import checked_factory
+
+if TYPE_CHECKING:
+    from .client import McpToolSource
+
+__all__ = ["McpToolSource", "register_tool_sources"]
+
+OPTIONS = frozenset(["allow", "servers", "timeout"])
+
+
+def _load() -> type[McpToolSource]:
+    from .client import McpToolSource
+
+    return McpToolSource
+
+
+def __getattr__(name: str) -> Any:
+    if name == "McpToolSource":
+        return _load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@hookimpl
+def register_tool_sources(register: Any) -> None:
+    register("mcp", checked_factory("mcp", OPTIONS, _load))
