@@ -167,3 +167,27 @@ def test_args_that_are_not_json_are_refused(bad: str) -> None:
 def test_malformed_pairs_are_refused(pair: str) -> None:
     with pytest.raises(MemoraError, match="expected KEY=VALUE"):
         parse_call_args(None, [pair])
+
+
+def test_role_pack_list_finds_project_and_extra_packs(project: Path) -> None:
+    r = memora(["init", ".", "--role-pack", "helper"], project)
+    assert r.returncode == 0, r.stderr
+    r = memora(["role-pack", "list", "--json", "--role-pack-dir", "packs"], project)
+    assert r.returncode == 0, r.stderr
+    packs = {p["name"]: p for p in json.loads(r.stdout)["role_packs"]}
+    assert {"helper", "coder", "plain", "memora-default"} <= set(packs)
+    assert packs["coder"]["strategy"]["toolReadonly"] == "readonly"
+    assert packs["memora-default"]["builtin"] and not packs["helper"]["builtin"]
+
+
+def test_memory_export_and_import_round_trip_without_a_terminal(project: Path) -> None:
+    lines = "".join(
+        json.dumps({"content": f"记忆 {i}", "source": "manual", "id": f"m{i}"}) + "\n"
+        for i in range(1500)
+    )
+    (project / "in.jsonl").write_text(lines, encoding="utf-8")
+    r = memora(["memory", "import", "in.jsonl"], project)
+    assert r.returncode == 0 and "imported 1500 new" in r.stdout, r.stderr
+    assert "\x1b[" not in r.stderr  # no progress bar drawn into a pipe
+    r = memora(["memory", "export"], project)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1500

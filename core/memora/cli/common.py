@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -142,3 +144,18 @@ async def start_agent(agent: Any, role_pack: str | None) -> Any:
             context={"role_pack": role_pack},
         )
     return agent
+
+
+@contextlib.contextmanager
+def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for long work (a spinner when ``total`` is unknown); nothing
+    when stderr is not a terminal, so pipes and logs stay clean.  Yields ``advance(n)``."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

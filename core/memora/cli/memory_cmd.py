@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .common import StorageTarget, store_options
+from .common import StorageTarget, progress, store_options
 from .main import cli, emit_json
 
 T = TypeVar("T")
@@ -133,12 +133,14 @@ def export_cmd(where: StorageTarget, output: Path | None) -> None:
 
     async def work(store: Any) -> list[Any]:
         out, offset = [], 0
-        while True:
-            page = await store.list(limit=1000, offset=offset)
-            out.extend(page)
-            if len(page) < 1000:
-                return out
-            offset += 1000
+        with progress("exporting", await store.count()) as advance:
+            while True:
+                page = await store.list(limit=1000, offset=offset)
+                out.extend(page)
+                advance(len(page))
+                if len(page) < 1000:
+                    return out
+                offset += 1000
 
     records = _run(where, work, read_only=True)
     lines = [
@@ -169,63 +171,74 @@ def export_cmd(where: StorageTarget, output: Path | None) -> None:
 @store_options
 def import_cmd(file: Path, where: StorageTarget) -> None:
     """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is bad."""
-    from ..errors import MemoraError
-    from ..memory.storage import check_new
     from ..memory.types import NewMemory
 
     raw = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
     items: list[NewMemory] = []
     # JSONL lines end at "\n" only: str.splitlines() would also split inside content holding
     # U+2028, U+2029 or U+0085, which an export writes as they are
-    for n, chunk in enumerate(raw.split(b"\n"), 1):
-        try:
-            line = chunk.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise click.ClickException(
-                f"{file} line {n}: not UTF-8 (byte {exc.start + 1}); nothing was imported"
-            ) from exc
-        line = line.removesuffix("\r")
-        if n == 1:
-            line = line.removeprefix("\ufeff")
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            if not isinstance(data.get("content"), str):
-                raise ValueError('"content" (a string) is required')
-            items.append(
-                NewMemory(
-                    content=data["content"],
-                    source=str(data.get("source", "unknown")),
-                    name=str(data.get("name", "")),
-                    summary_type=data.get("summary_type"),
-                    session_id=data.get("session_id"),
-                    round_id=data.get("round_id"),
-                    id=data.get("id"),
-                    created_at=float(data["created_at"])
-                    if data.get("created_at") is not None
-                    else None,
-                    superseded_by=data.get("superseded_by"),
-                    meta=dict(data.get("meta") or {}),
-                )
-            )
-            created = items[-1].created_at
-            if created is not None and not math.isfinite(created):
-                raise ValueError('"created_at" must be a finite number')
-            check_new(items[-1])  # lone surrogates, NULs, size: refused here, naming the line
-        except (ValueError, TypeError, MemoraError) as exc:
-            why = exc.message if isinstance(exc, MemoraError) else str(exc)
-            raise click.ClickException(f"{file} line {n}: {why}; nothing was imported") from exc
+    chunks = raw.split(b"\n")
+    with progress("checking", len(chunks)) as advance:
+        for n, chunk in enumerate(chunks, 1):
+            advance(1)
+            _parse_line(file, n, chunk, items)
 
     async def work(store: Any) -> int:
         before = await store.count()
-        await store.add_many(items)
+        with progress(f"writing {len(items)} memories", None):
+            await store.add_many(items)
         return int(await store.count()) - int(before)
 
     added = _run(where, work)
     click.echo(f"imported {added} new memories ({len(items) - added} already present)")
+
+
+def _parse_line(file: Path, n: int, chunk: bytes, items: list[Any]) -> None:
+    """One JSONL line of an import, checked (a bad line stops the import before any write)."""
+    from ..errors import MemoraError
+    from ..memory.storage import check_new
+    from ..memory.types import NewMemory
+
+    try:
+        line = chunk.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(
+            f"{file} line {n}: not UTF-8 (byte {exc.start + 1}); nothing was imported"
+        ) from exc
+    line = line.removesuffix("\r")
+    if n == 1:
+        line = line.removeprefix("\ufeff")
+    if not line.strip():
+        return
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if not isinstance(data.get("content"), str):
+            raise ValueError('"content" (a string) is required')
+        items.append(
+            NewMemory(
+                content=data["content"],
+                source=str(data.get("source", "unknown")),
+                name=str(data.get("name", "")),
+                summary_type=data.get("summary_type"),
+                session_id=data.get("session_id"),
+                round_id=data.get("round_id"),
+                id=data.get("id"),
+                created_at=float(data["created_at"])
+                if data.get("created_at") is not None
+                else None,
+                superseded_by=data.get("superseded_by"),
+                meta=dict(data.get("meta") or {}),
+            )
+        )
+        created = items[-1].created_at
+        if created is not None and not math.isfinite(created):
+            raise ValueError('"created_at" must be a finite number')
+        check_new(items[-1])  # lone surrogates, NULs, size: refused here, naming the line
+    except (ValueError, TypeError, MemoraError) as exc:
+        why = exc.message if isinstance(exc, MemoraError) else str(exc)
+        raise click.ClickException(f"{file} line {n}: {why}; nothing was imported") from exc
 
 
 @cli.group("sessions")

@@ -160,3 +160,40 @@ def new_cmd(name: str, directory: Path) -> None:
         encoding="utf-8",
     )
     click.echo(f"created {target}")
+
+
+@role_pack_group.command("list")
+@click.option("--project", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
+@click.option(
+    "--config-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The user config folder (default: $MEMORA_HOME, else ~/.config/memora).",
+)
+@click.option(
+    "--role-pack-dir",
+    "role_pack_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Extra folder of role packs (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def list_cmd(
+    project: Path, config_dir: Path | None, role_pack_dirs: tuple[Path, ...], as_json: bool
+) -> None:
+    """The role packs an Agent here would find (user config, extra folders, the project's
+    .memora/role-packs, built-in), with author and strategy chips."""
+    from ..role_pack.manager import RolePackManager
+    from ..settings import user_config_dir
+
+    manager = RolePackManager(
+        user_config_dir(config_dir), pack_roots=list(role_pack_dirs), project_path=project.resolve()
+    )
+    metas = manager.list_meta()
+    if as_json:
+        emit_json({"role_packs": [m.to_dict() for m in metas]})
+        return
+    for m in metas:
+        chips = ", ".join(f"{k}={v}" for k, v in m.strategy.items() if v is not None)
+        origin = "built-in" if m.builtin else m.path
+        click.echo(f"{m.name}  {m.description or ''}\n    {origin}\n    {chips}")
