@@ -162,3 +162,89 @@ def test_tools_list_shows_mcp_tools_with_their_capability(setup: dict[str, Any])
     assert rows["mcp_calc_add"]["capability"] == "mcp:calc"
     assert rows["mcp_calc_add"]["plugin"] == "mcp"
     assert "mcp:broken" in report["unavailable"]
+
+
+HTTP_SERVER = """
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("web")
+
+
+@server.tool(description="Echo a text back, upper-cased.")
+def shout(text: str) -> str:
+    return text.upper()
+
+
+server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Any:
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "web_server.py"
+    script.write_text(HTTP_SERVER, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+async def test_a_streamable_http_server_behind_the_address_policy(
+    setup: dict[str, Any], http_server: str
+) -> None:
+    folder = setup["config"] / "role-packs" / "web"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "name": "web",
+                "formatVersion": "1.0.0",
+                "capabilities": [{"capability": "mcp:web"}],
+                "strategy": {"reflect": {"summary": "off"}},
+            }
+        ),
+        encoding="utf-8",
+    )
+
+    async def run(options: dict[str, Any]) -> Any:
+        provider = ScriptedProvider([tool_call(("mcp_web_shout", {"text": "hi"})), text("ok")])
+        async with Agent(
+            project_path=setup["project"],
+            data_dir=setup["tmp"] / f"data-web-{len(options)}",
+            config_dir=setup["config"],
+            active_role_pack="web",
+            provider=provider,
+            load_entrypoints=True,
+            plugin_options={"mcp": options},
+        ) as agent:
+            chunks = [c async for c in agent.chat("shout")]
+            return agent.capability_map().unavailable, chunks, provider
+
+    servers = {"web": {"url": http_server}}
+    # loopback is refused unless the user allows it
+    unavailable, _, provider = await run({"servers": servers})
+    assert "mcp:web" in unavailable and "127.0.0.1" in unavailable["mcp:web"]
+    assert "mcp_web_shout" not in {t.name for t in provider.requests[0].tools}
+    unavailable, chunks, provider = await run({"servers": servers, "allow": ["127.0.0.0/8"]})
+    assert unavailable == {}
+    (result,) = [c for c in chunks if c.type == "tool_result"]
+    assert result.ok
+    assert [m.content for m in provider.requests[1].messages if m.role == "tool"] == ["HI"]
