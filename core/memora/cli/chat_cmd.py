@@ -22,7 +22,15 @@ from typing import Any
 import click
 
 from ..errors import MemoraError
-from .common import data_dir_for, location_options, start_agent, storage_option
+from .common import (
+    agent_arguments,
+    data_dir_for,
+    location_options,
+    provider_options,
+    role_pack_options,
+    start_agent,
+    storage_option,
+)
 from .main import cli
 from .run_cmd import choose_provider
 
@@ -284,23 +292,10 @@ def _input_with_history(history: Path) -> Any:
 
 
 @cli.command("chat")
-@click.option(
-    "--provider", default=None, help="Provider plugin name (default: the configured one)."
-)
-@click.option(
-    "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
-)
-@click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")
+@provider_options
 @location_options
 @storage_option
-@click.option("--role-pack", default=None, help="Active role pack name.")
-@click.option(
-    "--role-pack-dir",
-    "role_pack_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Extra folder of role packs (repeatable).",
-)
+@role_pack_options
 @click.option("--session", default=None, help="Session id (default: the most recent one).")
 def chat_cmd(
     provider: str | None,
@@ -322,15 +317,9 @@ def chat_cmd(
 
     project = project.resolve()
     name, options = choose_provider(provider, base_url, model)
-    explicit: dict[str, Any] = {}
-    if name is not None:
-        explicit["provider"] = name
-    if options:
-        explicit["provider_options"] = options
-    if storage is not None:
-        explicit["storage"] = storage
-    if role_pack is not None:  # unset, the project config's active_role_pack applies
-        explicit["active_role_pack"] = role_pack
+    explicit = agent_arguments(
+        provider=name, provider_options=options, storage=storage, role_pack=role_pack
+    )
     console = Console(highlight=False)
     ask = _input_with_history(user_config_dir(config_dir) / "chat_history")
     runner = asyncio.Runner()

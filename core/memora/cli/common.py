@@ -159,3 +159,49 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def provider_options(fn: F) -> F:
+    """--provider, --base-url and --model."""
+    fn = click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")(fn)
+    fn = click.option(
+        "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
+    )(fn)
+    return click.option(
+        "--provider",
+        default=None,
+        help="Provider plugin name (default: the configured one, else llamacpp, the embedded model).",
+    )(fn)
+
+
+def role_pack_options(fn: F) -> F:
+    """--role-pack and --role-pack-dir."""
+    fn = click.option(
+        "--role-pack-dir",
+        "role_pack_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Extra folder of role packs (repeatable).",
+    )(fn)
+    return click.option("--role-pack", default=None, help="Active role pack name.")(fn)
+
+
+def agent_arguments(
+    *,
+    provider: str | None = None,
+    provider_options: dict[str, Any] | None = None,
+    storage: str | None = None,
+    role_pack: str | None = None,
+) -> dict[str, Any]:
+    """Agent keyword arguments for the flags that were given: an unset flag must not override
+    the configuration (an explicit ``None`` would)."""
+    explicit: dict[str, Any] = {}
+    if provider is not None:
+        explicit["provider"] = provider
+    if provider_options:
+        explicit["provider_options"] = provider_options
+    if storage is not None:
+        explicit["storage"] = storage
+    if role_pack is not None:
+        explicit["active_role_pack"] = role_pack
+    return explicit

@@ -13,7 +13,15 @@ from typing import Any
 import click
 
 from ..errors import MemoraError
-from .common import data_dir_for, location_options, start_agent, storage_option
+from .common import (
+    agent_arguments,
+    data_dir_for,
+    location_options,
+    provider_options,
+    role_pack_options,
+    start_agent,
+    storage_option,
+)
 from .main import cli
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
@@ -54,15 +62,9 @@ async def _run(
     from ..chunks import AgentChunk
 
     override = None if tools else {"act": {"toolMode": "block"}}
-    explicit: dict[str, Any] = {}
-    if provider is not None:
-        explicit["provider"] = provider
-    if provider_options:
-        explicit["provider_options"] = provider_options
-    if storage is not None:
-        explicit["storage"] = storage
-    if role_pack is not None:  # unset, the project config's active_role_pack applies
-        explicit["active_role_pack"] = role_pack
+    explicit = agent_arguments(
+        provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
+    )
     agent = Agent(
         project_path=project,
         data_dir=data_dir,
@@ -175,23 +177,10 @@ def _emit(chunk: Any, events: str) -> None:
     show_default=True,
     help="jsonl: every chunk as one JSON line on stdout, nothing else.",
 )
-@click.option(
-    "--provider", default=None, help="Provider plugin name (default: llamacpp, the embedded model)."
-)
-@click.option(
-    "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
-)
-@click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")
+@provider_options
 @location_options
 @storage_option
-@click.option("--role-pack", default=None, help="Active role pack name.")
-@click.option(
-    "--role-pack-dir",
-    "role_pack_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Extra folder of role packs (repeatable).",
-)
+@role_pack_options
 @click.option("--session", default=None, help="Session id (default: the most recent one).")
 @click.option(
     "--tools/--no-tools", default=True, show_default=True, help="Expose tools to the model."

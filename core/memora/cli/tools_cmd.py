@@ -13,27 +13,17 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
-from .common import data_dir_for, location_options, start_agent, storage_option
+from .common import (
+    agent_arguments,
+    data_dir_for,
+    location_options,
+    role_pack_options,
+    start_agent,
+    storage_option,
+)
 from .main import cli
 
 EXIT_OK, EXIT_FAILED, EXIT_NEEDS_APPROVAL = 0, 1, 3
-
-role_pack_options = [
-    click.option("--role-pack", default=None, help="Active role pack name."),
-    click.option(
-        "--role-pack-dir",
-        "role_pack_dirs",
-        multiple=True,
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Extra folder of role packs (repeatable).",
-    ),
-]
-
-
-def _with_role_pack_options(fn: Any) -> Any:
-    for option in reversed(role_pack_options):
-        fn = option(fn)
-    return fn
 
 
 def parse_call_args(args_json: str | None, pairs: Sequence[str] = ()) -> dict[str, Any]:
@@ -94,9 +84,7 @@ async def _agent(
 ) -> Any:
     from ..agent import Agent
 
-    extra: dict[str, Any] = {"storage": storage} if storage else {}
-    if role_pack is not None:  # unset, the project config's active_role_pack applies
-        extra["active_role_pack"] = role_pack
+    extra = agent_arguments(storage=storage, role_pack=role_pack)
     agent = Agent(
         project_path=project,
         data_dir=data_dir_for(project, data_dir),
@@ -136,7 +124,7 @@ def tools_group() -> None:
 @tools_group.command("list")
 @location_options
 @storage_option
-@_with_role_pack_options
+@role_pack_options
 @click.option("--all", "show_all", is_flag=True, help="Also list tools the role pack hides.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(
@@ -226,7 +214,7 @@ def list_cmd(
 @click.option("--yes", is_flag=True, help="Approve the call when a check asks for approval.")
 @location_options
 @storage_option
-@_with_role_pack_options
+@role_pack_options
 def call_cmd(
     name: str,
     args_json: str | None,
