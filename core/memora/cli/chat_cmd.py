@@ -9,7 +9,6 @@ across runs, and the most recent session is resumed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import signal
@@ -310,6 +309,8 @@ def chat_cmd(
     session: str | None,
 ) -> None:
     """Talk to memora in the terminal; the most recent session is resumed."""
+    import asyncio
+
     from rich.console import Console
 
     from ..agent import Agent
@@ -368,6 +369,9 @@ def chat_cmd(
 
 async def _turn(agent: Any, ui: ChatUI, line: str) -> None:
     """One turn; Ctrl-C stops it (``agent.abort()``), not the program."""
+
+    import asyncio
+
     loop = asyncio.get_running_loop()
     installed = False
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

@@ -3,7 +3,6 @@ the loop's gates — for plugin authors and for debugging."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -139,6 +138,8 @@ def list_cmd(
 ) -> None:
     """The tools the model would see for the active (or given) role pack, with each tool's
     plugin and capability."""
+    import asyncio
+
     project = project.resolve()
 
     async def run() -> dict[str, Any]:
@@ -231,6 +232,8 @@ def call_cmd(
 
     Exit 0 when the tool succeeded, 1 when it failed or was refused, 3 when a check asks for
     approval (run again with --yes)."""
+    import asyncio
+
     args = parse_call_args(args_json, pairs)
     project = project.resolve()
 

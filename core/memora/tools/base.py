@@ -73,7 +73,9 @@ def format_validation_error(name: str, exc: ValidationError) -> str:
 class Tool:
     name: str
     description: str
-    args_model: type[BaseModel]
+    args_model: type[BaseModel] | Callable[[], type[BaseModel]]
+    """The pydantic model of the arguments, or a zero-argument callable building it on first
+    use (the ``tool`` decorator defers it: building ~25 models costs start-up time)."""
     handler: Handler
     idempotency: Idempotency = "non-idempotent"
     writes: bool = False
@@ -90,12 +92,22 @@ class Tool:
     """The tool keeps the plan (``task_table_update``): with ``act.multiStepReasoning = manual``
     it is visible only when the user asked for a plan (or one exists)."""
     _schema: dict[str, Any] | None = field(default=None, repr=False)
+    _model: type[BaseModel] | None = field(default=None, repr=False)
     _spec: ToolSpec | None = field(default=None, repr=False)
+
+    def model(self) -> type[BaseModel]:
+        """The arguments' pydantic model (built on first use when deferred)."""
+        built = self._model
+        if built is None:
+            given = self.args_model
+            built = given if isinstance(given, type) else given()
+            self._model = built
+        return built
 
     @property
     def parameters(self) -> dict[str, Any]:
         if self._schema is None:
-            schema = self.args_model.model_json_schema()
+            schema = self.model().model_json_schema()
             schema.pop("title", None)
             for prop in schema.get("properties", {}).values():
                 if isinstance(prop, dict):
@@ -127,7 +139,7 @@ class Tool:
                 ToolErrorCode.INVALID_ARGS, f"arguments for {self.name} must be a JSON object"
             )
         try:
-            model = self.args_model.model_validate(data)
+            model = self.model().model_validate(data)
         except ValidationError as exc:
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
@@ -138,7 +150,7 @@ class Tool:
     async def invoke(self, ctx: Any, args: Mapping[str, Any]) -> ToolOutput:
         """Run the handler with validated ``args`` (JSON data, turned back into typed values)."""
         try:
-            model = self.args_model.model_validate(dict(args))
+            model = self.model().model_validate(dict(args))
         except ValidationError as exc:
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
@@ -208,9 +220,16 @@ def tool(
             annotation = hints.get(p.name, Any)
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (annotation, default)
-        model = create_model(
-            f"{func.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        def model() -> type[BaseModel]:
+            try:
+                return create_model(
+                    f"{func.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
+                )
+            except Exception as exc:
+                raise TypeError(
+                    f"tool {func.__name__}: its parameters cannot be validated: {exc}"
+                ) from exc
+
         doc = description or inspect.cleandoc(func.__doc__ or "").strip()
         if not doc:
             raise TypeError(f"tool {func.__name__} needs a description (a docstring)")
