@@ -22,7 +22,7 @@ def _fields(template: str) -> set[str]:
 class Messages(BaseModel):
     """UI and prompt strings.  Defaults are English."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     aborted_by_user: str = "Stopped by the user."
     aborted_by_timeout: str = "Stopped: the model stopped responding."

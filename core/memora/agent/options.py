@@ -17,7 +17,7 @@ __all__ = ["AgentOptions", "TeamConfig"]
 class TeamConfig(BaseModel):
     """A team of role packs: the ``leader`` (the chair of its meetings) and its ``members``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     leader: str = Field(min_length=1)
     members: list[str] = Field(min_length=1)
@@ -40,7 +40,7 @@ class TeamConfig(BaseModel):
 class AgentOptions(BaseModel):
     """Everything an :class:`~memora.agent.Agent` is built from.  Unknown options are errors."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     project_path: Path
     data_dir: Path
