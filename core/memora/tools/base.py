@@ -220,6 +220,7 @@ def tool(
             annotation = hints.get(p.name, Any)
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (annotation, default)
+
         def model() -> type[BaseModel]:
             try:
                 return create_model(
