@@ -449,7 +449,7 @@ async def test_context_window_truncation(make_agent: Any) -> None:
     assert "message 11" in last[-1].content
     # enable_context_summary: the notice carries a digest of what was dropped
     note = next(m.content for m in last if m.role == "system" and "context truncated" in m.content)
-    assert "message 0" in note and "lorem" in note.lower()
+    assert "earlier requests): message" in note and "lorem" in note.lower()
 
 
 async def test_soft_limit_wrapup(make_agent: Any) -> None:

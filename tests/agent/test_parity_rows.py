@@ -211,3 +211,23 @@ def test_library_code_never_prints() -> None:
                 ):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+async def test_the_history_budget_leaves_room_for_the_tool_schemas(make_agent: Any) -> None:
+    """A small model's window holds the tools too: every request (history + schemas + the
+    output reserve) fits, as the local model's hard limit requires."""
+    from memora.agent.context_window import estimate_spec_tokens, estimate_tokens
+
+    provider = ScriptedProvider(default=text("ok"), context_window=8192)
+    agent = await make_agent(provider)
+    for i in range(24):
+        await collect(agent.chat(f"message {i} " + "lorem ipsum dolor " * 60))
+    reserve = agent.effective_max_tokens() or 1024
+    trimmed = False
+    for request in provider.requests:
+        used = sum(estimate_tokens(m) for m in request.messages)
+        schemas = estimate_spec_tokens(request.tools)
+        assert schemas > 1000  # the resident tools are a large part of a small window
+        assert used + schemas + reserve <= 8192, (used, schemas)
+        trimmed = trimmed or any("context truncated" in m.content for m in request.messages)
+    assert trimmed

@@ -201,3 +201,20 @@ def test_cli_run_against_llama_server(llama_server: str, tmp_path: Path) -> None
     )
     assert proc.returncode == 1
     assert json.loads(proc.stdout.splitlines()[-1])["type"] == "error"
+
+
+async def test_embedded_provider_fits_an_overlong_history_into_its_window() -> None:
+    """memora's token counts are estimates; the model's window is a hard limit: the provider
+    drops the oldest history until the request fits, instead of failing the turn."""
+    p = LlamaCppProvider(n_ctx=1024)
+    filler = "lorem ipsum dolor sit amet " * 60
+    history = [Message.system("You are brief.")]
+    for i in range(8):
+        history += [Message.user(f"note {i}: {filler}"), Message.assistant("noted")]
+    history.append(Message.user("Say hello."))
+    try:
+        out = [d async for d in p.stream(LLMRequest(history, max_tokens=16))]
+    finally:
+        await p.aclose()
+    assert any(isinstance(d, TextDelta) for d in out)
+    assert isinstance(out[-1], UsageDelta) and out[-1].usage.input_tokens < 1024

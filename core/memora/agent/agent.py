@@ -52,7 +52,7 @@ from ..tools.process import BackgroundTasks, child_environment
 from ..tools.task_table import PlanItem, TaskTable
 from ..tools.works import WorksRegistry
 from ..tracing import combine_tracers
-from .context_window import ContextWindow
+from .context_window import ContextWindow, estimate_spec_tokens
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions, TeamConfig
 from .record import (
@@ -265,7 +265,7 @@ class Agent:
         self._plan_asked = False
         self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
-        self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec]] | None = None
+        self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec], int] | None = None
         self._sources: dict[str, tuple[str, Any]] | None = None
         """capability -> (tool source name, source), from the ``tool_source`` plugins."""
         self._source_failures: dict[str, str] = {}
@@ -959,8 +959,24 @@ class Agent:
                 and self._tool_visible(t)
                 and not (t.pauses and asks_exhausted)
             ]
-            self._visible_cache = (key, specs)
+            cost = estimate_spec_tokens(specs)
+            window = self._effective_window()
+            if specs and cost > window // 2:
+                logger.warning(
+                    "the %d tool schemas take about %d tokens, more than half of the %d-token "
+                    "context window; expose fewer tools (resident_tools) for this model",
+                    len(specs),
+                    cost,
+                    window,
+                )
+            self._visible_cache = (key, specs, cost)
         return self._visible_cache[1]
+
+    def _spec_tokens(self, asks_exhausted: bool = False) -> int:
+        """The context-window cost of the tool schemas sent (computed with them, once)."""
+        self._visible_specs(asks_exhausted)
+        assert self._visible_cache is not None
+        return self._visible_cache[2]
 
     def _turn_deps(self, record: TurnRecord) -> TurnDeps:
         """What the turn engine sees of the Agent (built once per turn or resumption)."""
@@ -990,6 +1006,7 @@ class Agent:
             tool_context=base,
             visible=self._tool_visible,
             specs=self._visible_specs,
+            spec_tokens=self._spec_tokens,
             system_prompt=self._system_prompt,
             prompt_for=self._prompt_for,
             plan_section=self._plan_section,

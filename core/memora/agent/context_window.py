@@ -16,12 +16,12 @@ import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..llm.types import Message, clean_message, clean_text
+from ..llm.types import Message, ToolSpec, clean_message, clean_text
 
 if TYPE_CHECKING:
     from ..messages import Messages
 
-__all__ = ["ContextWindow", "estimate_tokens", "trim_history"]
+__all__ = ["ContextWindow", "estimate_spec_tokens", "estimate_tokens", "trim_history"]
 
 logger = logging.getLogger("memora.agent")
 
@@ -39,6 +39,18 @@ def estimate_tokens(m: Message) -> int:
         text += c.name + c.arguments
     cjk = len(_CJK.findall(text)) if not text.isascii() else 0
     return 4 + cjk + (len(text) - cjk + 3) // 4
+
+
+def estimate_spec_tokens(specs: Sequence[ToolSpec]) -> int:
+    """What the tool schemas of a request cost in the context window (they are sent with
+    every request, so the history budget must leave room for them)."""
+    import json
+
+    total = 0
+    for spec in specs:
+        text = spec.name + spec.description + json.dumps(spec.parameters, ensure_ascii=False)
+        total += 10 + (len(text) + 2) // 3  # JSON is dense: ~3 characters a token
+    return total
 
 
 def trim_history(history: Sequence[Message], costs: Sequence[int], budget: int) -> int:
@@ -167,8 +179,11 @@ class ContextWindow:
         budget = window - reserve - estimate_tokens(Message.system(prompt))
         if section:
             budget -= estimate_tokens(Message.system(section))
-        if self._total > budget:
-            self._trim(max(budget - 200, 0))
+        for _ in range(3):  # the trim notice takes room too: trim again if it does not fit
+            room = budget - (estimate_tokens(Message.system(self._note)) if self._note else 0)
+            if self._total <= room:
+                break
+            self._trim(max(room - 200, 0))
         if not self._wire or prompt != self._prompt or section != self._section:
             # a persona or skill holding a lone surrogate must not make every request fail
             head = [Message.system(clean_text(prompt))]

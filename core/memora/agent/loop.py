@@ -168,6 +168,8 @@ class TurnDeps:
     visible: Callable[[Tool], bool]
     specs: Callable[[bool], list[ToolSpec]]
     """The tool schemas to send (argument: the question limit is reached)."""
+    spec_tokens: Callable[[bool], int]
+    """What those schemas cost in the context window."""
     system_prompt: Callable[[], str]
     prompt_for: Callable[[str], str]
     """The system prompt of a team member (meetings)."""
@@ -469,13 +471,15 @@ class TurnEngine:
         deps, record = self.deps, self.record
         rid = record.round_id
         window = deps.window
+        asks_exhausted = record.questions_asked >= deps.strategy.ask_limit
         if messages is not None:
             request_messages = messages
         else:
             prompt = deps.system_prompt()
-            request_messages = window.wire(
-                prompt, deps.window_tokens, deps.output_reserve, deps.plan_section()
-            )
+            # the tool schemas go with every request: the history gets what they leave, and
+            # 10% stays free for the estimates' error (a local model's window is a hard limit)
+            room = deps.window_tokens * 9 // 10 - (deps.spec_tokens(asks_exhausted) if tools else 0)
+            request_messages = window.wire(prompt, room, deps.output_reserve, deps.plan_section())
             if not record.soft_limit_sent and window.near_soft_limit(
                 prompt, deps.window_tokens, deps.output_reserve
             ):
@@ -485,7 +489,7 @@ class TurnEngine:
                 self._append(Message.user(deps.messages.soft_limit_wrapup))
         request = LLMRequest(
             messages=request_messages,
-            tools=deps.specs(record.questions_asked >= deps.strategy.ask_limit) if tools else [],
+            tools=deps.specs(asks_exhausted) if tools else [],
             temperature=deps.strategy.temperature,
             max_tokens=deps.max_tokens,
             history_key=deps.history_key if messages is None else None,

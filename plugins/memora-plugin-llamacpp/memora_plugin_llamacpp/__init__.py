@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -156,10 +157,27 @@ class LlamaCppProvider:
 
         def worker() -> None:
             try:
-                for chunk in self._generate(llm, request):
-                    if stop.is_set():
+                attempt = request
+                while True:
+                    sent = False
+                    try:
+                        for chunk in self._generate(llm, attempt):
+                            if stop.is_set():
+                                break
+                            sent = True
+                            loop.call_soon_threadsafe(queue.put_nowait, chunk)
                         break
-                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+                    except ValueError as exc:
+                        # the model's window is a hard limit and memora's token counts are
+                        # estimates (tool schemas rendered by the chat format cost more than
+                        # their JSON): drop the oldest history until the request fits
+                        shorter = None if sent else _drop_oldest(attempt.messages)
+                        if "exceed context window" not in str(exc) or shorter is None:
+                            raise
+                        logger.info(
+                            "request over the %d-token window: oldest message dropped", self.n_ctx
+                        )
+                        attempt = replace(attempt, messages=shorter)
             except BaseException as exc:
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
             finally:
@@ -244,3 +262,15 @@ def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("llamacpp", _factory)
+
+
+def _drop_oldest(messages: list[Any]) -> list[Any] | None:
+    """``messages`` without their oldest non-system message (and the tool results that answer
+    it), or ``None`` when only the last message would be left."""
+    first = next((i for i, m in enumerate(messages) if m.role != "system"), None)
+    if first is None or len(messages) - first <= 1:
+        return None
+    end = first + 1
+    while end < len(messages) - 1 and messages[end].role == "tool":
+        end += 1
+    return [*messages[:first], *messages[end:]]
