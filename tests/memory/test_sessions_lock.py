@@ -165,6 +165,8 @@ async def test_hostile_session_meta_is_a_clear_error_and_listing_survives(
     store = JsonlSessionStore(tmp_path)
     good = await store.create(title="fine")
     bad = await store.create()
+    for s in (good, bad):  # a session reaches the disk with its first turn
+        await store.append_round(s.id, RoundRecord("r0", "q", "a"))
     (tmp_path / "sessions" / bad.id / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(MemoraError) as info:
         await store.get(bad.id)
@@ -184,3 +186,36 @@ async def test_hostile_index_cache_is_rebuilt(tmp_path: Path) -> None:
         json.dumps({log.name: {"size": log.stat().st_size, "rounds": "many", "last_ended": 1}})
     )
     assert (await store.get(s.id)).round_count == 1
+
+
+async def test_a_new_session_reaches_the_disk_with_its_first_turn(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(title="plans")
+    folder = tmp_path / "sessions" / s.id
+    # nothing written yet, but this store knows the session
+    assert not folder.exists()
+    assert await store.exists(s.id)
+    assert (await store.get(s.id)).title == "plans"
+    assert [i.id for i in await store.list()] == [s.id]
+    assert await store.messages(s.id) == [] and await store.rounds(s.id) == []
+    with pytest.raises(MemoraError, match="already exists"):
+        await store.create(session_id=s.id)
+    # another process does not see an empty session ...
+    assert not await JsonlSessionStore(tmp_path).exists(s.id)
+    await store.append_turn(s.id, [{"role": "user", "content": "q"}], RoundRecord("r0", "q", "a"))
+    # ... and sees it, with what the host set, from its first turn on
+    other = JsonlSessionStore(tmp_path)
+    info = await other.get(s.id)
+    assert (info.title, info.round_count, info.created_at) == ("plans", 1, s.created_at)
+    assert await other.messages(s.id) == [{"role": "user", "content": "q"}]
+    assert [i.id for i in await store.list()] == [s.id]  # listed once
+
+
+async def test_archiving_or_forking_an_empty_session_works(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(title="empty")
+    assert (await store.archive(s.id)).archived
+    assert (await JsonlSessionStore(tmp_path).get(s.id)).archived  # written by the archive
+    t = await store.create()
+    fork, rounds = await store.fork(t.id)
+    assert rounds == 0 and (await store.get(fork.id)).parent_id == t.id

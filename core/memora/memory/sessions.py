@@ -13,6 +13,11 @@ A finished turn is **one** append: its history messages and its round in a singl
 ``fsync`` (:meth:`JsonlSessionStore.append_turn`), so a killed process loses at most the turn
 that was running, and never half of one.  A torn last line left by a crash is skipped on read.
 
+A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
+keeps it in memory and the first append writes ``meta.json`` and the log line in the same worker
+hop.  A process killed before that first turn loses the empty session, nothing else; another
+process sees the session from its first turn on.
+
 ``meta.json`` holds only what a host sets (title, parent, fork point, archived).  What follows
 from the log — ``round_count``, ``updated_at``, the default title — is derived from it, never
 read-modify-written beside it, so it cannot drift from what is on disk; ``index.json`` caches the
@@ -39,7 +44,7 @@ from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
-from ..security.state import ensure_state_dir, open_state_file
+from ..security.state import check_state_path, ensure_state_dir, open_state_file
 
 __all__ = [
     "InMemorySessionStore",
@@ -244,6 +249,8 @@ class JsonlSessionStore:
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / "sessions"
         self._locks: dict[str, asyncio.Lock] = {}
+        self._unwritten: dict[str, SessionInfo] = {}
+        """Sessions created here whose ``meta.json`` the first append writes."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -267,7 +274,7 @@ class JsonlSessionStore:
 
     def _existing(self, session_id: str) -> Path:
         folder = self._dir(session_id)
-        if not self._is_session(folder):
+        if session_id not in self._unwritten and not self._is_session(folder):
             raise MemoraError(
                 ErrorCode.NOT_FOUND,
                 f"no session {session_id!r}",
@@ -281,6 +288,9 @@ class JsonlSessionStore:
     def _read_meta(self, session_id: str) -> SessionInfo:
         """meta.json plus what is derived from the log (round count, last update, title)."""
         folder = self._dir(session_id)
+        unwritten = self._unwritten.get(session_id)
+        if unwritten is not None:
+            return SessionInfo(**asdict(unwritten))
         path = folder / "meta.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -330,8 +340,14 @@ class JsonlSessionStore:
             json.dumps(doc, ensure_ascii=False, indent=1),
             durable=durable,
         )
+        self._unwritten.pop(info.id, None)
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
+        unwritten = self._unwritten.get(session_id)
+        if unwritten is not None:
+            # the session's first append: its meta.json first (atomic, not fsynced — the log's
+            # fsync below is what makes the turn durable, and a log alone is a session)
+            self._write_meta(unwritten, durable=False)
         folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = b"".join(_line_bytes(line) for line in lines)
@@ -370,28 +386,34 @@ class JsonlSessionStore:
     async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
         sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         folder = self._dir(sid)
-        if (folder / "meta.json").exists():
+        if session_id is not None:  # a host's id: refuse a planted link now, not at the first turn
+            check_state_path(folder / "meta.json", self.root.parent)
+        if sid in self._unwritten or (folder / "meta.json").exists():
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()
         info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
-        # atomic (a killed process leaves the old file or the new one) but not fsynced: a new,
-        # empty session is not worth a disk flush; its first turn's append is
-        await asyncio.to_thread(self._write_meta, info, durable=False)
-        return info
+        # nothing on disk yet: the first append writes meta.json with the turn (an empty
+        # session is not worth a file, a folder and a worker hop)
+        self._unwritten[sid] = info
+        return SessionInfo(**asdict(info))
 
     async def get(self, session_id: str) -> SessionInfo:
+        if session_id in self._unwritten:
+            return self._read_meta(session_id)
         return await asyncio.to_thread(self._read_meta, session_id)
 
     async def exists(self, session_id: str) -> bool:
-        return self._is_session(self._dir(session_id))
+        folder = self._dir(session_id)
+        return session_id in self._unwritten or self._is_session(folder)
 
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
         def work() -> builtins.list[SessionInfo]:
+            infos = [SessionInfo(**asdict(i)) for i in builtins.list(self._unwritten.values())]
+            seen = {i.id for i in infos}
             if not self.root.is_dir():
-                return []
-            infos = []
+                return infos
             for folder in self.root.iterdir():
-                if self._is_session(folder):
+                if folder.name not in seen and self._is_session(folder):
                     try:
                         info = self._read_meta(folder.name)
                     except MemoraError as exc:
@@ -412,6 +434,8 @@ class JsonlSessionStore:
             await asyncio.to_thread(self._append, session_id, lines)
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        if session_id in self._unwritten:
+            return []
         lines = await asyncio.to_thread(self._lines, session_id)
         return [
             {k: v for k, v in line.items() if k != "kind"}
@@ -432,6 +456,8 @@ class JsonlSessionStore:
             await asyncio.to_thread(self._append, session_id, lines)
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
+        if session_id in self._unwritten:
+            return []
         lines = await asyncio.to_thread(self._lines, session_id)
         out = []
         for line in lines:
