@@ -60,6 +60,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
         "resident_tools",
         "retry_attempts",
         "retry_base_delay",
+        "summary_verbatim_tokens",
     }
 )
 """Agent options a config file may set under ``"options"``.  Options that widen what the agent

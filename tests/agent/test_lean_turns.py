@@ -32,7 +32,7 @@ SUMMARY_ON = {"reflect": {"summary": "on"}}
 async def test_done_does_not_wait_for_the_round_summary(make_agent: Any) -> None:
     slow_summary = ScriptedResponse([TextDelta("TYPE: fact\nthe user said hi")], delay=1.5)
     provider = ScriptedProvider([text("hello"), slow_summary])
-    agent = await make_agent(provider, strategy=SUMMARY_ON)
+    agent = await make_agent(provider, strategy=SUMMARY_ON, summary_verbatim_tokens=0)
     added: list[Any] = []
     agent.events.on(MemoryAdded, added.append)
     started = time.monotonic()
@@ -49,13 +49,51 @@ async def test_a_failed_summary_is_an_event_and_close_waits(make_agent: Any) -> 
 
     broken = ScriptedResponse([], error=ProviderError("summary model down", category="unknown"))
     provider = ScriptedProvider([text("hello"), broken])
-    agent = await make_agent(provider, strategy=SUMMARY_ON, retry_attempts=1)
+    agent = await make_agent(
+        provider, strategy=SUMMARY_ON, retry_attempts=1, summary_verbatim_tokens=0
+    )
     failed: list[Any] = []
     agent.events.on(ArchiveFailed, failed.append)
     chunks = await collect(agent.chat("hi"))
     assert chunks[-1].type == "done"
     await agent.close()  # waits for the summary task, which fails quietly
     assert failed and "summary model down" in failed[0].error
+
+
+async def test_a_short_round_is_stored_as_said_without_a_model_call(make_agent: Any) -> None:
+    long_answer = "The migration plan has three stages. " * 20
+    provider = ScriptedProvider(
+        [text("SQLite, in WAL mode."), text(long_answer), text("TYPE: decision\nThree stages.")]
+    )
+    agent = await make_agent(provider, strategy=SUMMARY_ON)
+    added: list[Any] = []
+    agent.events.on(MemoryAdded, added.append)
+    await collect(agent.chat("Which database do we use?"))
+    await agent.idle()
+    assert len(provider.requests) == 1  # the answer only: no summary call for a short round
+    (hit,) = await agent.memory.search("WAL")
+    assert hit.record.summary_type == "general"
+    assert "Which database do we use?" in hit.record.content
+    assert "SQLite, in WAL mode." in hit.record.content
+    # a round longer than the summary would be is summarised by the model
+    await collect(agent.chat("And the migration?"))
+    await agent.idle()
+    assert len(provider.requests) == 3
+    assert [a.summary_type for a in added] == ["general", "decision"]
+
+
+async def test_short_chinese_rounds_count_by_characters(make_agent: Any) -> None:
+    provider = ScriptedProvider(
+        [text("好的，我们使用 SQLite 数据库。"), text("数据库" * 60), text("TYPE: fact\n很长。")]
+    )
+    agent = await make_agent(provider, strategy=SUMMARY_ON, summary_verbatim_tokens=50)
+    await collect(agent.chat("我们用什么数据库？"))
+    await agent.idle()
+    assert len(provider.requests) == 1
+    assert (await agent.memory.search("数据库"))[0].record.content.endswith("SQLite 数据库。")
+    await collect(agent.chat("详细说说"))  # 180 CJK characters: over 50 tokens
+    await agent.idle()
+    assert len(provider.requests) == 3
 
 
 async def test_one_append_per_turn(make_agent: Any, tmp_path: Path) -> None:

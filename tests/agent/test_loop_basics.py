@@ -22,7 +22,9 @@ async def test_plain_turn_chunks_persistence_and_summary(make_agent: Any) -> Non
     provider = ScriptedProvider(
         [text("Hello there, friend.", chunks=3), text("TYPE: fact\nThe user greeted.")]
     )
-    agent = await make_agent(provider, strategy={"reflect": {"summary": "on"}})
+    agent = await make_agent(
+        provider, strategy={"reflect": {"summary": "on"}}, summary_verbatim_tokens=0
+    )
     added: list[MemoryAdded] = []
     agent.events.on(MemoryAdded, added.append)
     chunks = await collect(agent.chat("hi"))

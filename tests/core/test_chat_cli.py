@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from memora.config import strip_json_comments
+
 pexpect = pytest.importorskip("pexpect")
 
 
@@ -156,6 +158,11 @@ def test_init_then_chat_tools_questions_stop_and_resume(
         timeout=60,
     )
     assert again.returncode == 1 and "does not overwrite" in again.stderr
+    # /memory below finds the summary the model wrote: summarise even this short round
+    config_path = project / ".memora" / "config.json"
+    config = json.loads(strip_json_comments(config_path.read_text(encoding="utf-8")))
+    config.setdefault("options", {})["summary_verbatim_tokens"] = 0
+    config_path.write_text(json.dumps(config), encoding="utf-8")
 
     child = _chat(project, url, env)
     found = re.search(r"session \S*?(\d{8}-\d{6}-[0-9a-f]+)", child.before)

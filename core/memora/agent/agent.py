@@ -1104,6 +1104,7 @@ class Agent:
                 tool_notes=tool_notes,
                 focus=self._role_pack.strategy.summary_focus,
                 messages=self.messages,
+                verbatim_tokens=self.options.summary_verbatim_tokens,
             )
         except Exception as exc:
             logger.warning("round summary for %s failed: %s", state.round_id, exc)

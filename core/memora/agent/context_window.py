@@ -12,11 +12,10 @@ token each, other text as one token per four characters, plus a small per-messag
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..llm.types import Message, ToolSpec, clean_message, clean_text
+from ..llm.types import Message, ToolSpec, clean_message, clean_text, estimate_text_tokens
 
 if TYPE_CHECKING:
     from ..messages import Messages
@@ -25,7 +24,6 @@ __all__ = ["ContextWindow", "estimate_spec_tokens", "estimate_tokens", "trim_his
 
 logger = logging.getLogger("memora.agent")
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _DIGESTS_KEPT = 6
 
 
@@ -37,8 +35,7 @@ def estimate_tokens(m: Message) -> int:
     text = m.content
     for c in m.tool_calls:
         text += c.name + c.arguments
-    cjk = len(_CJK.findall(text)) if not text.isascii() else 0
-    return 4 + cjk + (len(text) - cjk + 3) // 4
+    return 4 + estimate_text_tokens(text)
 
 
 def estimate_spec_tokens(specs: Sequence[ToolSpec]) -> int:

@@ -91,6 +91,10 @@ class AgentOptions(BaseModel):
     archive_mode: Literal["full", "manual"] = "full"
     """full: write a round summary after every round; manual: only when the host calls
     ``agent.memory.write_round_summary``."""
+    summary_verbatim_tokens: int = Field(default=100, ge=0)
+    """A round whose transcript is at most this many tokens (estimated: a CJK character is one,
+    other text four characters a token) is stored in memory as it was said, without the summary's
+    model call — five short sentences would be no shorter.  0: summarise every round."""
     disabled_skills: list[str] = Field(default_factory=list)
     file_consistency_check: bool = False
     """Refuse write_file/edit_file on a file changed on disk since the model last read it.

@@ -7,6 +7,7 @@ translation per message object because messages are immutable once appended to h
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -23,6 +24,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageDelta",
+    "estimate_text_tokens",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -64,6 +66,16 @@ class Message:
     @staticmethod
     def tool(tool_call_id: str, name: str, content: str) -> Message:
         return Message("tool", content, tool_call_id=tool_call_id, name=name)
+
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Tokens ``text`` takes, estimated without a tokenizer: a CJK character is one token,
+    other text one token per four characters."""
+    cjk = len(_CJK.findall(text)) if not text.isascii() else 0
+    return cjk + (len(text) - cjk + 3) // 4
 
 
 def clean_text(text: str) -> str:

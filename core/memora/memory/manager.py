@@ -79,8 +79,12 @@ class MemoryManager:
         tool_notes: Sequence[str] = (),
         focus: str | None = None,
         messages: Messages | None = None,
+        verbatim_tokens: int = 0,
     ) -> MemoryRecord | None:
-        """Summarise a finished round with ``provider`` and store it (``None`` when empty)."""
+        """Summarise a finished round with ``provider`` and store it (``None`` when empty).
+
+        A round of at most ``verbatim_tokens`` tokens (estimated) is stored as it was said,
+        without calling ``provider`` (0: always summarise)."""
         summary_type, text = await summarize_round(
             provider,
             user=user,
@@ -88,6 +92,7 @@ class MemoryManager:
             tool_notes=tool_notes,
             focus=focus,
             messages=messages,
+            verbatim_tokens=verbatim_tokens,
         )
         if not text:
             return None

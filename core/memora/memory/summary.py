@@ -2,6 +2,10 @@
 
 The model is asked for a first line ``TYPE: <label>`` and the summary below it; a model that
 ignores the format still yields a summary (labelled ``general``).
+
+A round shorter than ``verbatim_tokens`` (estimated) is stored as it was said — the labelled
+transcript, type ``general`` — without a model call: the summary asked for (at most five short
+sentences) would be no shorter, and keyword recall finds the exact words.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from ..llm.provider import Provider, complete_text
-from ..llm.types import LLMRequest, Message
+from ..llm.types import LLMRequest, Message, estimate_text_tokens
 from ..messages import Messages
 
 __all__ = ["SUMMARY_TYPES", "parse_summary", "summarize_round"]
@@ -54,9 +58,16 @@ async def summarize_round(
     focus: str | None = None,
     messages: Messages | None = None,
     max_tokens: int = 300,
+    verbatim_tokens: int = 0,
 ) -> tuple[str, str]:
-    """Ask ``provider`` for a summary of one round; returns ``(summary_type, text)``."""
+    """Ask ``provider`` for a summary of one round; returns ``(summary_type, text)``.
+
+    A transcript of at most ``verbatim_tokens`` tokens is returned as it is (type ``general``),
+    without calling the provider."""
     msgs = messages or Messages()
+    transcript = _transcript(user, assistant, tool_notes, msgs)
+    if estimate_text_tokens(transcript) <= verbatim_tokens:
+        return "general", transcript
     lens = f" Focus on: {focus}." if focus else ""
     system = (
         msgs.render("summary_prompt", focus=lens)
@@ -65,7 +76,7 @@ async def summarize_round(
         + ", then the summary."
     )
     request = LLMRequest(
-        [Message.system(system), Message.user(_transcript(user, assistant, tool_notes, msgs))],
+        [Message.system(system), Message.user(transcript)],
         temperature=0.2,
         max_tokens=max_tokens,
     )
