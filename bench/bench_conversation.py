@@ -5,7 +5,8 @@ A conversation is a new session and one user message that asks for K tool steps:
 ``bench_tool`` K times, then answers (K + 1 LLM calls).  The bare loop does the same requests with
 the same tool schemas and reads every response to its end (so httpx2 keeps one connection).
 memora's CPU includes everything it does for the conversation — session files, the round
-summary (an extra LLM call, written after ``done``) — measured until the Agent is idle again.
+summary (written after ``done``: the round itself when it is short, as here, otherwise an extra
+LLM call, measured in its own row) — measured until the Agent is idle again.
 
 Also reported: TCP connections per conversation, and the wall time from the last text chunk to
 ``done``.  Targets: <= 1.3x at K=10, <= 1.6x at K=1, flat as K grows to 40; one connection.
@@ -122,6 +123,7 @@ def main() -> None:
         print("client CPU per LLM step; conversation = new session + K tool steps + an answer")
         for label, options in (
             ("documented defaults", {}),
+            ("a model summary every round", {"summary_verbatim_tokens": 0}),
             ("round summary off", {"archive_mode": "manual"}),
             ("host tool only", {"archive_mode": "manual", "resident_tools": []}),
             (

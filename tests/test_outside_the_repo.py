@@ -142,7 +142,7 @@ HOST = textwrap.dedent(
         ])
         async with Agent(
             project_path=project, data_dir=project / ".memora" / "data", provider=provider,
-            config_dir=config, active_role_pack="searcher",
+            config_dir=config, active_role_pack="searcher", summary_verbatim_tokens=0,
         ) as agent:
             chunks = [c async for c in agent.chat("Shout, search, then write the plan")]
             sent = sorted(s.name for s in provider.requests[0].tools)

@@ -103,11 +103,14 @@ async def test_one_append_per_turn(make_agent: Any, tmp_path: Path) -> None:
     await collect(agent.chat("second"))
     folder = tmp_path / "data" / "sessions" / agent.session_id
     (log,) = folder.glob("*.jsonl")
-    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
-    # turn 1: user, assistant(call), tool, assistant, round; turn 2: user, assistant, round
-    assert kinds == ["message"] * 4 + ["round"] + ["message"] * 2 + ["round"]
-    meta = json.loads((folder / "meta.json").read_text())
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [line["kind"] for line in lines]
+    # the session (written with its first turn); turn 1: user, assistant(call), tool,
+    # assistant, round; turn 2: user, assistant, round
+    assert kinds == ["session"] + ["message"] * 4 + ["round"] + ["message"] * 2 + ["round"]
+    meta = lines[0]
     assert "round_count" not in meta  # derived from the log, never written beside it
+    assert not (folder / "meta.json").exists()  # written only when a host changes the session
     info = await agent.sessions.store.get(agent.session_id)
     assert info.round_count == 2 and info.title == "first"
 

@@ -219,3 +219,27 @@ async def test_archiving_or_forking_an_empty_session_works(tmp_path: Path) -> No
     t = await store.create()
     fork, rounds = await store.fork(t.id)
     assert rounds == 0 and (await store.get(fork.id)).parent_id == t.id
+
+
+async def test_a_session_line_leads_the_log_and_meta_json_wins_after_a_change(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(title="first title")
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    folder = tmp_path / "sessions" / s.id
+    (log,) = folder.glob("*.jsonl")
+    head = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
+    assert head["kind"] == "session" and head["title"] == "first title"
+    assert not (folder / "meta.json").exists()
+    await store.archive(s.id)
+    assert (folder / "meta.json").exists()
+    info = await JsonlSessionStore(tmp_path).get(s.id)
+    assert info.archived and info.title == "first title" and info.round_count == 1
+    fork, rounds = await store.fork(s.id)
+    (fork_log,) = (tmp_path / "sessions" / fork.id).glob("*.jsonl")
+    kinds = [json.loads(x)["kind"] for x in fork_log.read_text(encoding="utf-8").splitlines()]
+    assert rounds == 1 and kinds == ["round"]  # the source's session line is not copied
+    assert (await store.get(fork.id)).parent_id == s.id

@@ -2,23 +2,26 @@
 
 Layout under the data directory::
 
-    sessions/<session_id>/meta.json          # title, parent, fork point, archived (atomic writes)
     sessions/<session_id>/<YYYY-MM-DD>.jsonl  # one JSON object per line, appended
+    sessions/<session_id>/meta.json          # what a host changed later (atomic writes)
 
 Each line is ``{"kind": "message", ...}`` (one LLM-history message) or ``{"kind": "round", ...}``
 (a finished round: the user message, the assistant answer and the process events — thoughts,
-tool calls and results, errors — so a host can replay a turn after a restart).
+tool calls and results, errors — so a host can replay a turn after a restart).  The first line
+of a session's first log is ``{"kind": "session", ...}``: its id, title, creation time, parent
+and fork point as created.
 
 A finished turn is **one** append: its history messages and its round in a single ``write`` +
 ``fsync`` (:meth:`JsonlSessionStore.append_turn`), so a killed process loses at most the turn
 that was running, and never half of one.  A torn last line left by a crash is skipped on read.
 
 A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
-keeps it in memory and the first append writes ``meta.json`` and the log line in the same worker
-hop.  A process killed before that first turn loses the empty session, nothing else; another
+keeps it in memory and the first append writes its ``session`` line with the turn's lines — one
+folder, one file, one ``write``, one ``fsync``.  A process killed before that first turn loses the empty session, nothing else; another
 process sees the session from its first turn on.
 
-``meta.json`` holds only what a host sets (title, parent, fork point, archived).  What follows
+``meta.json`` holds what a host set after that (title, parent, fork point, archived) and wins
+over the ``session`` line; forks write one.  What follows
 from the log — ``round_count``, ``updated_at``, the default title — is derived from it, never
 read-modify-written beside it, so it cannot drift from what is on disk; ``index.json`` caches the
 derivation (file sizes and counts) so a listing reads only bytes appended since.
@@ -196,6 +199,21 @@ def lines_until_round(
     return kept
 
 
+def _session_line(log: Path) -> dict[str, Any]:
+    """The ``session`` line a log starts with (its fields without ``kind``); for a log written
+    without one, the file's times."""
+    with log.open("rb") as fh:
+        first = fh.readline()
+    try:
+        item = json.loads(first)
+    except ValueError:
+        item = None
+    if isinstance(item, dict) and item.get("kind") == "session":
+        return {k: v for k, v in item.items() if k in _META_FIELDS}
+    created = log.stat().st_mtime
+    return {"id": log.parent.name, "created_at": created, "updated_at": created}
+
+
 def _valid_entry(entry: Any) -> bool:
     return (
         isinstance(entry, dict)
@@ -302,8 +320,8 @@ class JsonlSessionStore:
                     f"no session {session_id!r}",
                     context={"session_id": session_id},
                 ) from None
-            created = logs[0].stat().st_mtime
-            data = {"id": session_id, "created_at": created, "updated_at": created}
+            data = _session_line(logs[0])
+            path = logs[0]
         except ValueError as exc:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
         info = _meta_info(session_id, data, path)
@@ -345,24 +363,26 @@ class JsonlSessionStore:
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
         unwritten = self._unwritten.get(session_id)
         if unwritten is not None:
-            # the session's first append: its meta.json first (atomic, not fsynced — the log's
-            # fsync below is what makes the turn durable, and a log alone is a session)
-            self._write_meta(unwritten, durable=False)
-        folder = self._existing(session_id)
+            # the session's first append: the session line leads the turn's lines, in the same
+            # write and fsync (a meta.json beside it would cost a file and a rename more)
+            doc = {k: v for k, v in unwritten.to_dict().items() if k in _META_FIELDS}
+            lines = [{"kind": "session", **doc}, *lines]
+            ensure_state_dir(self._dir(session_id), self.root.parent)
+        folder = self._existing(session_id) if unwritten is None else self._dir(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = b"".join(_line_bytes(line) for line in lines)
-        fd = open_state_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.root.parent)
+        fd = open_state_file(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, self.root.parent)
         try:
             # a previous crash may have left a torn line without its newline: start on a new line
-            if os.fstat(fd).st_size:
-                with open(path, "rb") as fh:
-                    fh.seek(-1, os.SEEK_END)
-                    if fh.read(1) != b"\n":
-                        payload = b"\n" + payload
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                payload = b"\n" + payload
             os.write(fd, payload)
             os.fsync(fd)
         finally:
             os.close(fd)
+        if unwritten is not None:
+            self._unwritten.pop(session_id, None)
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
         folder = self._existing(session_id)
@@ -477,7 +497,11 @@ class JsonlSessionStore:
 
             def work() -> tuple[SessionInfo, int]:
                 source = self._read_meta(session_id)
-                kept = lines_until_round(self._lines(session_id), session_id, at_round_id)
+                kept = lines_until_round(
+                    (x for x in self._lines(session_id) if x.get("kind") != "session"),
+                    session_id,
+                    at_round_id,
+                )
                 rounds = sum(1 for line in kept if line.get("kind") == "round")
                 t = time.time()
                 new_id = f"{session_id[:100]}-fork-{uuid.uuid4().hex[:6]}"
