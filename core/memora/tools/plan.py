@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..chunks import QuestionSpec
 from .base import ControlSignal, ToolOutput, tool
@@ -22,6 +22,8 @@ __all__ = [
 
 
 class PlanItemArg(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not at import
+
     id: str = Field(min_length=1, max_length=64)
     description: str = Field(min_length=1, max_length=500)
     status: Literal["pending", "active", "done", "blocked"] = "pending"
@@ -30,6 +32,8 @@ class PlanItemArg(BaseModel):
 
 
 class QuestionArg(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     question: str = Field(min_length=1, max_length=1000)
     options: list[str] | None = Field(default=None, max_length=10)
     allow_custom: bool = Field(
