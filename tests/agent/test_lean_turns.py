@@ -236,6 +236,72 @@ async def test_resident_tools_choose_what_the_model_sees(make_agent: Any) -> Non
     assert [s.name for s in none.requests[0].tools] == ["host_tool"]
 
 
+async def test_the_prompt_names_only_the_tools_sent(make_agent: Any) -> None:
+    provider = ScriptedProvider([text("ok"), text("ok")])
+    agent = await make_agent(provider, resident_tools=["read_file"])
+    await collect(agent.chat("go"))
+    prompt = provider.requests[0].messages[0].content
+    assert "task_table_update" not in prompt and "ask_user" not in prompt
+    assert [s.name for s in provider.requests[0].tools] == ["read_file"]
+    await agent.close()
+    full = ScriptedProvider([text("ok")])
+    everything = await make_agent(full)
+    await collect(everything.chat("go"))
+    assert "task_table_update" in full.requests[0].messages[0].content
+
+
+async def test_tools_that_crowd_a_small_window_are_withheld(
+    make_agent: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A small local model: the 17 resident schemas would take most of a 4096-token window,
+    so the turn runs without tools (and says so) instead of overflowing."""
+    provider = ScriptedProvider(
+        [tool_call(("write_file", {"path": "x.txt", "content": "no"})), text("fine")],
+        context_window=4096,
+    )
+    agent = await make_agent(provider)
+    with caplog.at_level("WARNING", logger="memora.agent"):
+        chunks = await collect(agent.chat("hello"))
+    assert provider.requests[0].tools == []
+    assert agent.tools_withheld is not None and "resident_tools" in agent.tools_withheld
+    assert any("no tools are sent" in r.getMessage() for r in caplog.records)
+    prompt = provider.requests[0].messages[0].content
+    assert "No tools are available" in prompt and "task_table_update" not in prompt
+    # a call the model makes anyway is refused, not run
+    (result,) = [c for c in chunks if c.type == "tool_result"]
+    assert result.blocked  # type: ignore[union-attr]
+    assert not (agent.options.project_path / "x.txt").exists()
+    assert agent.exposed_tools() == []
+    # the host can still run a tool itself
+    listed = await agent.call_tool("list_dir", {})
+    assert listed.ok
+    await agent.close()
+    # with the tools a small model can use chosen, they are sent
+    small = ScriptedProvider([text("ok")], context_window=4096)
+    chosen = await make_agent(small, resident_tools=["read_file"])
+    await collect(chosen.chat("hello"))
+    assert [s.name for s in small.requests[0].tools] == ["read_file"]
+    assert chosen.tools_withheld is None
+
+
+async def test_a_provider_whose_model_uses_no_tools_gets_none(
+    make_agent: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class TinyModel(ScriptedProvider):
+        supports_tools = False
+
+    provider = TinyModel([text("hello")])
+    agent = await make_agent(provider)
+    with caplog.at_level("INFO", logger="memora.agent"):
+        await collect(agent.chat("hi"))
+    assert provider.requests[0].tools == []
+    assert "does not use tools" in (agent.tools_withheld or "")
+    assert not any(r.levelname == "WARNING" for r in caplog.records)
+    assert "No tools are available" in provider.requests[0].messages[0].content
+    agent.set_provider(ScriptedProvider([text("again")]))  # another model: tools again
+    assert agent.tools_withheld is None and agent.exposed_tools()
+
+
 async def test_unknown_resident_tool_is_an_error(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()

@@ -218,3 +218,25 @@ async def test_embedded_provider_fits_an_overlong_history_into_its_window() -> N
         await p.aclose()
     assert any(isinstance(d, TextDelta) for d in out)
     assert isinstance(out[-1], UsageDelta) and out[-1].usage.input_tokens < 1024
+
+
+def test_embedded_model_answers_without_tools_by_default(tmp_path: Path) -> None:
+    """`memora init` + `memora run` on the bundled model: no tool schemas fill its window, the
+    turn answers (it used to overflow the 4096-token window and fail)."""
+    made = _memora(["init", str(tmp_path)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    proc = _memora(["run", "Say hello.", "--events", "jsonl", "--project", str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[-1]["type"] == "done" and any(x["type"] == "text" for x in lines)
+    assert not any(x["type"] in ("tool_start", "tool_result") for x in lines)
+    assert "warning" not in proc.stderr  # the provider says so: nothing to warn about
+
+
+async def test_embedded_provider_says_whether_its_model_uses_tools() -> None:
+    from memora_plugin_llamacpp import _factory
+
+    assert LlamaCppProvider().supports_tools is False  # the bundled 135M model
+    assert LlamaCppProvider(tools=True).supports_tools is True
+    with pytest.raises(ValueError, match="tools must be true or false"):
+        _factory({"tools": "yes"})

@@ -265,7 +265,9 @@ class Agent:
         self._plan_asked = False
         self._plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
         self._cap_map: CapabilityMap | None = None
-        self._visible_cache: tuple[tuple[Any, ...], list[ToolSpec], int] | None = None
+        self._visible_cache: (
+            tuple[tuple[Any, ...], list[ToolSpec], int, str | None, frozenset[str]] | None
+        ) = None
         self._sources: dict[str, tuple[str, Any]] | None = None
         """capability -> (tool source name, source), from the ``tool_source`` plugins."""
         self._source_failures: dict[str, str] = {}
@@ -770,7 +772,11 @@ class Agent:
                     item.id,
                     item.member,
                 )
-        return self._role_pack.system_prompt()
+        # the prompt names only the tools the request carries (none for a small model whose
+        # window they do not fit, only the chosen ones with resident_tools)
+        self._visible_specs()
+        assert self._visible_cache is not None
+        return self._role_pack.system_prompt(tools=self._visible_cache[4])
 
     def _asks_for_plan(self, text: str) -> bool:
         """``multiStepReasoning: manual``: does this request ask for a plan?"""
@@ -944,12 +950,14 @@ class Agent:
     def _visible_specs(self, asks_exhausted: bool = False) -> builtins.list[ToolSpec]:
         """The tool schemas sent to the model (computed once per tool set and role pack)."""
         strategy = self._role_pack.strategy
+        provider = self.router.for_task("chat")
         key = (
             self._role_pack.active.name,
             strategy,
             self._tools.version,
             asks_exhausted,
             self._plan_asked,
+            id(provider),
         )
         if self._visible_cache is None or self._visible_cache[0] != key:
             specs = [
@@ -961,16 +969,32 @@ class Agent:
             ]
             cost = estimate_spec_tokens(specs)
             window = self._effective_window()
-            if specs and cost > window // 2:
-                logger.warning(
-                    "the %d tool schemas take about %d tokens, more than half of the %d-token "
-                    "context window; expose fewer tools (resident_tools) for this model",
-                    len(specs),
-                    cost,
-                    window,
+            withheld = None
+            if specs and getattr(provider, "supports_tools", True) is False:
+                withheld = f"the model of {provider.name} does not use tools: none are sent to it"
+                logger.info("%s", withheld)
+                specs, cost = [], 0
+            elif specs and cost > window // 2:
+                # a small model's window: the schemas alone would crowd out the conversation
+                # (and a hard window makes the request fail); the turn runs without tools
+                withheld = (
+                    f"the {len(specs)} tool schemas take about {cost} tokens, more than half of "
+                    f"the {window}-token context window: no tools are sent to this model; "
+                    "choose the ones it needs with the resident_tools option"
                 )
-            self._visible_cache = (key, specs, cost)
+                logger.warning("%s", withheld)
+                specs, cost = [], 0
+            self._visible_cache = (key, specs, cost, withheld, frozenset(s.name for s in specs))
         return self._visible_cache[1]
+
+    @property
+    def tools_withheld(self) -> str | None:
+        """Why no tool is sent to the model: its provider says it does not use tools
+        (``supports_tools = False``), or the tool schemas would take more than half of its
+        context window (a small local model); ``None`` when tools are sent."""
+        self._visible_specs()
+        assert self._visible_cache is not None
+        return self._visible_cache[3]
 
     def _spec_tokens(self, asks_exhausted: bool = False) -> int:
         """The context-window cost of the tool schemas sent (computed with them, once)."""
@@ -978,10 +1002,14 @@ class Agent:
         assert self._visible_cache is not None
         return self._visible_cache[2]
 
-    def _turn_deps(self, record: TurnRecord) -> TurnDeps:
-        """What the turn engine sees of the Agent (built once per turn or resumption)."""
+    def _turn_deps(self, record: TurnRecord, *, model_turn: bool = True) -> TurnDeps:
+        """What the turn engine sees of the Agent (built once per turn or resumption).  A model
+        turn whose tools do not fit the window runs as ``toolMode: block``; a host's own
+        ``call_tool`` (``model_turn=False``) is not affected."""
         opts = self.options
         strategy = self._role_pack.strategy
+        if model_turn and strategy.tool_mode != "block" and self.tools_withheld is not None:
+            strategy = dataclasses.replace(strategy, tool_mode="block")
         base = self._tool_context.derive(
             session_id=record.session_id,
             round_id=record.round_id,
@@ -1301,6 +1329,8 @@ class Agent:
         """The tools the model sees under the active role pack (flags, capability map,
         ``resident_tools``), in registration order."""
         self._need("tools")
+        if self.tools_withheld is not None:
+            return []
         return [
             t
             for name in self._tools.names()
@@ -1326,7 +1356,7 @@ class Agent:
         record = self._new_record(f"[direct tool call] {name}")
         record.duplicates = DuplicateCallInterceptor(self.options.duplicate_call_threshold)
         scratch = ContextWindow(self.messages, summarise=False)
-        deps = dataclasses.replace(self._turn_deps(record), window=scratch)
+        deps = dataclasses.replace(self._turn_deps(record, model_turn=False), window=scratch)
         engine = TurnEngine(deps, record)
         call = PendingCall(f"direct-{new_round_id()[2:]}", name, raw)
         self._busy = True

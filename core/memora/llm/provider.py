@@ -48,7 +48,10 @@ class ProviderError(MemoraError):
 
 @runtime_checkable
 class Provider(Protocol):
-    """What the agent loop needs from an LLM."""
+    """What the agent loop needs from an LLM.
+
+    A provider may also have a ``supports_tools`` attribute: ``False`` when its model cannot
+    use tools (a tiny local model), so the Agent sends none (absent means ``True``)."""
 
     @property
     def name(self) -> str:

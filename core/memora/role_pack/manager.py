@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -302,6 +302,7 @@ class RolePackManager:
         self._active: RolePack | None = None
         self._strategy: EffectiveStrategy | None = None
         self._prompt: str | None = None
+        self._prompt_for_tools: tuple[frozenset[str], str] | None = None
         self._skills: dict[str, Skill] | None = None
         self.edit_check: Callable[[str, str], bool] | None = None
         """The host's check after each edit (``id`` is ``rule:N`` or ``skill:NAME``,
@@ -364,6 +365,7 @@ class RolePackManager:
                 self.events.emit(RolePackSwitched(active.name, active.name, reloaded=True))
             else:
                 self._prompt = None
+                self._prompt_for_tools = None
                 self._skills = None
         return changed
 
@@ -584,6 +586,7 @@ class RolePackManager:
         self._active = pack
         self._strategy = strategy
         self._prompt = None
+        self._prompt_for_tools = None
         self._skills = None
         return pack
 
@@ -658,13 +661,27 @@ class RolePackManager:
             )
         return str(cache[name])
 
-    def system_prompt(self) -> str:
-        """Persona, rules, project rules, L1 skills and strategy instructions (cached)."""
-        if self._prompt is None:
-            self._prompt = build_system_prompt(
-                self.active, self.strategy, self.skills(), self.project_rules(), self.messages
+    def system_prompt(self, *, tools: frozenset[str] | None = None) -> str:
+        """Persona, rules, project rules, L1 skills and strategy instructions (cached).
+        ``tools``: the names of the tools sent with the request, when the host knows them —
+        the prompt then names only those (none: ``toolMode: block``'s instruction)."""
+        if tools is None:
+            if self._prompt is None:
+                self._prompt = build_system_prompt(
+                    self.active, self.strategy, self.skills(), self.project_rules(), self.messages
+                )
+            return self._prompt
+        if self._prompt_for_tools is None or self._prompt_for_tools[0] != tools:
+            prompt = build_system_prompt(
+                self.active,
+                self.strategy,
+                self.skills(),
+                self.project_rules(),
+                self.messages,
+                tools=tools,
             )
-        return self._prompt
+            self._prompt_for_tools = (tools, prompt)
+        return self._prompt_for_tools[1]
 
 
 def build_system_prompt(
@@ -673,8 +690,17 @@ def build_system_prompt(
     skills: Mapping[str, Skill],
     project_rules: Sequence[str],
     messages: Messages,
+    *,
+    tools: Collection[str] | None = None,
 ) -> str:
+    """The system prompt.  ``tools``: the names of the tools the request carries (``None``:
+    whatever the strategy exposes); instructions about a tool not sent are left out."""
     parts: list[str] = []
+
+    def sent(name: str) -> bool:
+        return tools is None or name in tools
+
+    blocked = strategy.tool_mode == "block" or (tools is not None and not tools)
     if pack.persona:
         parts.append(pack.persona)
     if pack.traits:
@@ -688,21 +714,20 @@ def build_system_prompt(
         parts.append(
             "# Project rules\n" + "\n".join(f"{i}. {r}" for i, r in enumerate(project_rules, 1))
         )
-    if skills and strategy.tool_mode != "block":
+    if skills and not blocked and sent("read_skill"):
         lines = [messages.skills_intro] + [f"- {s.name}: {s.description}" for s in skills.values()]
         parts.append("# Skills\n" + "\n".join(lines))
     guidance: list[str] = []
-    if strategy.tool_mode == "block":
+    if blocked:
         guidance.append(messages.no_tools_instruction)
     else:
         if strategy.tool_readonly:
             guidance.append(messages.readonly_instruction)
-        guidance.append(
-            messages.manual_plan_instruction
-            if strategy.multi_step_reasoning == "manual"
-            else messages.auto_plan_instruction
-        )
-        if strategy.asks_user:
+        if strategy.multi_step_reasoning == "manual":
+            guidance.append(messages.manual_plan_instruction)
+        elif sent("task_table_update"):
+            guidance.append(messages.auto_plan_instruction)
+        if strategy.asks_user and sent("ask_user"):
             situations = ", ".join(s.replace("_", " ") for s in strategy.ask_on)
             guidance.append(
                 messages.render(

@@ -74,8 +74,14 @@ class LlamaCppProvider:
         chat_format: str | None = None,
         seed: int = 0,
         cache_bytes: int = 512 << 20,
+        tools: bool | None = None,
     ) -> None:
         self.model_path = Path(model_path) if model_path else default_model_path()
+        self.supports_tools = (
+            tools if tools is not None else self.model_path.name != DEFAULT_MODEL_FILE
+        )
+        """Whether the Agent sends tools: by default not to the bundled 135M model, which
+        cannot drive them (and whose 4096-token window their schemas would fill)."""
         if not self.model_path.is_file():
             raise ProviderError(f"model file {self.model_path} does not exist")
         self.n_ctx = int(n_ctx)
@@ -244,7 +250,16 @@ class LlamaCppProvider:
                 llm.close()
 
 
-_OPTIONS = {"model_path", "n_ctx", "n_threads", "n_batch", "chat_format", "seed", "cache_bytes"}
+_OPTIONS = {
+    "model_path",
+    "n_ctx",
+    "n_threads",
+    "n_batch",
+    "chat_format",
+    "seed",
+    "cache_bytes",
+    "tools",
+}
 
 
 def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
@@ -254,6 +269,8 @@ def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
         raise ValueError(
             f"unknown llamacpp option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
         )
+    if opts.get("tools") is not None and not isinstance(opts["tools"], bool):
+        raise ValueError(f"llamacpp option tools must be true or false, not {opts['tools']!r}")
     if options.get("model") and not opts.get("model_path"):
         opts["model_path"] = options["model"]
     return LlamaCppProvider(**opts)
