@@ -7,6 +7,7 @@ translation per message object because messages are immutable once appended to h
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
@@ -68,13 +69,16 @@ class Message:
         return Message("tool", content, tool_call_id=tool_call_id, name=name)
 
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+@functools.cache
+def _cjk_re() -> re.Pattern[str]:
+    # compiled on first use (the first non-ASCII text), not at import
+    return re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def estimate_text_tokens(text: str) -> int:
     """Tokens ``text`` takes, estimated without a tokenizer: a CJK character is one token,
     other text one token per four characters."""
-    cjk = len(_CJK.findall(text)) if not text.isascii() else 0
+    cjk = len(_cjk_re().findall(text)) if not text.isascii() else 0
     return cjk + (len(text) - cjk + 3) // 4
 
 

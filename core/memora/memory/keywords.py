@@ -11,6 +11,7 @@ whichever backend stores them:
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -36,7 +37,13 @@ _CJK = (
     "\uac00-\ud7af"  # hangul
     "\U00020000-\U0002ffff"
 )
-_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")
+
+
+@functools.cache
+def _token_re() -> re.Pattern[str]:
+    # compiled on first use: the character classes cost ~4 ms to compile at import
+    return re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")
+
 
 _STOP_EN = frozenset(
     [
@@ -165,7 +172,7 @@ def _normalise(text: str) -> str:
 def _scan(text: str) -> list[tuple[str, str]]:
     """``(cjk_run, word)`` pairs; words are trimmed of ``_`` and dropped when nothing is left."""
     out = []
-    for cjk, word in _TOKEN.findall(_normalise(text)):
+    for cjk, word in _token_re().findall(_normalise(text)):
         if word:
             word = word.strip("_")
             if not word:
@@ -249,7 +256,7 @@ def extract_keywords(text: str, limit: int = 10) -> list[str]:
             first.setdefault(gram, pos)
             pos += 1
     # merge adjacent repeated bigrams into longer repeated phrases
-    for cjk, _ in _TOKEN.findall(norm):
+    for cjk, _ in _token_re().findall(norm):
         for size in (4, 3):
             for i in range(len(cjk) - size + 1):
                 phrase = cjk[i : i + size]
