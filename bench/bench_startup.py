@@ -1,0 +1,60 @@
+"""Start-up: wall time of fresh processes, median of several runs, next to a floor measured in
+the same run — a process that imports only what memora cannot do without (asyncio, logging,
+json and pydantic's BaseModel) — so the ratio, not the machine, is what to compare.
+
+Targets (issue #12): ``from memora import Agent`` < 150 ms, ``memora --help`` < 150 ms,
+``memora plugins`` < 400 ms.  Bytecode is written by a warm-up run first, as pip does at install.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+RUNS = 9
+
+CASES: dict[str, list[str]] = {
+    "python (empty)": [sys.executable, "-c", "pass"],
+    "floor: asyncio + pydantic": [
+        sys.executable,
+        "-c",
+        "import asyncio, logging, json; from pydantic import BaseModel, Field, TypeAdapter",
+    ],
+    "import memora": [sys.executable, "-c", "import memora"],
+    "from memora import Agent": [sys.executable, "-c", "from memora import Agent"],
+    "memora --help": [sys.executable, "-m", "memora", "--help"],
+    "memora plugins": [sys.executable, "-m", "memora", "plugins"],
+}
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for cmd in CASES.values():
+        wall(cmd, env)  # writes the bytecode caches
+    samples: dict[str, list[float]] = {name: [] for name in CASES}
+    for _ in range(RUNS):  # interleaved, so machine noise hits every case alike
+        for name, cmd in CASES.items():
+            samples[name].append(wall(cmd, env))
+    base = statistics.median(samples["python (empty)"])
+    floor = statistics.median(samples["floor: asyncio + pydantic"]) - base
+    print("wall time of a fresh process (median of %d); 'own' = minus the empty interpreter" % RUNS)
+    for name, values in samples.items():
+        total = statistics.median(values)
+        own = total - base
+        print(
+            f"  {name:28} {total * 1e3:7.1f} ms   own {own * 1e3:7.1f} ms"
+            f"   x floor {own / floor:5.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
