@@ -46,7 +46,7 @@ def main() -> None:
             samples[name].append(wall(cmd, env))
     base = statistics.median(samples["python (empty)"])
     floor = statistics.median(samples["floor: asyncio + pydantic"]) - base
-    print("wall time of a fresh process (median of %d); 'own' = minus the empty interpreter" % RUNS)
+    print(f"wall time of a fresh process (median of {RUNS}); 'own' = minus the empty interpreter")
     for name, values in samples.items():
         total = statistics.median(values)
         own = total - base

