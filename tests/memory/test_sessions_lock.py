@@ -243,3 +243,15 @@ async def test_a_session_line_leads_the_log_and_meta_json_wins_after_a_change(
     kinds = [json.loads(x)["kind"] for x in fork_log.read_text(encoding="utf-8").splitlines()]
     assert rounds == 1 and kinds == ["round"]  # the source's session line is not copied
     assert (await store.get(fork.id)).parent_id == s.id
+
+
+async def test_a_session_known_only_by_its_log_is_not_created_again(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(session_id="kept")
+    await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    (log,) = (tmp_path / "sessions" / "kept").glob("*.jsonl")
+    log.write_text(log.read_text(encoding="utf-8").split("\n", 1)[1])  # no session line either
+    other = JsonlSessionStore(tmp_path)
+    with pytest.raises(MemoraError, match="already exists"):
+        await other.create(session_id="kept")
+    assert (await other.get("kept")).round_count == 1

@@ -17,8 +17,8 @@ that was running, and never half of one.  A torn last line left by a crash is sk
 
 A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
 keeps it in memory and the first append writes its ``session`` line with the turn's lines — one
-folder, one file, one ``write``, one ``fsync``.  A process killed before that first turn loses the empty session, nothing else; another
-process sees the session from its first turn on.
+folder, one file, one ``write``, one ``fsync``.  A process killed before that first turn loses
+the empty session, nothing else; another process sees the session from its first turn on.
 
 ``meta.json`` holds what a host set after that (title, parent, fork point, archived) and wins
 over the ``session`` line; forks write one.  What follows
@@ -268,7 +268,8 @@ class JsonlSessionStore:
         self.root = Path(data_dir) / "sessions"
         self._locks: dict[str, asyncio.Lock] = {}
         self._unwritten: dict[str, SessionInfo] = {}
-        """Sessions created here whose ``meta.json`` the first append writes."""
+        """Sessions created here and not yet on disk: the first append writes their ``session``
+        line (and their folder)."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -408,7 +409,7 @@ class JsonlSessionStore:
         folder = self._dir(sid)
         if session_id is not None:  # a host's id: refuse a planted link now, not at the first turn
             check_state_path(folder / "meta.json", self.root.parent)
-        if sid in self._unwritten or (folder / "meta.json").exists():
+        if sid in self._unwritten or (folder.exists() and self._is_session(folder)):
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()
         info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
