@@ -671,7 +671,8 @@ class RolePackManager:
                     self.active, self.strategy, self.skills(), self.project_rules(), self.messages
                 )
             return self._prompt
-        if self._prompt_for_tools is None or self._prompt_for_tools[0] != tools:
+        cached = self._prompt_for_tools
+        if cached is None or (cached[0] is not tools and cached[0] != tools):
             prompt = build_system_prompt(
                 self.active,
                 self.strategy,
@@ -680,8 +681,8 @@ class RolePackManager:
                 self.messages,
                 tools=tools,
             )
-            self._prompt_for_tools = (tools, prompt)
-        return self._prompt_for_tools[1]
+            cached = self._prompt_for_tools = (tools, prompt)
+        return cached[1]
 
 
 def build_system_prompt(
