@@ -254,6 +254,8 @@ def test_chat_on_the_embedded_model(tmp_path: Path) -> None:
     child.expect("/help")
     child.sendline("Say hello in one short sentence.")
     child.expect(r"\d+ in · \d+ out · \d+ LLM call")
+    child.sendline("/tools")  # the bundled 135M model is sent no tools, and chat says why
+    child.expect("no tools: the model of llamacpp")
     child.sendline("/quit")
     child.expect(pexpect.EOF)
     child.close()

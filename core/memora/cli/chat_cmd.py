@@ -259,6 +259,8 @@ class ChatUI:
         elif name == "tools":
             for t in agent.exposed_tools():
                 out.print(f"{t.name}  [dim]{t.description.splitlines()[0]}[/dim]", highlight=False)
+            if agent.tools_withheld:
+                out.print(f"[dim](no tools: {agent.tools_withheld})[/dim]", highlight=False)
         else:
             out.print(f"[yellow]unknown command /{name}; /help lists them[/yellow]")
         return True
