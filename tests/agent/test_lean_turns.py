@@ -362,3 +362,46 @@ async def test_agent_command_environment_options(
     told = next(m.content for m in provider.requests[1].messages if m.role == "tool")
     assert "MY_TOOL_HOME=/opt/tool" in told and "FOO=bar" in told
     assert "s3cr3t" not in told
+
+
+async def test_team_members_prompts_name_only_the_tools_sent(
+    make_agent: Any, tmp_path: Path
+) -> None:
+    """A plan item assembled by a team member, and a meeting (whose requests carry no tools):
+    the member's prompt follows the tool set like the active pack's does."""
+    from .conftest import write_pack
+
+    write_pack(tmp_path / "config", "poet", {"reflect": {"summary": "off"}}, persona="POET.")
+    skill = tmp_path / "config" / "role-packs" / "poet" / "skills" / "rhyme"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: rhyme\ndescription: Rhyming help.\n---\nRhyme.", encoding="utf-8"
+    )
+    plan = {"items": [{"id": "1", "description": "write", "status": "active", "member": "poet"}]}
+    provider = ScriptedProvider([tool_call(("task_table_update", plan)), text("a poem")])
+    agent = await make_agent(
+        provider,
+        role_pack_teams={"leader": "test", "members": ["poet"]},
+        resident_tools=["task_table_update"],
+    )
+    await collect(agent.chat("team work"))
+    member_prompt = provider.requests[1].messages[0].content
+    assert "POET." in member_prompt
+    assert [s.name for s in provider.requests[1].tools] == ["task_table_update"]
+    assert "rhyme" not in member_prompt  # no read_skill sent: no skills list
+    assert "ask_user" not in member_prompt
+    await agent.close()
+
+    everything = ScriptedProvider([tool_call(("task_table_update", plan)), text("a poem")])
+    full = await make_agent(everything, role_pack_teams={"leader": "test", "members": ["poet"]})
+    await collect(full.chat("team work"))
+    assert "rhyme" in everything.requests[1].messages[0].content  # read_skill is sent here
+
+    meeting = ScriptedProvider([text("Rhyme it."), text("Agreed.")])
+    await full.close()
+    chair = await make_agent(meeting, role_pack_teams={"leader": "test", "members": ["poet"]})
+    await collect(chair.meeting("How?"))
+    for request in meeting.requests:
+        prompt = request.messages[0].content
+        assert not request.tools and "No tools are available" in prompt
+        assert "rhyme" not in prompt and "task_table_update" not in prompt

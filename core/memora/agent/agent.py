@@ -104,6 +104,8 @@ async def _maybe_await(result: Any) -> Any:
 
 
 _BUILTIN_TOOLS = "memora.default_plugins.tools"
+_NO_TOOLS: frozenset[str] = frozenset()
+"""The tool set of a request that carries none (a meeting's)."""
 
 
 def _hidden_resident(chosen: builtins.list[str] | None) -> frozenset[str]:
@@ -758,12 +760,17 @@ class Agent:
         return next((t for t in teams if t.leader == active), None)
 
     def _system_prompt(self) -> str:
+        # the prompt names only the tools the request carries (none for a small model whose
+        # window they do not fit, only the chosen ones with resident_tools)
+        self._visible_specs()
+        assert self._visible_cache is not None
+        tools = self._visible_cache[4]
         item = self._tool_context.task_table.active()
         if item is not None and item.member:
             team = self._team()
             if team is not None and item.member in (team.leader, *team.members):
                 if item.member != team.leader:
-                    return self._role_pack.system_prompt_for(item.member)
+                    return self._role_pack.system_prompt_for(item.member, tools=tools)
             elif (item.id, item.member) not in self._warned_members:
                 self._warned_members.add((item.id, item.member))
                 logger.warning(
@@ -772,11 +779,7 @@ class Agent:
                     item.id,
                     item.member,
                 )
-        # the prompt names only the tools the request carries (none for a small model whose
-        # window they do not fit, only the chosen ones with resident_tools)
-        self._visible_specs()
-        assert self._visible_cache is not None
-        return self._role_pack.system_prompt(tools=self._visible_cache[4])
+        return self._role_pack.system_prompt(tools=tools)
 
     def _asks_for_plan(self, text: str) -> bool:
         """``multiStepReasoning: manual``: does this request ask for a plan?"""
@@ -785,9 +788,11 @@ class Agent:
         return any(w in lowered for w in words)
 
     def _prompt_for(self, name: str) -> str:
+        """A meeting speaker's prompt: a meeting request carries no tools, so the prompt names
+        none (no skills list, no plan or question advice)."""
         if name == self._role_pack.active.name:
-            return self._role_pack.system_prompt()
-        return self._role_pack.system_prompt_for(name)
+            return self._role_pack.system_prompt(tools=_NO_TOOLS)
+        return self._role_pack.system_prompt_for(name, tools=_NO_TOOLS)
 
     async def meeting(
         self,

@@ -645,21 +645,26 @@ class RolePackManager:
                     logger.warning("project rules %s cannot be read: %s", path, exc)
         return rules
 
-    def system_prompt_for(self, name: str) -> str:
-        """The system prompt of another pack (a team member assembling a plan item), with this
-        manager's project rules and the member's own skills; the active pack is unchanged."""
-        cache = self.__dict__.setdefault("_member_prompts", {})
-        if name not in cache:
+    def system_prompt_for(self, name: str, *, tools: frozenset[str] | None = None) -> str:
+        """The system prompt of another pack (a team member assembling a plan item, or speaking
+        in a meeting), with this manager's project rules and the member's own skills; the
+        active pack is unchanged.  ``tools``: as for :meth:`system_prompt` — the names of the
+        tools the request carries (an empty set for a meeting, which sends none)."""
+        cache: dict[tuple[str, frozenset[str] | None], str] = self.__dict__.setdefault(
+            "_member_prompts", {}
+        )
+        key = (name, tools)
+        if key not in cache:
             pack = self.get(name)
             strategy, _ = resolve_strategy(pack.strategy_raw, self._override)
             global_skills = (
                 scan_skills(self._config_dir / "skills", "global") if self._config_dir else {}
             )
             skills = merge_skills(global_skills, pack.skills(), disabled=self._disabled)
-            cache[name] = build_system_prompt(
-                pack, strategy, skills, self.project_rules(), self.messages
+            cache[key] = build_system_prompt(
+                pack, strategy, skills, self.project_rules(), self.messages, tools=tools
             )
-        return str(cache[name])
+        return cache[key]
 
     def system_prompt(self, *, tools: frozenset[str] | None = None) -> str:
         """Persona, rules, project rules, L1 skills and strategy instructions (cached).
