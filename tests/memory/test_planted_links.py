@@ -97,6 +97,33 @@ async def test_session_folder_link_is_refused(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+async def test_a_sessions_folder_link_is_refused_at_the_first_turn(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sessions").symlink_to(elsewhere)
+    store = JsonlSessionStore(tmp_path / "data")
+    s = await store.create()
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        await store.append_round(s.id, RoundRecord("r0", "q", "a"))
+    assert list(elsewhere.iterdir()) == []
+
+
+async def test_a_link_planted_at_a_new_sessions_folder_is_refused(tmp_path: Path) -> None:
+    """Between create() and the first turn nothing is on disk; a link put at the session's
+    folder in that time is refused, not followed."""
+    store = JsonlSessionStore(tmp_path / "data")
+    first = await store.create()
+    await store.append_round(first.id, RoundRecord("r0", "q", "a"))  # sessions/ now checked
+    s = await store.create()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "data" / "sessions" / s.id).symlink_to(elsewhere)
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        await store.append_round(s.id, RoundRecord("r1", "q", "a"))
+    assert list(elsewhere.iterdir()) == []
+
+
 async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

@@ -134,6 +134,9 @@ def _day(ts: float) -> str:
 
 
 _INDEX = "index.json"
+_LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _META_FIELDS = ("id", "title", "created_at", "updated_at", "parent_id", "fork_round_id", "archived")
 
 
@@ -267,6 +270,8 @@ class JsonlSessionStore:
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / "sessions"
         self._locks: dict[str, asyncio.Lock] = {}
+        self._root_checked = False
+        """``sessions/`` was found (or made) a real folder, not a link."""
         self._unwritten: dict[str, SessionInfo] = {}
         """Sessions created here and not yet on disk: the first append writes their ``session``
         line (and their folder)."""
@@ -361,6 +366,29 @@ class JsonlSessionStore:
         )
         self._unwritten.pop(info.id, None)
 
+    def _open_new_log(self, folder: Path, path: Path) -> int | None:
+        """A new session's folder and first log, created with the fewest system calls: the
+        ``sessions`` folder is checked once per store (no link, a real folder); a folder this
+        call creates holds nothing, and ``O_EXCL | O_NOFOLLOW`` refuses anything put there
+        since.  ``None`` when the folder exists already (a host's id whose folder was left
+        behind): the caller opens the log with the full checks."""
+        if not self._root_checked:
+            ensure_state_dir(self.root, self.root.parent)
+            self._root_checked = True
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            ensure_state_dir(folder, self.root.parent)  # refuses a link or a file there
+            return None
+        except FileNotFoundError:  # the sessions folder was removed while we ran
+            self._root_checked = False
+            ensure_state_dir(folder, self.root.parent)
+            return None
+        try:
+            return os.open(path, _LOG_FLAGS | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
+        except FileExistsError:
+            return None
+
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
         unwritten = self._unwritten.get(session_id)
         if unwritten is not None:
@@ -368,14 +396,18 @@ class JsonlSessionStore:
             # write and fsync (a meta.json beside it would cost a file and a rename more)
             doc = {k: v for k, v in unwritten.to_dict().items() if k in _META_FIELDS}
             lines = [{"kind": "session", **doc}, *lines]
-            ensure_state_dir(self._dir(session_id), self.root.parent)
-        folder = self._existing(session_id) if unwritten is None else self._dir(session_id)
+            folder = self._dir(session_id)
+        else:
+            folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = b"".join(_line_bytes(line) for line in lines)
-        fd = open_state_file(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, self.root.parent)
+        fd = self._open_new_log(folder, path) if unwritten is not None else None
+        fresh = fd is not None
+        if fd is None:
+            fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
         try:
             # a previous crash may have left a torn line without its newline: start on a new line
-            size = os.fstat(fd).st_size
+            size = 0 if fresh else os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 payload = b"\n" + payload
             os.write(fd, payload)
