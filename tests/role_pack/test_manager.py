@@ -119,6 +119,27 @@ def test_activate_emits_event_and_recomputes(tmp_path: Path) -> None:
         m.activate("ghost")
 
 
+def test_member_prompts_follow_the_tool_set_and_edits(tmp_path: Path) -> None:
+    config = _packs(tmp_path)
+    write_pack(
+        config / "role-packs",
+        "poet",
+        {"name": "poet"},
+        rules="- Rule A",
+        skills={"rhyme.md": skill_md("rhyme", "Rhyme help.")},
+    )
+    m = RolePackManager(config, active="coder")
+    m.resolve_initial()
+    full = m.system_prompt_for("poet")
+    assert "1. Rule A" in full and "- rhyme: Rhyme help." in full
+    assert "- rhyme:" not in m.system_prompt_for("poet", tools=frozenset({"read_file"}))
+    assert "No tools are available" in m.system_prompt_for("poet", tools=frozenset())
+    m.update_rule(1, "Rule B", pack_name="poet")  # every cached prompt of the pack is dropped
+    for tools in (None, frozenset({"read_file"}), frozenset()):
+        prompt = m.system_prompt_for("poet", tools=tools)
+        assert "1. Rule B" in prompt and "Rule A" not in prompt
+
+
 def test_skill_layers_and_disabled(tmp_path: Path) -> None:
     config = _packs(tmp_path)
     (config / "skills").mkdir()

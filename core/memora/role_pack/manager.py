@@ -338,7 +338,9 @@ class RolePackManager:
 
     def _forget(self, name: str) -> None:
         self._loaded.pop(name, None)
-        self.__dict__.get("_member_prompts", {}).pop(name, None)
+        prompts = self.__dict__.get("_member_prompts", {})
+        for key in [k for k in prompts if k[0] == name]:  # one per tool set
+            del prompts[key]
 
     def refresh(self) -> list[str]:
         """Re-read what changed on disk: the list of packs, every loaded pack whose files
