@@ -2,8 +2,9 @@
 CPU is not counted).  POST /v1/chat/completions:
 
 * if the request has tools and fewer tool results follow the last user message than the
-  ``steps=K`` that message asks for (default 1) -> one tool call ``bench_tool({"n": 1})``
-  streamed as 4 fragments;
+  ``steps=K`` that message asks for (default 1) -> one tool call ``bench_tool({"n": S})``
+  streamed as 4 fragments, S = the step's number (1, 2, ...: a real loop's calls differ, and
+  identical ones would meet a client's duplicate-call guard instead of the tool);
 * otherwise a text answer of ``max_tokens`` tokens (default 50), one SSE event per token; a
   round-summary request (no tools, a system prompt asking for a summary) gets at most 60.
 
@@ -25,15 +26,16 @@ CONNECTIONS = 0
 STEPS = re.compile(r"steps=(\d+)")
 
 
-def wants_tool(body: dict) -> bool:
+def tool_step(body: dict) -> int | None:
+    """The number of the tool step this request should get (1, 2, ...), or None: answer."""
     if not body.get("tools"):
-        return False
+        return None
     messages = body["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     m = STEPS.search(messages[last_user].get("content") or "")
     steps = int(m.group(1)) if m else 1
     done = sum(1 for msg in messages[last_user + 1 :] if msg["role"] == "tool")
-    return done < steps
+    return done + 1 if done < steps else None
 
 
 def event(delta: dict, finish: str | None = None) -> bytes:
@@ -102,8 +104,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             )
-            if wants_tool(body):
-                args = ['{"', 'n": ', "1", "}"]
+            step = tool_step(body)
+            if step is not None:
+                args = ['{"', 'n": ', str(step), "}"]
                 parts = [
                     event(
                         {
