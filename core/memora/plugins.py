@@ -580,10 +580,12 @@ class Plugins:
         finally:
             _CHECK_ANSWERS.reset(token)
         by_id = {id(answer): plugin for plugin, answer in answers}
-        fallback = ", ".join(self._wrapper_names("pre_execution_check")) or "a hook wrapper"
-        combined: list[tuple[str, CheckDecision | None]] = [
-            (by_id.get(id(answer), fallback), answer) for answer in results or []
-        ]
+        combined: list[tuple[str, CheckDecision | None]] = []
+        for answer in results or ():
+            plugin = by_id.get(id(answer))
+            if plugin is None:  # an answer a wrapper added
+                plugin = ", ".join(self._wrapper_names("pre_execution_check")) or "a hook wrapper"
+            combined.append((plugin, answer))
         return combine_decisions(combined)
 
     def _wrapper_names(self, hook_name: str) -> list[str]:

@@ -12,9 +12,10 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import AfterValidator
 
 from memora import Agent
 from memora.errors import MemoraError
@@ -405,3 +406,38 @@ async def test_team_members_prompts_name_only_the_tools_sent(
         prompt = request.messages[0].content
         assert not request.tools and "No tools are available" in prompt
         assert "rhyme" not in prompt and "task_table_update" not in prompt
+
+
+_validations: list[int] = []
+_seen_args: list[tuple[int, Path]] = []
+
+
+def _counted(n: int) -> int:
+    _validations.append(n)
+    return n
+
+
+@tool(idempotency="read-only")
+async def typed_tool(ctx: ToolContext, n: Annotated[int, AfterValidator(_counted)], p: Path) -> str:
+    """Counts its validations."""
+    _seen_args.append((n, p))
+    return "ok"
+
+
+async def test_a_tool_call_is_validated_once(make_agent: Any) -> None:
+    """The gates validate the arguments and the tool runs on what they validated (pydantic
+    once per call, not twice); a typed argument still reaches the handler typed."""
+    _validations.clear()
+    _seen_args.clear()
+    provider = ScriptedProvider(
+        [
+            tool_call(("typed_tool", {"n": 1, "p": "a/b"}), ("typed_tool", {"n": 2, "p": "c"})),
+            text("done"),
+        ]
+    )
+    agent = await make_agent(provider, resident_tools=[])
+    agent.tools.register(typed_tool)
+    chunks = await collect(agent.chat("go"))
+    assert [c.ok for c in chunks if c.type == "tool_result"] == [True, True]  # type: ignore[union-attr]
+    assert _validations == [1, 2]
+    assert _seen_args == [(1, Path("a/b")), (2, Path("c"))]

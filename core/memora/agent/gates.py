@@ -23,7 +23,7 @@ Refusals before step 6 and at steps 8-11 are ``tool_result(blocked=True)`` with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +31,11 @@ from ..capabilities import PRIVILEGED
 from ..checks import Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
 from ..errors import ToolErrorCode
 from ..tools.base import Tool, ToolRun
-from .state import DuplicateCheckContext, args_key
+from .state import DuplicateCallInterceptor, DuplicateCheckContext, args_key
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .loop import TurnDeps
     from .record import TurnRecord
 
@@ -72,7 +74,7 @@ Verdict = Refuse | Reuse | Approve
 class GateCall:
     """One tool call on its way through the gates."""
 
-    __slots__ = ("args", "deps", "id", "name", "raw", "record", "tool", "warn")
+    __slots__ = ("_key", "args", "deps", "id", "model", "name", "raw", "record", "tool", "warn")
 
     def __init__(
         self, deps: TurnDeps, record: TurnRecord, call_id: str, name: str, raw: str
@@ -84,7 +86,23 @@ class GateCall:
         self.raw = raw
         self.tool: Tool | None = deps.tools.get(name)
         self.args: dict[str, Any] = {}
+        self.model: BaseModel | None = None
+        """The validated arguments, to run the tool without validating them again."""
         self.warn = False
+        self._key: str | None = None
+
+    def set_args(self, raw: str | Mapping[str, Any] | None) -> None:
+        """Validate ``raw`` into ``args`` (and ``model``); ``INVALID_ARGS`` raises."""
+        assert self.tool is not None
+        self.args, self.model = self.tool.validated(raw)
+        self._key = None
+
+    def key(self) -> str:
+        """The call's :func:`args_key`, computed once (the duplicate interceptor, the outbox
+        and the checks all need it)."""
+        if self._key is None:
+            self._key = args_key(self.name, self.args)
+        return self._key
 
 
 def _denied(message: str, summary: str | None = None) -> Refuse:
@@ -136,7 +154,7 @@ def permission(c: GateCall) -> Verdict | None:
 def arguments(c: GateCall) -> Verdict | None:
     assert c.tool is not None
     try:
-        c.args = c.tool.parse_args(c.raw)
+        c.set_args(c.raw)
     except Exception as exc:  # ToolError(INVALID_ARGS)
         code = getattr(exc, "code", ToolErrorCode.INVALID_ARGS)
         msg = f"{code}: {getattr(exc, 'message', str(exc))}"
@@ -179,7 +197,7 @@ def duplicates(c: GateCall) -> Verdict | None:
     record = c.record
     custom = c.deps.duplicate_interceptor
     if custom is not None:
-        key = args_key(c.name, c.args)
+        key = c.key()
         record.dup_count = record.dup_count + 1 if key == record.dup_key else 1
         record.dup_key = key
         ctx = DuplicateCheckContext(
@@ -194,7 +212,10 @@ def duplicates(c: GateCall) -> Verdict | None:
         verdict = custom.check(ctx)
     else:
         custom = record.duplicates
-        verdict = custom.check(c.name, c.args)
+        if type(custom) is DuplicateCallInterceptor:
+            verdict = custom.check_key(c.key())
+        else:  # a host's interceptor: its documented check(name, args)
+            verdict = custom.check(c.name, c.args)
     if verdict not in ("ok", "warn", "block"):
         raise ValueError(f"duplicate interceptor returned {verdict!r}; legal: ok, warn, block")
     if verdict == "block":
@@ -216,7 +237,7 @@ def duplicate_warning(deps: TurnDeps, interceptor: Any) -> str:
 def checks(c: GateCall) -> Verdict | None:
     assert c.tool is not None
     deps, record = c.deps, c.record
-    previous = record.outbox.previous(c.name, c.args)
+    previous = record.outbox.previous(c.name, c.args, key=c.key())
     info = ToolCallInfo(
         c.id,
         c.name,
@@ -259,7 +280,7 @@ def checks(c: GateCall) -> Verdict | None:
         )
     if isinstance(decision, Rewrite):
         try:
-            c.args = c.tool.parse_args(dict(decision.args))
+            c.set_args(dict(decision.args))
         except Exception as exc:
             msg = (
                 f"{ToolErrorCode.INVALID_ARGS}: a check rewrote the arguments into something "

@@ -78,6 +78,8 @@ from .record import (
 from .serialize import message_to_dict
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..checks import CheckContext, CheckOutcome, ToolCallInfo
     from ..llm.provider import Provider
     from ..messages import Messages
@@ -810,7 +812,9 @@ class TurnEngine:
         verdict = run_gates(gate)
         if verdict is None:
             assert gate.tool is not None
-            async for chunk in self._execute(gate.tool, call.id, gate.args, emit, warn=gate.warn):
+            async for chunk in self._execute(
+                gate.tool, call.id, gate.args, emit, warn=gate.warn, model=gate.model, key=gate.key
+            ):
                 yield chunk
         elif isinstance(verdict, Refuse):
             if verdict.started:
@@ -878,7 +882,11 @@ class TurnEngine:
         emit: Callable[[AgentChunk], None],
         *,
         warn: bool = False,
+        model: BaseModel | None = None,
+        key: Callable[[], str] | None = None,
     ) -> AsyncIterator[AgentChunk]:
+        """Run the tool; ``model``: the validated ``args`` (the gates made it), ``key``: gives
+        their :func:`args_key` for the outbox."""
         deps, record = self.deps, self.record
         rid = record.round_id
         name = tool.name
@@ -896,7 +904,7 @@ class TurnEngine:
         )
         err: BaseException | None = None
         try:
-            run = await run_parsed(tool, ctx, args)
+            run = await run_parsed(tool, ctx, args, model=model)
             span.set_attribute("ok", run.ok)
             if run.error_code:
                 span.set_attribute("error_code", run.error_code)
@@ -927,6 +935,7 @@ class TurnEngine:
                 run.summary,
                 run.error_code,
                 tool.idempotency,
+                key=key() if key is not None else None,
             )
         yield self._result(call_id, name, run)
 

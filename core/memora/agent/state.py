@@ -63,14 +63,18 @@ class DuplicateCallInterceptor:
         """``check(name, args)`` counts the calls itself; ``check(ctx)`` — the
         ``duplicate_interceptor`` option's contract — decides from the context's count."""
         if isinstance(name, DuplicateCheckContext):
-            count = name.count
+            return self._verdict(name.count)
+        return self.check_key(args_key(name, args))
+
+    def check_key(self, key: str) -> Literal["ok", "warn", "block"]:
+        """``check(name, args)`` for a call whose :func:`args_key` is known already."""
+        if key == self._last:
+            self._count += 1
         else:
-            key = args_key(name, args)
-            if key == self._last:
-                self._count += 1
-            else:
-                self._last, self._count = key, 1
-            count = self._count
+            self._last, self._count = key, 1
+        return self._verdict(self._count)
+
+    def _verdict(self, count: int) -> Literal["ok", "warn", "block"]:
         if count < self.threshold:
             return "ok"
         return "warn" if count == self.threshold else "block"
@@ -119,11 +123,14 @@ class Outbox:
         summary: str,
         error_code: str | None,
         idempotency: str = "non-idempotent",
+        *,
+        key: str | None = None,
     ) -> None:
+        """``key``: the call's :func:`args_key` when the caller has it already."""
         entry = OutboxEntry(
             tool_call_id,
             name,
-            args_key(name, args),
+            key if key is not None else args_key(name, args),
             ok,
             content,
             summary,
@@ -151,8 +158,12 @@ class Outbox:
             return None
         return entry
 
-    def previous(self, name: str, args: Any) -> OutboxEntry | None:
-        return self._by_key.get(args_key(name, args))
+    def previous(self, name: str, args: Any, *, key: str | None = None) -> OutboxEntry | None:
+        """The last recorded execution of the same tool and arguments (``key``: their
+        :func:`args_key`, when the caller has it already)."""
+        if not self._by_key:
+            return None
+        return self._by_key.get(key if key is not None else args_key(name, args))
 
     def to_list(self) -> list[dict[str, Any]]:
         return [vars(e).copy() for e in self._by_id.values()]

@@ -122,6 +122,19 @@ class Tool:
 
     def parse_args(self, raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
         """Parse and validate arguments (JSON text or a mapping); ``INVALID_ARGS`` otherwise."""
+        return self._validate(raw)[0]
+
+    def validated(
+        self, raw: str | Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], BaseModel | None]:
+        """:meth:`parse_args`, with the validated model when this tool validates with its own
+        (not a subclass's ``parse_args``): :meth:`invoke_validated` then runs the handler
+        without validating the arguments a second time."""
+        if type(self).parse_args is not Tool.parse_args:
+            return self.parse_args(raw), None
+        return self._validate(raw)
+
+    def _validate(self, raw: str | Mapping[str, Any] | None) -> tuple[dict[str, Any], BaseModel]:
         if raw is None or raw == "":
             data: Any = {}
         elif isinstance(raw, str):
@@ -145,7 +158,7 @@ class Tool:
                 ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
             ) from exc
         # plain JSON data: what hosts see, what checks may rewrite, what pauses persist
-        return model.model_dump(mode="json")
+        return model.model_dump(mode="json"), model
 
     async def invoke(self, ctx: Any, args: Mapping[str, Any]) -> ToolOutput:
         """Run the handler with validated ``args`` (JSON data, turned back into typed values)."""
@@ -155,6 +168,18 @@ class Tool:
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, format_validation_error(self.name, exc)
             ) from exc
+        return await self._call(ctx, model)
+
+    async def invoke_validated(
+        self, ctx: Any, args: Mapping[str, Any], model: BaseModel | None
+    ) -> ToolOutput:
+        """:meth:`invoke` for ``args`` that :meth:`validated` returned with ``model``: the
+        handler runs on the model as it is.  A subclass's own ``invoke`` is always used."""
+        if model is None or type(self).invoke is not Tool.invoke:
+            return await self.invoke(ctx, args)
+        return await self._call(ctx, model)
+
+    async def _call(self, ctx: Any, model: BaseModel) -> ToolOutput:
         values = {k: getattr(model, k) for k in type(model).model_fields}
         result = await (
             self.handler(ctx, **values) if self.takes_context else self.handler(**values)
@@ -281,11 +306,14 @@ async def run_tool(t: Tool, ctx: Any, raw_args: str | Mapping[str, Any] | None) 
     return await run_parsed(t, ctx, args)
 
 
-async def run_parsed(t: Tool, ctx: Any, args: dict[str, Any]) -> ToolRun:
+async def run_parsed(
+    t: Tool, ctx: Any, args: dict[str, Any], *, model: BaseModel | None = None
+) -> ToolRun:
     """Run ``t`` with arguments already validated by :meth:`Tool.parse_args` (the loop validates
-    once, in its gates); failures become a :class:`ToolRun` as in :func:`run_tool`."""
+    once, in its gates; ``model`` as :meth:`Tool.invoke` takes it); failures become a
+    :class:`ToolRun` as in :func:`run_tool`."""
     try:
-        out = await t.invoke(ctx, args)
+        out = await t.invoke_validated(ctx, args, model)
     except ToolError as exc:
         return ToolRun(
             False,
