@@ -117,7 +117,7 @@ async def run_memora(
 
 
 def main() -> None:
-    rounds = 3  # memora and the bare loop alternate, so machine noise hits both alike
+    rounds = 12  # memora and the bare loop alternate, so machine noise hits both alike
     with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         print("client CPU per LLM step; conversation = new session + K tool steps + an answer")
