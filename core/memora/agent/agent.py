@@ -105,6 +105,14 @@ async def _maybe_await(result: Any) -> Any:
 
 _BUILTIN_TOOLS = "memora.default_plugins.tools"
 _NO_TOOLS: frozenset[str] = frozenset()
+
+
+@functools.lru_cache(maxsize=8)
+def _words(csv: str) -> tuple[str, ...]:
+    """The words of a comma-separated message (parsed once per text, not per turn)."""
+    return tuple(w.strip() for w in csv.split(",") if w.strip())
+
+
 """The tool set of a request that carries none (a meeting's)."""
 
 
@@ -784,8 +792,7 @@ class Agent:
     def _asks_for_plan(self, text: str) -> bool:
         """``multiStepReasoning: manual``: does this request ask for a plan?"""
         lowered = text.lower()
-        words = [w.strip() for w in self.messages.plan_request_words.split(",") if w.strip()]
-        return any(w in lowered for w in words)
+        return any(w in lowered for w in _words(self.messages.plan_request_words))
 
     def _prompt_for(self, name: str) -> str:
         """A meeting speaker's prompt: a meeting request carries no tools, so the prompt names
@@ -1047,7 +1054,7 @@ class Agent:
             output_reserve=self._output_reserve(),
             max_tokens=strategy.max_tokens(opts.max_tokens),
             history_key=self._session_id,
-            project_path=Path(opts.project_path),
+            project_path=opts.project_path,
             permission=opts.permission,
             role_pack=self._role_pack.active.name,
             confirm_writes=opts.confirm_writes,

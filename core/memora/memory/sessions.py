@@ -40,7 +40,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,10 @@ class SessionInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def copy(self) -> SessionInfo:
+        """A copy (every field is a plain value: no deep copy needed)."""
+        return replace(self)
 
 
 @dataclass
@@ -314,7 +318,7 @@ class JsonlSessionStore:
         folder = self._dir(session_id)
         unwritten = self._unwritten.get(session_id)
         if unwritten is not None:
-            return SessionInfo(**asdict(unwritten))
+            return unwritten.copy()
         path = folder / "meta.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -448,7 +452,7 @@ class JsonlSessionStore:
         # nothing on disk yet: the first append writes meta.json with the turn (an empty
         # session is not worth a file, a folder and a worker hop)
         self._unwritten[sid] = info
-        return SessionInfo(**asdict(info))
+        return info.copy()
 
     async def get(self, session_id: str) -> SessionInfo:
         if session_id in self._unwritten:
@@ -461,7 +465,7 @@ class JsonlSessionStore:
 
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
         def work() -> builtins.list[SessionInfo]:
-            infos = [SessionInfo(**asdict(i)) for i in builtins.list(self._unwritten.values())]
+            infos = [i.copy() for i in builtins.list(self._unwritten.values())]
             seen = {i.id for i in infos}
             if not self.root.is_dir():
                 return infos
@@ -587,7 +591,7 @@ class InMemorySessionStore:
         return info
 
     def _info(self, session_id: str) -> SessionInfo:
-        info = SessionInfo(**asdict(self._get(session_id)))
+        info = self._get(session_id).copy()
         rounds = [x for x in self._lines[session_id] if x["kind"] == "round"]
         info.round_count = len(rounds)
         if rounds:
