@@ -157,6 +157,32 @@ async def test_progress_of_parallel_calls_is_attributed_to_its_own_call(make_age
         assert c.tool_call_id == owner[c.content.split(":")[0]], c
 
 
+async def test_progress_reaches_the_host_while_the_tool_still_runs(make_agent: Any) -> None:
+    """The tool waits for the host to have seen its progress: it finishes only if progress is
+    delivered live, not held back until the result."""
+    seen = asyncio.Event()
+
+    @tool(idempotency="read-only")
+    async def waits_for_host(ctx: ToolContext) -> str:
+        """Report progress, then wait until the host saw it."""
+        assert ctx.progress is not None
+        ctx.progress("halfway")
+        await asyncio.wait_for(seen.wait(), 5)
+        return "done"
+
+    provider = ScriptedProvider([tool_call(("waits_for_host", {})), text("ok")])
+    agent = await make_agent(provider)
+    agent.tools.register(waits_for_host)
+    chunks = []
+    async for chunk in agent.chat("go"):
+        chunks.append(chunk)
+        if chunk.type == "tool_progress":
+            seen.set()
+    kinds = [c.type for c in chunks]
+    assert kinds.index("tool_progress") < kinds.index("tool_result") and kinds[-1] == "done"
+    assert chunks[kinds.index("tool_result")].ok  # type: ignore[union-attr]
+
+
 async def test_degrade_keeps_the_partial_answer_without_self_review(make_agent: Any) -> None:
     broken = ScriptedResponse(
         [TextDelta("Partial answer")],

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -769,23 +770,38 @@ class TurnEngine:
         return calls[:1]
 
     async def _run_batch(self, batch: list[PendingCall]) -> AsyncIterator[AgentChunk]:
-        """Run ``batch``; every chunk (progress included) leaves through one queue in the order
-        it happened."""
-        queue: asyncio.Queue[AgentChunk | None] = asyncio.Queue()
+        """Run ``batch``, each call in a task of its own (its own context, its progress live
+        while it runs); every chunk leaves through one channel in the order it happened."""
+        loop = asyncio.get_running_loop()
+        chunks: deque[AgentChunk | None] = deque()
+        wake: asyncio.Future[None] | None = None
+
+        def put(item: AgentChunk | None) -> None:
+            chunks.append(item)
+            if wake is not None and not wake.done():
+                wake.set_result(None)
 
         async def one(call: PendingCall) -> None:
             _ROUND.set(self.record.round_id)  # this task's context: services see the round
             try:
-                async for chunk in self._resolve(call, queue.put_nowait):
-                    queue.put_nowait(chunk)
+                async for chunk in self._resolve(call, put):
+                    put(chunk)
             finally:
-                queue.put_nowait(None)
+                put(None)
 
-        tasks = [asyncio.ensure_future(one(call)) for call in batch]
+        tasks = [loop.create_task(one(call)) for call in batch]
         remaining = len(tasks)
         try:
+            # let the calls take their first step: one that does not wait (most do not) is done
+            # now, and its chunks are read without another trip round the event loop
+            await asyncio.sleep(0)
             while remaining:
-                chunk = await queue.get()
+                if not chunks:
+                    wake = loop.create_future()
+                    await wake
+                    wake = None
+                    continue
+                chunk = chunks.popleft()
                 if chunk is None:
                     remaining -= 1
                 else:
