@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -789,12 +789,13 @@ class TurnEngine:
             finally:
                 put(None)
 
-        tasks = [loop.create_task(one(call)) for call in batch]
+        tasks = [_start_task(loop, one(call)) for call in batch]
         remaining = len(tasks)
         try:
-            # let the calls take their first step: one that does not wait (most do not) is done
-            # now, and its chunks are read without another trip round the event loop
-            await asyncio.sleep(0)
+            if not all(t.done() for t in tasks):
+                # let the calls take their first step: one that does not wait (most do not) is
+                # done now, and its chunks are read without another trip round the event loop
+                await asyncio.sleep(0)
             while remaining:
                 if not chunks:
                     wake = loop.create_future()
@@ -995,6 +996,19 @@ class TurnEngine:
             error_code=run.error_code,
             round_id=record.round_id,
         )
+
+
+_eager: Callable[..., asyncio.Task[None]] | None = getattr(asyncio, "eager_task_factory", None)
+
+
+def _start_task(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+) -> asyncio.Task[None]:
+    """A task that runs at once until it first waits (Python 3.12+; before, on the next trip
+    round the event loop)."""
+    if _eager is not None:
+        return _eager(loop, coro)
+    return loop.create_task(coro)
 
 
 def new_round_id() -> str:
