@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from memora.errors import MemoraError
 from memora.memory import InMemoryStorage, MemoryManager
@@ -356,3 +356,28 @@ async def test_a_non_utf8_file_name_does_not_break_register_work(
     r = await run_tool(register_work, ctx, {"path": "next.md"})  # the registry still works
     assert r.ok and {w.title for w in ctx.works.list()} == {"caf\ufffd", "next"}
     assert len(WorksRegistry(tmp_path / "data", ctx.guard).list()) == 2
+
+
+_validated: list[int] = []
+
+
+def _count_validation(n: int) -> int:
+    _validated.append(n)
+    return n
+
+
+@tool(idempotency="read-only")
+async def counted_tool(
+    ctx: ToolContext, n: Annotated[int, AfterValidator(_count_validation)], where: Path
+) -> str:
+    """Counts how often its arguments are validated."""
+    return f"{n} {type(where).__name__}"
+
+
+async def test_run_tool_validates_once_and_passes_typed_values(ctx: ToolContext) -> None:
+    _validated.clear()
+    r = await run_tool(counted_tool, ctx, '{"n": 7, "where": "a/b"}')
+    assert r.ok and r.content == f"7 {type(Path('a')).__name__}"
+    assert _validated == [7]
+    bad = await run_tool(counted_tool, ctx, '{"n": "x", "where": "a"}')
+    assert not bad.ok and bad.error_code == "INVALID_ARGS" and _validated == [7]

@@ -295,7 +295,7 @@ async def run_tool(t: Tool, ctx: Any, raw_args: str | Mapping[str, Any] | None) 
     Control signals (``ask_user``'s pause) and cancellation propagate.
     """
     try:
-        args = t.parse_args(raw_args)
+        args, model = t.validated(raw_args)
     except ToolError as exc:
         return ToolRun(
             False,
@@ -303,15 +303,15 @@ async def run_tool(t: Tool, ctx: Any, raw_args: str | Mapping[str, Any] | None) 
             f"{exc.code}: {_summary(exc.message)}",
             str(exc.code),
         )
-    return await run_parsed(t, ctx, args)
+    return await run_parsed(t, ctx, args, model=model)
 
 
 async def run_parsed(
     t: Tool, ctx: Any, args: dict[str, Any], *, model: BaseModel | None = None
 ) -> ToolRun:
     """Run ``t`` with arguments already validated by :meth:`Tool.parse_args` (the loop validates
-    once, in its gates; ``model`` as :meth:`Tool.invoke` takes it); failures become a
-    :class:`ToolRun` as in :func:`run_tool`."""
+    once, in its gates; ``model``: what :meth:`Tool.validated` returned with ``args``, see
+    :meth:`Tool.invoke_validated`); failures become a :class:`ToolRun` as in :func:`run_tool`."""
     try:
         out = await t.invoke_validated(ctx, args, model)
     except ToolError as exc:
