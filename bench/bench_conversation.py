@@ -2,11 +2,13 @@
 a bare httpx2 streaming loop, against one scripted OpenAI-compatible server in another process.
 
 A conversation is a new session and one user message that asks for K tool steps: the model calls
-``bench_tool`` K times, then answers (K + 1 LLM calls).  The bare loop does the same requests with
-the same tool schemas and reads every response to its end (so httpx2 keeps one connection).
-memora's CPU includes everything it does for the conversation — session files, the round
-summary (written after ``done``: the round itself when it is short, as here, otherwise an extra
-LLM call, measured in its own row) — measured until the Agent is idle again.
+``bench_tool`` K times, each with new arguments (so every call runs, as in a real loop), then
+answers (K + 1 LLM calls).  The bare loop does the same requests with the same tool schemas and
+reads every response to its end (so httpx2 keeps one connection).  memora's CPU includes
+everything it does for the conversation — session files, the round summary (written after
+``done``: the round itself when it is short, as at K=1, otherwise an extra LLM call, as at
+K=10) — measured until the Agent is idle again.  memora and the bare loop alternate in 12
+rounds; compare medians of several runs (this machine's noise moves one run by ±0.05).
 
 Also reported: TCP connections per conversation, and the wall time from the last text chunk to
 ``done``.  Targets: <= 1.3x at K=10, <= 1.6x at K=1, flat as K grows to 40; one connection.
