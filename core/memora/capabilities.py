@@ -41,6 +41,9 @@ CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:(\*|[a-z][a-z0-9_-]*)$")
 
 @dataclass(frozen=True, slots=True)
 class Privileged:
+    """A privileged tool: shown to the model only when the role pack declares ``capability`` and
+    a service of ``service_kind`` is configured."""
+
     capability: str
     service_kind: str
     tool: str

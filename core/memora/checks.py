@@ -70,23 +70,31 @@ class CheckContext:
 
 @dataclass(frozen=True, slots=True)
 class Allow:
+    """Run the call as it is."""
+
     kind: Literal["allow"] = "allow"
 
 
 @dataclass(frozen=True, slots=True)
 class Deny:
+    """Do not run the call; the model receives ``reason`` and the host a blocked ``tool_result``."""
+
     reason: str
     kind: Literal["deny"] = "deny"
 
 
 @dataclass(frozen=True, slots=True)
 class Ask:
+    """Pause the turn with an ``approval_pending`` chunk; the host approves or denies the call."""
+
     reason: str = ""
     kind: Literal["ask"] = "ask"
 
 
 @dataclass(frozen=True, slots=True)
 class Skip:
+    """Do not run the call; hand the model ``result`` (or the previous result of the same call)."""
+
     result: str | None = None
     """The result to hand the model; ``None`` reuses ``CheckContext.previous_result``."""
     kind: Literal["skip"] = "skip"
@@ -94,6 +102,8 @@ class Skip:
 
 @dataclass(frozen=True, slots=True)
 class Rewrite:
+    """Run the call with ``args`` instead of the model's arguments (validated like the model's)."""
+
     args: Mapping[str, Any] = field(default_factory=dict)
     reason: str = ""
     kind: Literal["rewrite"] = "rewrite"

@@ -33,6 +33,8 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class RolePackSwitched(Event):
+    """The active role pack changed (``activate``), or the same pack was read again."""
+
     from_pack: str | None
     to_pack: str
     reloaded: bool = False
@@ -41,6 +43,8 @@ class RolePackSwitched(Event):
 
 @dataclass(frozen=True, slots=True)
 class MemoryAdded(Event):
+    """A memory was written (``source`` is its label: ``round_summary``, ``rule``...)."""
+
     memory_id: str
     source: str
     summary_type: str | None = None
@@ -48,12 +52,16 @@ class MemoryAdded(Event):
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecalled(Event):
+    """A memory search ran: ``query`` and how many memories it returned."""
+
     query: str
     count: int
 
 
 @dataclass(frozen=True, slots=True)
 class SessionForked(Event):
+    """A session was forked: the new session holds the first ``round_count`` rounds of the old."""
+
     from_session: str
     to_session: str
     round_count: int
@@ -61,12 +69,17 @@ class SessionForked(Event):
 
 @dataclass(frozen=True, slots=True)
 class ArchiveFailed(Event):
+    """Persisting a round or writing its summary failed; the turn itself went on."""
+
     session_id: str
     error: str
 
 
 @dataclass(frozen=True, slots=True)
 class GoalDriftDetected(Event):
+    """The current request strayed from the session's main goal (``similarity`` below the
+    threshold)."""
+
     main_goal: str
     current_goal: str
     similarity: float

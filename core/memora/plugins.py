@@ -144,6 +144,8 @@ class Registered:
 
 @dataclass(frozen=True, slots=True)
 class PluginInfo:
+    """A registered plugin: where it comes from and which hooks and names it provides."""
+
     name: str
     distribution: str | None
     version: str | None
@@ -179,6 +181,8 @@ class NameClash:
 
 @dataclass(slots=True)
 class _Meta:
+    """Where a registered plugin object came from."""
+
     distribution: str | None
     version: str | None
     origin: Origin

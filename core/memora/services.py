@@ -42,6 +42,8 @@ def current_round_id() -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
+    """One web search result."""
+
     title: str
     url: str
     snippet: str = ""
@@ -49,6 +51,8 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
+    """A fetched web page, reduced to its main text."""
+
     url: str
     """The final URL after redirects."""
     status: int
@@ -65,6 +69,8 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class ExecutionResult:
+    """The outcome of running a code snippet with the code executor."""
+
     exit_code: int
     stdout: str
     stderr: str
@@ -76,6 +82,8 @@ class ExecutionResult:
 
 @dataclass(frozen=True, slots=True)
 class ProjectMatch:
+    """One line of the project that matched a search."""
+
     path: str
     """Relative to the searched root, with forward slashes."""
     line: int
@@ -207,6 +215,8 @@ class LazyServices(Mapping[str, Any]):
 
 @dataclass(frozen=True, slots=True)
 class _Deferred:
+    """A service factory called on first use; ``key`` identifies it across replacements."""
+
     key: object
     factory: Callable[[], Any] = field(compare=False)
 

@@ -91,6 +91,9 @@ class DuplicateCallInterceptor:
 
 @dataclass
 class OutboxEntry:
+    """One executed tool call in the :class:`Outbox`: its arguments' key, its result, and how
+    safe it is to run again."""
+
     tool_call_id: str
     name: str
     key: str

@@ -12,6 +12,8 @@ __all__ = ["ToolCallAssembler"]
 
 @dataclass
 class _Partial:
+    """The fragments received so far of one tool call."""
+
     index: int
     id: str | None = None
     name: str = ""

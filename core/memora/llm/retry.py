@@ -20,6 +20,9 @@ __all__ = ["RetryNotice", "RetryPolicy", "stream_with_retries"]
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """When and how long to wait before retrying a failed LLM request (exponential back-off with
+    jitter, honouring a server's ``Retry-After``)."""
+
     max_attempts: int = 4
     """Attempts in all (the first try included)."""
     base_delay: float = 0.5

@@ -171,6 +171,8 @@ class LLMRequest:
 
 @dataclass(slots=True)
 class TokenUsage:
+    """Tokens one LLM call used, as the provider reports them."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
@@ -178,12 +180,16 @@ class TokenUsage:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """A piece of the answer's text."""
+
     text: str
     kind: Literal["text"] = "text"
 
 
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
+    """A piece of the model's reasoning (thinking) text."""
+
     text: str
     kind: Literal["reasoning"] = "reasoning"
 
@@ -211,6 +217,8 @@ class FinishDelta:
 
 @dataclass(frozen=True, slots=True)
 class UsageDelta:
+    """The call's token usage, usually with the last delta."""
+
     usage: TokenUsage
     kind: Literal["usage"] = "usage"
 

@@ -63,6 +63,8 @@ _ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 @dataclass
 class SessionInfo:
+    """A session's metadata: title, times, where it was forked from, rounds so far."""
+
     id: str
     title: str = ""
     created_at: float = 0.0

@@ -71,6 +71,8 @@ class NewMemory:
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
+    """One long-term memory, as a store keeps it."""
+
     id: str
     content: str
     source: str
@@ -137,6 +139,8 @@ class MemoryRecord:
 
 @dataclass(frozen=True, slots=True)
 class ScoredMemory:
+    """A memory found by a search, with its relevance."""
+
     record: MemoryRecord
     score: float
     """Relevance; higher is better (BM25 for the SQLite backend)."""

@@ -45,6 +45,9 @@ def read_front_matter_head(path: Path) -> str:
 
 @dataclass
 class Skill:
+    """A skill from a role pack, the global skills folder or the project; its body is read on
+    first use."""
+
     name: str
     description: str
     path: Path

@@ -19,6 +19,9 @@ __all__ = ["EffectiveStrategy", "resolve_strategy"]
 
 @dataclass(frozen=True, slots=True)
 class EffectiveStrategy:
+    """The strategy in force for a turn: the role pack's declared keys over the defaults, with
+    host overrides applied."""
+
     summary_focus: str | None = None
     tool_mode: str = "allow"
     temperature: float | None = 0.7

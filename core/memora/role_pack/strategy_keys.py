@@ -48,6 +48,8 @@ Kind = Literal["enum", "int", "number", "string", "list"]
 
 @dataclass(frozen=True, slots=True)
 class KeySpec:
+    """One strategy key a role pack may declare: its stage, type, default and legal values."""
+
     stage: str
     name: str
     kind: Kind

@@ -31,6 +31,8 @@ _QUOTE = re.compile(r"^\s{0,3}>\s?")
 
 @dataclass(frozen=True, slots=True)
 class FrontMatter:
+    """A Markdown file split into its YAML front matter and its body."""
+
     data: dict[str, Any]
     body: str
     error: str | None = None

@@ -38,6 +38,8 @@ SEMVER = re.compile(
 
 @dataclass(frozen=True)
 class _Limits:
+    """Size limits of a role pack's parts (counts and characters)."""
+
     skills: int = 50
     capabilities: int = 50
     handoff_prompt: int = 2000
@@ -117,6 +119,8 @@ RED_LINE_TERMS: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Issue:
+    """One problem found in a role pack: where (``path``) and what."""
+
     path: str
     message: str
 
@@ -126,6 +130,8 @@ class Issue:
 
 @dataclass
 class Report:
+    """What validating one role pack found: errors, warnings, and whether it must be refused."""
+
     path: str
     name: str | None = None
     errors: list[Issue] = field(default_factory=list)

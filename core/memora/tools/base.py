@@ -71,6 +71,9 @@ def format_validation_error(name: str, exc: ValidationError) -> str:
 
 @dataclass
 class Tool:
+    """A tool the model can call: its name, description, argument model and handler, and what it
+    may do (writes, runs code, idempotency)."""
+
     name: str
     description: str
     args_model: type[BaseModel] | Callable[[], type[BaseModel]]

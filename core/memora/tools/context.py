@@ -22,6 +22,9 @@ __all__ = ["ToolContext"]
 
 @dataclass
 class ToolContext:
+    """What a tool's handler may use: the project, its path guard and permission, memory, role
+    packs, services, and a way to report progress."""
+
     project: Path
     guard: PathGuard
     permission: Permission = "owner"

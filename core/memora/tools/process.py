@@ -124,6 +124,8 @@ class CapturedOutput:
 
 @dataclass(frozen=True, slots=True)
 class ProcessResult:
+    """The outcome of a command run to its end (or its timeout)."""
+
     exit_code: int | None
     output: str
     """stdout and stderr interleaved, capped (head + tail)."""
@@ -250,6 +252,8 @@ async def run_process(
 
 @dataclass
 class BackgroundTask:
+    """A command started in the background, with the tail of its output."""
+
     id: str
     command: str
     started_at: float

@@ -12,6 +12,8 @@ Status = Literal["pending", "active", "done", "blocked"]
 
 @dataclass
 class PlanItem:
+    """One item of the task table (the model's plan for the turn)."""
+
     id: str
     description: str
     status: Status = "pending"

@@ -30,6 +30,8 @@ MAX_WORK_BYTES = 64 * 1024 * 1024
 
 @dataclass
 class WorkInfo:
+    """A registered work (a long document): where it is, its size and headings."""
+
     id: str
     title: str
     path: str
