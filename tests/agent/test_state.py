@@ -4,7 +4,13 @@ from typing import Any
 
 import pytest
 
-from memora.agent.state import DuplicateCallInterceptor, Outbox, SessionState, goal_similarity
+from memora.agent.state import (
+    DuplicateCallInterceptor,
+    Outbox,
+    SessionState,
+    args_key,
+    goal_similarity,
+)
 from memora.errors import ErrorCode, MemoraError
 from memora.testing import ScriptedProvider, text
 
@@ -45,6 +51,9 @@ def test_interceptor_and_outbox_round_trip() -> None:
     o.record("r1/c1", "write_file", {"p": 1}, True, "done", "ok", None)
     assert o.by_id("r1/c1", "write_file", {"p": 1}) is not None
     assert o.by_id("r1/c1", "write_file", {"p": 2}) is None  # same id, other arguments
+    # a caller with the key already (the loop's gates) gets the same answers
+    assert o.by_id("r1/c1", "write_file", key=args_key("write_file", {"p": 1})) is not None
+    assert o.by_id("r1/c1", "write_file", key=args_key("write_file", {"p": 2})) is None
     o2 = Outbox()
     o2.load(o.to_list())
     assert o2.previous("write_file", {"p": 1}).content == "done"  # type: ignore[union-attr]

@@ -163,7 +163,7 @@ def arguments(c: GateCall) -> Verdict | None:
 
 
 def replay(c: GateCall) -> Verdict | None:
-    done = c.record.outbox.by_id(f"{c.record.round_id}/{c.id}", c.name, c.args)
+    done = c.record.outbox.by_id(f"{c.record.round_id}/{c.id}", c.name, key=c.key())
     if done is not None:
         return Reuse(ToolRun(done.ok, done.content, done.summary, done.error_code))
     return None

@@ -18,11 +18,14 @@ __all__ = [
     "Outbox",
     "SessionState",
     "StatusTransition",
+    "args_key",
     "goal_similarity",
 ]
 
 
 def args_key(name: str, args: Any) -> str:
+    """``name:sha1(arguments)``, the arguments as sorted JSON: what the duplicate guard, the
+    outbox and the checks compare calls by."""
     raw = json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
     return name + ":" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
@@ -153,13 +156,19 @@ class Outbox:
                 del self._by_key[old.key]
 
     def by_id(
-        self, tool_call_id: str, name: str | None = None, args: Any = None
+        self,
+        tool_call_id: str,
+        name: str | None = None,
+        args: Any = None,
+        *,
+        key: str | None = None,
     ) -> OutboxEntry | None:
-        """The recorded execution of this call id, if the same tool and arguments ran."""
+        """The recorded execution of this call id, if the same tool and arguments ran (``key``:
+        their :func:`args_key`, when the caller has it already)."""
         entry = self._by_id.get(tool_call_id)
-        if entry is not None and name is not None and entry.key != args_key(name, args):
-            return None
-        return entry
+        if entry is None or name is None:
+            return entry
+        return entry if entry.key == (key if key is not None else args_key(name, args)) else None
 
     def previous(self, name: str, args: Any, *, key: str | None = None) -> OutboxEntry | None:
         """The last recorded execution of the same tool and arguments (``key``: their
