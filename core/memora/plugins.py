@@ -193,11 +193,19 @@ class _Meta:
 
 
 def checked_factory(
-    label: str, legal: Iterable[str], load: Callable[[], Callable[..., Any]]
+    label: str,
+    legal: Iterable[str],
+    load: Callable[[], Callable[..., Any]],
+    *,
+    project: Mapping[str, Any] | None = None,
 ) -> Callable[[Mapping[str, Any]], Any]:
     """A plugin factory that refuses unknown options (naming the legal ones) and imports its
     implementation only when called (``load`` returns the class), so discovering the plugin
-    stays cheap: ``register("ddgs", checked_factory("ddgs", {"region"}, lambda: DdgsSearch))``."""
+    stays cheap: ``register("ddgs", checked_factory("ddgs", {"region"}, lambda: DdgsSearch))``.
+
+    ``project`` maps the options a project's config may set to their rule
+    (:data:`memora.settings.ANY`, :class:`~memora.settings.AtMost`,
+    :class:`~memora.settings.OneOf`); the others come from the user's side only."""
     allowed = frozenset(legal)
 
     def factory(options: Mapping[str, Any]) -> Any:
@@ -209,6 +217,11 @@ def checked_factory(
             )
         return load()(**options)
 
+    if project:
+        unknown = set(project) - allowed
+        if unknown:
+            raise ValueError(f"{label}: project options {sorted(unknown)} are not legal options")
+        factory.project_options = dict(project)  # type: ignore[attr-defined]
     return factory
 
 
@@ -604,6 +617,26 @@ class Plugins:
 
     def names(self, kind: Kind) -> list[str]:
         return sorted(self._registry.get(kind, {}))
+
+    def project_rules(self, name: str, kind: str | None = None) -> dict[str, Any]:
+        """The options a project's config may set for the factory registered as ``name`` (of
+        ``kind``, or of any kind: ``plugins[name]`` reaches every factory of that name), with
+        their rules; an option two factories declare differently keeps neither's (stricter)."""
+        from .settings import factory_rules
+
+        out: dict[str, Any] = {}
+        clash: set[str] = set()
+        for k, table in self._registry.items():
+            if kind is not None and k != kind:
+                continue
+            reg = table.get(name)
+            if reg is None or k == "tool":
+                continue
+            for key, rule in factory_rules(reg.value).items():
+                if key in out and out[key] != rule:
+                    clash.add(key)
+                out[key] = rule
+        return {k: v for k, v in out.items() if k not in clash}
 
     def owner(self, kind: Kind, name: str) -> str | None:
         """The plugin that provides ``name`` of ``kind``, or None."""

@@ -14,26 +14,62 @@ Scalars (``storage``, ``active_provider``, ``background_provider``) are taken wh
 highest source that sets them.  ``providers`` merge by provider name, ``plugins`` by plugin name
 and then key, ``options`` by key.  :attr:`Settings.origins` says where each value came from
 (``memora config show`` prints it, like ``git config --show-origin``).
+
+**Trust flows one way.**  A project's config is a cloned repository's content, so it may only set
+what is on the allow-list: the scalars in :data:`PROJECT_KEYS`, ``options`` in
+:data:`CONFIG_OPTIONS`, a provider entry's ``type``, and the plugin options that the plugin
+registered under that name declares safe for a project (:func:`project_settable`), each with its
+rule (any value, at most the user's value, one of some values).  Keys that choose where data or
+secrets go (:data:`USER_SIDE_KEYS`) are refused outright.  Anything else the project names — an
+MCP server's ``command``, a sandbox that runs as the host user, a plugin option nobody declared
+safe — is a *request*: it stays off until the user allows exactly that content for that project
+(:class:`memora.security.trust.TrustStore`; ``memora trust``, or the question a terminal asks).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from .config import MemoraConfig, ProviderConfig, format_config_error, read_config_file
 from .errors import ErrorCode, MemoraError
+from .security.trust import (
+    ANY,
+    AtMost,
+    OneOf,
+    ProjectRule,
+    Rules,
+    TrustRequest,
+    TrustStore,
+    factory_rules,
+    project_settable,
+    request_digest,
+)
+
+if TYPE_CHECKING:
+    from .plugins import Plugins
+
+log = logging.getLogger("memora")
 
 __all__ = [
+    "ANY",
     "CONFIG_OPTIONS",
     "ENVIRONMENT",
+    "PROJECT_KEYS",
     "USER_SIDE_KEYS",
+    "AtMost",
+    "OneOf",
+    "ProjectRule",
     "Settings",
+    "TrustRequest",
+    "factory_rules",
+    "project_settable",
     "resolve_settings",
     "user_config_dir",
 ]
@@ -67,15 +103,29 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
 may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
 
 USER_SIDE_KEYS: frozenset[str] = frozenset(
-    {"base_url", "api_key_env", "headers", "dsn", "allow_private", "allow", "proxy", "network"}
+    {
+        "base_url",
+        "api_key_env",
+        "headers",
+        "dsn",
+        "allow_private",
+        "allow",
+        "proxy",
+        "network",
+        "namespace",
+    }
 )
 """Provider and plugin options that choose where secrets go (an endpoint, the variable a key is
-read from, extra headers, a database address, a proxy) or widen a guard (``network`` of the
-code sandbox).  A project's config is
+read from, extra headers, a database address and the ``namespace`` whose data it reads, a
+proxy) or widen a guard (``network`` of the code sandbox).  A project's config is
 untrusted input — a cloned repository — so these come from the user's side only: the user
 config, ``MEMORA_*`` variables, Agent options or command-line flags."""
 
 _SCALARS = ("active_provider", "background_provider", "storage", "session_store", "project_lock")
+
+PROJECT_KEYS: frozenset[str] = frozenset(_SCALARS)
+"""Top-level keys a project's config may set on its own: each picks, by name, something the user
+installed or configured (a provider entry, a storage backend, a session store, a lock)."""
 
 
 def user_config_dir(config_dir: str | Path | None = None) -> Path:
@@ -101,6 +151,20 @@ class Settings:
     files: tuple[Path, ...] = ()
     """The config files that were read, lowest precedence first."""
     user_dir: Path | None = None
+    trust: TrustRequest | None = None
+    """What the project's config asks for beyond its allow-list (None: nothing)."""
+    trusted: bool = False
+    """Whether :attr:`trust`'s requests were applied (the user or the host allowed them)."""
+
+    @property
+    def requests(self) -> dict[str, Any]:
+        """Dotted key -> value of every project request (applied or not)."""
+        return dict(self.trust.requests) if self.trust else {}
+
+    @property
+    def ignored(self) -> dict[str, Any]:
+        """The project requests that were *not* applied."""
+        return {} if self.trusted else self.requests
 
     @property
     def storage(self) -> str:
@@ -163,6 +227,11 @@ class Settings:
             "origins": {key: origin for key, _, origin in self.rows()},
             "files": [str(p) for p in self.files],
             "user_config_dir": str(self.user_dir) if self.user_dir else None,
+            "project_requests": {
+                "requests": self.requests,
+                "applied": self.trusted,
+                "digest": self.trust.digest if self.trust else None,
+            },
         }
 
 
@@ -212,6 +281,90 @@ def _read_layer(path: Path, project_of: Path | None = None) -> dict[str, Any] | 
     return config.model_dump(exclude_unset=True)
 
 
+RuleLookup = Callable[[str, str | None], Rules]
+"""``lookup(name, kind)``: the project rules declared by the factory registered as ``name``
+(of ``kind``; of any kind when None)."""
+
+
+def _plugin_lookup(plugins: Plugins | None) -> RuleLookup:
+    """Rules from ``plugins`` (the Agent's own manager), else from a manager made on first use
+    (discovering entry points costs a few hundred ms: only a project that sets plugin options
+    pays it)."""
+    made: list[Plugins] = [plugins] if plugins is not None else []
+
+    def lookup(name: str, kind: str | None) -> Rules:
+        if not made:
+            from .plugins import create_plugin_manager
+
+            made.append(create_plugin_manager())
+        return made[0].project_rules(name, kind)
+
+    return lookup
+
+
+def _split_project_layer(
+    layer: Mapping[str, Any], lower: Mapping[str, Any], lookup: RuleLookup
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(allowed, requests)``: the part of a project's layer on the allow-list (same shape as
+    ``layer``) and the rest as dotted key -> value.  ``lower`` is what the user's side set."""
+    allowed: dict[str, Any] = {k: v for k, v in layer.items() if k in PROJECT_KEYS}
+    if "options" in layer:  # already checked against CONFIG_OPTIONS
+        allowed["options"] = dict(layer["options"])
+    requests: dict[str, Any] = {}
+    lower_plugins = lower.get("plugins") or {}
+    lower_providers = lower.get("providers") or {}
+    for name, entry in (layer.get("providers") or {}).items():
+        kind = entry.get("type")
+        rules = lookup(kind, "provider") if isinstance(kind, str) else {}
+        kept: dict[str, Any] = {"type": kind}
+        for key, value in entry.items():
+            if key == "type":
+                continue
+            current = (lower_providers.get(name) or {}).get(
+                key, (lower_plugins.get(kind) or {}).get(key) if isinstance(kind, str) else None
+            )
+            rule = rules.get(key)
+            if rule is not None and rule.allows(value, current):
+                kept[key] = value
+            else:
+                requests[f"providers.{name}.{key}"] = value
+        allowed.setdefault("providers", {})[name] = kept
+    for name, options in (layer.get("plugins") or {}).items():
+        rules = lookup(name, None)
+        kept = {}
+        for key, value in options.items():
+            rule = rules.get(key)
+            if rule is not None and rule.allows(value, (lower_plugins.get(name) or {}).get(key)):
+                kept[key] = value
+            else:
+                requests[f"plugins.{name}.{key}"] = value
+        if kept:
+            allowed.setdefault("plugins", {})[name] = kept
+    return allowed, requests
+
+
+TrustAnswer = bool | Callable[[TrustRequest], bool | None] | None
+"""How :func:`resolve_settings` treats a project's requests: True applies them (the host trusts
+the project), False never does, None asks the user's remembered answer, and a callable is asked
+when nothing is remembered (its True/False is remembered; None means "not now")."""
+
+
+_WARNED: set[tuple[Path, str]] = set()
+
+
+def _decide(request: TrustRequest, user_dir: Path, trust: TrustAnswer) -> bool:
+    if isinstance(trust, bool):
+        return trust
+    store = TrustStore(user_dir)
+    decision = store.decision(request.project, request.digest)
+    if decision is None and callable(trust):
+        answer = trust(request)
+        if answer is not None:
+            store.record(request.project, request.digest, bool(answer))
+            decision = bool(answer)
+    return bool(decision)
+
+
 def _merge(
     merged: dict[str, Any], origins: dict[str, str], layer: Mapping[str, Any], origin: str
 ) -> None:
@@ -239,12 +392,20 @@ def resolve_settings(
     explicit: Mapping[str, Any] | None = None,
     explicit_label: str = "argument",
     environ: Mapping[str, str] | None = None,
+    plugins: Plugins | None = None,
+    trust: TrustAnswer = None,
+    warn: bool = True,
 ) -> Settings:
     """Resolve the effective settings for ``project`` (a folder, or None for user-level only).
 
     ``explicit`` holds values in the config file's shape (``{"storage": "json"}``) that win over
     every file and the environment.  Malformed files raise ``INVALID_CONFIG`` naming the file and
     the field; an ``active_provider`` that no source configures is an error naming its source.
+
+    The project's layer is split by the allow-list (rules declared by the factories in
+    ``plugins``, else in the installed plugins); what is off the list is applied only as
+    ``trust`` says (see :data:`TrustAnswer`) and is listed in :attr:`Settings.trust`; a warning
+    on the ``memora`` logger names what was left off (once per process; ``warn=False``: none).
     """
     env = os.environ if environ is None else environ
     merged: dict[str, Any] = {}
@@ -254,11 +415,33 @@ def resolve_settings(
     layers: list[tuple[Path, str]] = [(user_dir / "config.json", "user config")]
     if project is not None:
         layers.append((Path(project) / ".memora" / "config.json", "project config"))
+    request: TrustRequest | None = None
+    trusted = False
     for path, label in layers:
         layer = _read_layer(path, user_dir if label == "project config" else None)
-        if layer is not None:
-            files.append(path)
-            _merge(merged, origins, layer, f"{label} {path}")
+        if layer is None:
+            continue
+        files.append(path)
+        if label == "project config" and project is not None:
+            allowed, requests = _split_project_layer(layer, merged, _plugin_lookup(plugins))
+            if requests:
+                request = TrustRequest(
+                    Path(os.path.abspath(project)), path, requests, request_digest(requests)
+                )
+                trusted = _decide(request, user_dir, trust)
+                if warn and not trusted and (path, request.digest) not in _WARNED:
+                    _WARNED.add((path, request.digest))  # once per process, not per resolution
+                    log.warning(
+                        "%s asks for %s, which a project's config cannot set on its own; left "
+                        "off (allow it with `memora trust allow --project %s`, or set it in your "
+                        "user config)",
+                        path,
+                        ", ".join(sorted(requests)),
+                        request.project,
+                    )
+                if not trusted:
+                    layer = allowed
+        _merge(merged, origins, layer, f"{label} {path}")
     for var, key in ENVIRONMENT.items():
         value = env.get(var, "").strip()
         if value:
@@ -288,4 +471,4 @@ def resolve_settings(
                 f"configured providers ({', '.join(config.providers) or 'none configured'})",
                 context={"key": key, "value": name},
             )
-    return Settings(config, origins, tuple(files), user_dir)
+    return Settings(config, origins, tuple(files), user_dir, request, trusted)

@@ -10,7 +10,7 @@ import pytest
 
 from memora import Agent, hookimpl
 from memora.errors import MemoraError
-from memora.settings import resolve_settings
+from memora.settings import ANY, project_settable, resolve_settings
 from memora.testing import ScriptedProvider, text
 
 
@@ -35,7 +35,7 @@ def test_precedence_and_origins(dirs: tuple[Path, Path], monkeypatch: pytest.Mon
             "storage": "json",
             "providers": {"local": {"type": "llamacpp"}, "remote": {"type": "openai"}},
             "active_provider": "local",
-            "plugins": {"openai": {"timeout": 5, "model": "user-model"}},
+            "plugins": {"openai": {"stall_timeout": 50, "model": "user-model"}},
             "options": {"max_tokens": 100},
         },
     )
@@ -44,7 +44,7 @@ def test_precedence_and_origins(dirs: tuple[Path, Path], monkeypatch: pytest.Mon
         {
             "storage": "memory",
             "providers": {"remote": {"type": "openai", "model": "project-model"}},
-            "plugins": {"openai": {"timeout": 9}},
+            "plugins": {"openai": {"stall_timeout": 9}},
             "options": {"max_iterations": 7},
         },
     )
@@ -52,10 +52,10 @@ def test_precedence_and_origins(dirs: tuple[Path, Path], monkeypatch: pytest.Mon
     assert s.storage == "memory" and "project config" in s.origin("storage")
     assert s.config.active_provider == "local" and "user config" in s.origin("active_provider")
     # plugins merge by key, providers by name
-    assert s.plugin_options("openai") == {"timeout": 9, "model": "user-model"}
-    assert "project config" in s.origin("plugins.openai.timeout")
+    assert s.plugin_options("openai") == {"stall_timeout": 9, "model": "user-model"}
+    assert "project config" in s.origin("plugins.openai.stall_timeout")
     assert "user config" in s.origin("plugins.openai.model")
-    assert s.provider("remote") == ("openai", {"timeout": 9, "model": "project-model"})
+    assert s.provider("remote") == ("openai", {"stall_timeout": 9, "model": "project-model"})
     assert s.config.options == {"max_tokens": 100, "max_iterations": 7}
 
     monkeypatch.setenv("MEMORA_STORAGE", "sqlite")
@@ -123,7 +123,8 @@ class Recorder:
             self.storage_options.append(dict(options))
             return InMemoryStorage()
 
-        register("recording", factory)
+        # a project's config may set this backend's "flavour" (a host plugin declares it)
+        register("recording", project_settable(factory, flavour=ANY))
 
     @hookimpl
     def register_providers(self, register: Any) -> None:
@@ -131,7 +132,7 @@ class Recorder:
             self.provider_options.append(dict(options))
             return self.provider
 
-        register("scripted", factory)
+        register("scripted", project_settable(factory, model=ANY, temperature=ANY))
 
 
 async def test_agent_uses_project_config(dirs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -610,3 +610,56 @@ async def test_a_malformed_answer_does_not_stick_to_the_session(
         assert first[-1].type == "error" and "wrong shape" in first[-1].message  # type: ignore[union-attr]
         second = [c async for c in agent.chat("two")]
         assert second[-1].type == "done"
+
+
+def _gzip_bomb(megabytes: int) -> bytes:
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip header
+    block = bytes(1 << 20)
+    return b"".join(packer.compress(block) for _ in range(megabytes)) + packer.flush()
+
+
+_BOMB = _gzip_bomb(512)  # 512 MB inflated, ~0.5 MB on the wire
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "complete"),
+    [
+        (500, "application/json", False),  # an error body, streamed request
+        (500, "application/json", True),  # an error body, non-streamed request
+        (200, "application/json", True),  # a success body, non-streamed request
+    ],
+)
+async def test_a_gzip_bomb_in_any_body_is_read_only_to_its_cap(
+    server: FaultServer, status: int, kind: str, complete: bool
+) -> None:
+    import tracemalloc
+
+    async def bomb(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-encoding: gzip\r\n".encode()
+            + f"content-length: {len(_BOMB)}\r\n\r\n".encode()
+            + _BOMB
+        )
+        await writer.drain()
+
+    server.script = [bomb]
+    p = OpenAIProvider(model="m", base_url=server.url, max_response_bytes=1_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProviderError) as info:
+            if complete:
+                await p.complete(REQ)
+            else:
+                await collect(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        await p.aclose()
+    # reading it whole held the 512 MB (and its decoded copy); capped, one inflated chunk at most
+    assert peak < 256 * 1024 * 1024, peak
+    if status >= 400:
+        assert info.value.status == status and "HTTP 500" in str(info.value)
+    else:
+        assert "passed 1000000 bytes" in str(info.value)

@@ -390,6 +390,12 @@ class Agent:
         project = Path(self.options.project_path)
         if not project.is_dir():  # noqa: ASYNC240 - one stat at start-up
             raise MemoraError(ErrorCode.INVALID_CONFIG, f"project_path {project} is not a folder")
+        extra: builtins.list[Any] = list(self.options.plugins)
+        if self.options.pre_execution_check is not None:
+            extra.append(("host-check", _HostCheck(self.options.pre_execution_check)))
+        # the plugins first: they declare which of their options a project's config may set
+        plugins = create_plugin_manager(load_entrypoints=self.options.load_entrypoints, extra=extra)
+        self._plugins = plugins
         self._apply_settings(project)
         opts = self.options
         data_dir = Path(opts.data_dir)
@@ -399,11 +405,6 @@ class Agent:
         absolute = Path(os.path.abspath(data_dir))  # noqa: ASYNC240 - no I/O, start-up only
         root = Path(os.path.abspath(project))  # noqa: ASYNC240
         ensure_state_dir(absolute, root if absolute.is_relative_to(root) else absolute.parent)
-        extra: builtins.list[Any] = list(opts.plugins)
-        if opts.pre_execution_check is not None:
-            extra.append(("host-check", _HostCheck(opts.pre_execution_check)))
-        plugins = create_plugin_manager(load_entrypoints=opts.load_entrypoints, extra=extra)
-        self._plugins = plugins
         lock = self._create_lock(project, data_dir)
         await _maybe_await(lock.acquire())
         try:
@@ -430,6 +431,8 @@ class Agent:
             if "storage" in explicit and isinstance(opts.storage, str)
             else None,
             explicit_label="Agent option",
+            plugins=self._plugins,
+            trust=opts.project_trust,
         )
         updates = {k: v for k, v in self.settings.config.options.items() if k not in explicit}
         if not updates:

@@ -55,6 +55,13 @@ class AgentOptions(BaseModel):
     Provider object or name; or a callable ``(task) -> Provider | None`` asked first for every
     task (``None`` keeps the default)."""
     config_dir: Path | None = None
+    project_trust: bool | Callable[[Any], bool | None] | None = None
+    """What to do with settings a project's config asks for beyond its allow-list (an MCP
+    server's command, a sandbox running as the host user, a plugin option no plugin declared safe
+    for a project — see :mod:`memora.settings`): ``None`` applies them only when the user allowed
+    this content for this project before (``memora trust allow``); ``True`` applies them (the host
+    trusts the project); ``False`` never does; a callable ``(TrustRequest) -> bool | None`` is
+    asked when nothing is remembered (True/False are remembered; None means "not now")."""
     role_pack_dirs: list[Path] = Field(default_factory=list)
     """Extra folders holding role packs (besides ``<config_dir>/role-packs``)."""
     active_role_pack: str | None = None

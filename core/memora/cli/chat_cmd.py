@@ -21,17 +21,20 @@ from typing import Any
 import click
 
 from ..errors import MemoraError
+from ..security.terminal import clean
 from .common import (
     agent_arguments,
     data_dir_for,
     location_options,
     provider_options,
     role_pack_options,
+    safe,
     start_agent,
     storage_option,
 )
 from .main import cli
 from .run_cmd import choose_provider
+from .trust_cmd import ask_trust
 
 HELP = """commands:
   /help                this help
@@ -85,12 +88,12 @@ class ChatUI:
                 last = chunk
                 t = chunk.type
                 if t == "text":
-                    answer.append(chunk.content)
+                    answer.append(clean(chunk.content))
                     live.update(view())
                 elif t == "meeting_turn":
                     self._flush(live, answer)
                     role = " (chair)" if chunk.role == "chair" else ""
-                    live.console.print(f"[bold magenta]{chunk.member}{role}[/bold magenta]")
+                    live.console.print(f"[bold magenta]{safe(chunk.member)}{role}[/bold magenta]")
                 elif t == "narrate":
                     text = "".join(answer)
                     withdrawn = chunk.withdrawn or ""
@@ -98,7 +101,7 @@ class ChatUI:
                         text = text[: len(text) - len(withdrawn)]
                     answer[:] = [text] if text else []
                     if chunk.content.strip():
-                        live.console.print(f"[dim]{chunk.content.strip()}[/dim]")
+                        live.console.print(f"[dim]{safe(chunk.content.strip())}[/dim]")
                     live.update(view())
                 elif t == "thought":
                     thought_chars += len(chunk.content)
@@ -117,13 +120,13 @@ class ChatUI:
                         else ("✗", "red")
                     )
                     live.console.print(
-                        f"[{color}]{mark}[/{color}] {chunk.name} [dim]({took * 1000:.0f} ms)[/dim] "
-                        f"{chunk.summary}",
+                        f"[{color}]{mark}[/{color}] {safe(chunk.name)} "
+                        f"[dim]({took * 1000:.0f} ms)[/dim] {safe(chunk.summary)}",
                         highlight=False,
                     )
                 elif t == "retry":
                     live.console.print(
-                        f"[yellow]retrying ({chunk.attempt}): {chunk.error}[/yellow]"
+                        f"[yellow]retrying ({chunk.attempt}): {safe(chunk.error)}[/yellow]"
                     )
                 elif t == "self_review":
                     self._flush(live, answer)
@@ -134,7 +137,7 @@ class ChatUI:
                     live.update(view() if "".join(answer).strip() else "")
                     u = chunk.usage
                     if t == "aborted":
-                        footer.append(f"[yellow]stopped: {chunk.reason}[/yellow]")
+                        footer.append(f"[yellow]stopped: {safe(chunk.reason)}[/yellow]")
                     if u is not None:
                         footer.append(
                             f"[dim]{u.input_tokens} in · {u.output_tokens} out · "
@@ -142,7 +145,7 @@ class ChatUI:
                         )
                 elif t == "error":
                     live.update(view() if "".join(answer).strip() else "")
-                    footer.append(f"[red]error: {chunk.message}[/red]")
+                    footer.append(f"[red]error: {safe(chunk.message)}[/red]")
                 elif t in ("question_pending", "approval_pending", "paused"):
                     live.update(view() if "".join(answer).strip() else "")
         for line in footer:  # below the answer, once it is final
@@ -168,9 +171,9 @@ class ChatUI:
         if isinstance(paused, QuestionPause):
             answers: dict[str, str] = {}
             for q in paused.questions:
-                self.console.print(f"[bold cyan]? {q.question}[/bold cyan]")
+                self.console.print(f"[bold cyan]? {safe(q.question)}[/bold cyan]")
                 for i, option in enumerate(q.options or [], 1):
-                    self.console.print(f"  {i}. {option}")
+                    self.console.print(f"  {i}. {safe(option)}")
                 while True:
                     reply = self.ask("answer> ")
                     if reply is None:
@@ -188,8 +191,8 @@ class ChatUI:
         if isinstance(paused, ApprovalPause):
             args = json.dumps(paused.args, ensure_ascii=False)
             self.console.print(
-                f"[bold cyan]allow {paused.name}[/bold cyan] {args}"
-                + (f" [dim]({paused.reason})[/dim]" if paused.reason else "")
+                f"[bold cyan]allow {safe(paused.name)}[/bold cyan] {safe(args)}"
+                + (f" [dim]({safe(paused.reason)})[/dim]" if paused.reason else "")
             )
             while True:
                 reply = self.ask("[y]es / [n]o / [e]dit> ")
@@ -330,6 +333,7 @@ def chat_cmd(
         project_path=project,
         data_dir=data_dir_for(project, data_dir),
         config_dir=config_dir,
+        project_trust=ask_trust,
         role_pack_dirs=list(role_pack_dirs),
         session_id=session,
         **explicit,

@@ -50,6 +50,16 @@ def location_options(fn: F) -> F:
     return project_option(data_dir_option(config_dir_option(fn)))
 
 
+def safe(text: Any, *, newlines: bool = True) -> str:
+    """Outside text (a model's, a tool's, a server's, a file's) made safe for Rich markup: no
+    control sequence (:func:`memora.security.terminal.clean`) and no markup of its own."""
+    from rich.markup import escape
+
+    from ..security.terminal import clean
+
+    return escape(clean(str(text), newlines=newlines))
+
+
 def data_dir_for(project: Path, data_dir: Path | None) -> Path:
     return (data_dir or project / ".memora" / "data").resolve()
 

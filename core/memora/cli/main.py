@@ -73,6 +73,10 @@ class _Group(click.Group):
 @click.option("-q", "--quiet", is_flag=True, help="Show only errors on stderr.")
 def cli(verbose: int, quiet: bool) -> None:
     """memora — an embeddable LLM agent kernel."""
+    from ..security.terminal import install_guard
+
+    # before anything prints: text from a model, a tool or a file never drives the terminal
+    install_guard()
     setup_logging(verbose, quiet)
 
 
@@ -178,6 +182,11 @@ def config_show(project: Path, config_dir: Path | None, storage: str | None, as_
     for key, value, origin in settings.rows():
         shown = json.dumps(value, ensure_ascii=False)
         click.echo(f"{key:<{width}}  {shown:<24}  {origin}")
+    for key, value in sorted(settings.ignored.items()):
+        shown = json.dumps(value, ensure_ascii=False)
+        click.echo(f"{key:<{width}}  {shown:<24}  left off: asked for by the project, not allowed")
+    if settings.ignored:
+        click.echo("(review with `memora trust show`, allow with `memora trust allow`)", err=True)
     click.echo(f"(user config folder: {settings.user_dir})", err=True)
 
 
@@ -236,6 +245,7 @@ def _register_commands() -> None:
         role_pack_cmd,
         run_cmd,
         tools_cmd,
+        trust_cmd,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import MemoraError
+from ..security.terminal import clean
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -23,6 +24,7 @@ from .common import (
     storage_option,
 )
 from .main import cli
+from .trust_cmd import ask_trust
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
 
@@ -69,6 +71,7 @@ async def _run(
         project_path=project,
         data_dir=data_dir,
         config_dir=config_dir,
+        project_trust=ask_trust,
         role_pack_dirs=role_pack_dirs,
         session_id=session,
         strategy_override=override,
@@ -123,11 +126,11 @@ def _answer_interactively(agent: Any) -> None:
         answers = {}
         for q in paused.questions:
             options = f" [{' / '.join(q.options)}]" if q.options else ""
-            answers[q.slot] = click.prompt(f"{q.question}{options}", err=True)
+            answers[q.slot] = click.prompt(clean(f"{q.question}{options}"), err=True)
         agent.answer_question(answers)
     else:
         args = json.dumps(paused.args, ensure_ascii=False)
-        if click.confirm(f"Allow {paused.name} {args}?", err=True, default=False):
+        if click.confirm(clean(f"Allow {paused.name} {args}?"), err=True, default=False):
             agent.approve(paused.tool_call_id)
         else:
             agent.reject(paused.tool_call_id, "declined at the prompt")
@@ -139,31 +142,35 @@ def _emit(chunk: Any, events: str) -> None:
         sys.stdout.flush()
         return
     t = chunk.type
+    # every string below comes from the model, a tool or a server: cleaned before it is printed
     if t == "text":
-        sys.stdout.write(chunk.content)
+        sys.stdout.write(clean(chunk.content))
         sys.stdout.flush()
     elif t == "thought":
-        click.secho(chunk.content, err=True, dim=True, nl=False)
+        click.secho(clean(chunk.content), err=True, dim=True, nl=False)
     elif t == "tool_start":
-        click.secho(
-            f"\n→ {chunk.name} {json.dumps(chunk.args, ensure_ascii=False)[:200]}",
-            err=True,
-            fg="cyan",
-        )
+        args = json.dumps(chunk.args, ensure_ascii=False)[:200]
+        click.secho(f"\n→ {clean(chunk.name)} {clean(args)}", err=True, fg="cyan")
     elif t == "tool_result":
         mark = "blocked" if chunk.blocked else ("ok" if chunk.ok else "failed")
-        click.secho(f"  {mark}: {chunk.summary}", err=True, fg="green" if chunk.ok else "yellow")
+        click.secho(
+            f"  {mark}: {clean(chunk.summary)}", err=True, fg="green" if chunk.ok else "yellow"
+        )
     elif t == "retry":
-        click.secho(f"\n(retrying in {chunk.delay_ms} ms: {chunk.error})", err=True, fg="yellow")
+        click.secho(
+            f"\n(retrying in {chunk.delay_ms} ms: {clean(chunk.error)})", err=True, fg="yellow"
+        )
     elif t == "error":
-        click.secho(f"\nerror ({chunk.category}): {chunk.message}", err=True, fg="red")
+        click.secho(f"\nerror ({chunk.category}): {clean(chunk.message)}", err=True, fg="red")
     elif t == "aborted":
-        click.secho(f"\naborted: {chunk.reason}", err=True, fg="red")
+        click.secho(f"\naborted: {clean(chunk.reason)}", err=True, fg="red")
     elif t == "question_pending":
         for q in chunk.questions:
-            click.secho(f"\n? {q.question}", err=True, fg="magenta")
+            click.secho(f"\n? {clean(q.question)}", err=True, fg="magenta")
     elif t == "approval_pending":
-        click.secho(f"\n? approve {chunk.name}: {chunk.reason}", err=True, fg="magenta")
+        click.secho(
+            f"\n? approve {clean(chunk.name)}: {clean(chunk.reason or '')}", err=True, fg="magenta"
+        )
     elif t == "done":
         sys.stdout.write("\n")
 

@@ -17,10 +17,12 @@ from .common import (
     data_dir_for,
     location_options,
     role_pack_options,
+    safe,
     start_agent,
     storage_option,
 )
 from .main import cli
+from .trust_cmd import ask_trust
 
 EXIT_OK, EXIT_FAILED, EXIT_NEEDS_APPROVAL = 0, 1, 3
 
@@ -88,6 +90,7 @@ async def _agent(
         project_path=project,
         data_dir=data_dir_for(project, data_dir),
         config_dir=config_dir,
+        project_trust=ask_trust,
         role_pack_dirs=list(role_pack_dirs),
         provider=_NoModel(),
         session_store="memory",
@@ -195,15 +198,16 @@ def list_cmd(
         plugin = row["plugin"] or ""
         if row["service"]:
             plugin = f"service: {row['service']}"
-        cells = [row["name"], plugin, row["capability"]]
+        # names and descriptions may come from an MCP server or a plugin: cleaned, no markup
+        cells = [safe(row["name"], newlines=False), safe(plugin), safe(row["capability"])]
         if show_all:
             cells.append("yes" if row["exposed"] else "no")
-        cells.append(row["description"])
+        cells.append(safe(row["description"]))
         table.add_row(*cells)
     console = Console()
     console.print(table)
     for capability, why in report["unavailable"].items():
-        console.print(f"[yellow]{capability}[/yellow]: {why}")
+        console.print(f"[yellow]{safe(capability)}[/yellow]: {safe(why)}")
 
 
 @tools_group.command("call")

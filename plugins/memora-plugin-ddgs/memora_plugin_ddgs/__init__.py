@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 from memora.plugins import checked_factory
+from memora.security.trust import ANY, AtMost, OneOf
 
 if TYPE_CHECKING:
     from .search import DdgsSearch
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
 __all__ = ["DdgsSearch", "register_web_search"]
 
 OPTIONS = frozenset(["backend", "cache_rounds", "proxy", "region", "safesearch", "timeout"])
+
+PROJECT = {
+    "region": ANY,
+    "safesearch": OneOf("on", "moderate"),
+    "timeout": AtMost(10.0),
+    "cache_rounds": ANY,
+}
+"""What a project's config may set (``backend`` picks where queries go; ``proxy`` is the
+user's): see :mod:`memora.settings`."""
 
 
 def _load() -> type[DdgsSearch]:
@@ -36,4 +46,4 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def register_web_search(register: Any) -> None:
-    register("ddgs", checked_factory("ddgs", OPTIONS, _load))
+    register("ddgs", checked_factory("ddgs", OPTIONS, _load, project=PROJECT))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 from memora.plugins import checked_factory
+from memora.security.trust import ANY, AtMost
 
 if TYPE_CHECKING:
     from .fetcher import HttpFetcher
@@ -19,6 +20,15 @@ __all__ = ["HttpFetcher", "register_web_fetch"]
 OPTIONS = frozenset(
     ["allow", "allow_private", "max_bytes", "max_redirects", "timeout", "user_agent"]
 )
+
+PROJECT = {
+    "timeout": AtMost(20.0),
+    "max_bytes": AtMost(1_000_000),
+    "max_redirects": AtMost(5),
+    "user_agent": ANY,
+}
+"""What a project's config may set (``allow`` and ``allow_private`` widen the address policy:
+user config only)."""
 
 
 def _load() -> type[HttpFetcher]:
@@ -35,4 +45,4 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def register_web_fetch(register: Any) -> None:
-    register("fetch", checked_factory("fetch", OPTIONS, _load))
+    register("fetch", checked_factory("fetch", OPTIONS, _load, project=PROJECT))

@@ -28,6 +28,7 @@ from memora.llm.types import (
     ToolCallDelta,
     UsageDelta,
 )
+from memora.security.trust import ANY, AtMost, project_settable
 
 __all__ = [
     "SAFE_CMAKE_ARGS",
@@ -329,6 +330,17 @@ _OPTIONS = {
     "tools",
 }
 
+PROJECT = {
+    "n_ctx": AtMost(4096),
+    "n_batch": AtMost(256),
+    "seed": ANY,
+    "chat_format": ANY,
+    "tools": ANY,
+}
+"""What a project's config may set.  ``model``/``model_path`` make llama.cpp parse a file of the
+project's choosing, and ``n_threads``/``cache_bytes`` size memora's own use of the machine:
+requests the user must allow."""
+
 
 def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
     opts = {k: v for k, v in options.items() if k != "model"}
@@ -346,7 +358,7 @@ def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
 
 @hookimpl
 def register_providers(register: Any) -> None:
-    register("llamacpp", _factory)
+    register("llamacpp", project_settable(_factory, PROJECT))
 
 
 def _drop_oldest(messages: list[Any]) -> list[Any] | None:

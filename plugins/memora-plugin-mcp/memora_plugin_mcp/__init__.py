@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 from memora.plugins import checked_factory
+from memora.security.trust import AtMost
 
 if TYPE_CHECKING:
     from .client import McpToolSource
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 __all__ = ["McpToolSource", "register_tool_sources"]
 
 OPTIONS = frozenset(["allow", "servers", "timeout"])
+
+PROJECT = {"timeout": AtMost(30.0)}
+"""What a project's config may set on its own.  ``servers`` runs programs or reaches hosts: from a
+project it is a request the user must allow (``memora trust``); ``allow`` is user config only."""
 
 
 def _load() -> type[McpToolSource]:
@@ -37,4 +42,4 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def register_tool_sources(register: Any) -> None:
-    register("mcp", checked_factory("mcp", OPTIONS, _load))
+    register("mcp", checked_factory("mcp", OPTIONS, _load, project=PROJECT))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.security.trust import ANY, AtMost, project_settable
 
 if TYPE_CHECKING:
     from .provider import Completion, OpenAIProvider, encode_message
@@ -34,6 +35,17 @@ _OPTIONS = {
     "max_response_bytes",
 }
 
+PROJECT = {
+    "model": ANY,
+    "context_window": ANY,
+    "http2": ANY,
+    "connect_timeout": AtMost(10.0),
+    "stall_timeout": AtMost(60.0),
+    "total_timeout": AtMost(900.0),
+    "max_response_bytes": AtMost(32 * 1024 * 1024),
+}
+"""What a project's config may set (``base_url``, ``api_key_env`` and ``headers`` choose where
+requests and keys go: user side only; ``extra_body`` is sent to the provider: a request)."""
 
 _LAZY = {
     "Completion": ".provider",
@@ -75,4 +87,4 @@ def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
 
 @hookimpl
 def register_providers(register: Any) -> None:
-    register("openai", _factory)
+    register("openai", project_settable(_factory, PROJECT))

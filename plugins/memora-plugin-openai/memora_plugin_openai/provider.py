@@ -39,6 +39,8 @@ logger = logging.getLogger("memora.plugins.openai")
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _DRAIN_LIMIT = 64 * 1024
 _DRAIN_SECONDS = 0.25
+_ERROR_BODY_LIMIT = 64 * 1024
+"""How much of an HTTP error body is read (its message is shown, 500 characters of it)."""
 """Bytes and seconds spent reading after ``data: [DONE]`` so the connection can be reused; past
 either the connection is closed instead."""
 _HISTORY_CACHE = 64
@@ -308,9 +310,24 @@ class OpenAIProvider:
 
     # -- errors ------------------------------------------------------------------------------------
 
+    async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
+        """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
+        ``aread()`` would hold all of it: a gzip bomb of a few kilobytes inflates to gigabytes."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                await response.aclose()
+                return b"".join(parts)[:limit], True
+        return b"".join(parts), False
+
     async def _http_error(self, response: httpx2.Response) -> ProviderError:
+        # an error body is only read for its message: a small cap, whatever the server sends
         try:
-            body = (await response.aread()).decode("utf-8", errors="replace")
+            raw, _ = await self._read_capped(response, _ERROR_BODY_LIMIT)
+            body = raw.decode("utf-8", errors="replace")
         except httpx2.HTTPError:
             body = ""
         message = body[:500]
@@ -493,18 +510,26 @@ class OpenAIProvider:
         """A non-streamed request."""
         body = self.encode(request, stream=False)
         try:
-            response = await self._client.post("/chat/completions", content=body)
+            async with self._client.stream("POST", "/chat/completions", content=body) as response:
+                if response.status_code >= 400:
+                    raise await self._http_error(response)
+                raw, more = await self._read_capped(response, self.max_response_bytes)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from exc
-        if response.status_code >= 400:
-            raise await self._http_error(response)
+        if more:
+            raise ProviderError(
+                f"the answer from {self.base_url} passed {self.max_response_bytes} bytes; "
+                "stopped reading",
+                category="unknown",
+            )
         try:
-            obj = response.json()
+            obj = json.loads(raw)
             choice = obj["choices"][0]
             msg = choice.get("message") or {}
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ProviderError(
-                f"unexpected response from {self.base_url}: {response.text[:300]}"
+                f"unexpected response from {self.base_url}: "
+                f"{raw[:300].decode('utf-8', errors='replace')}"
             ) from exc
         usage = obj.get("usage") or {}
         calls = [

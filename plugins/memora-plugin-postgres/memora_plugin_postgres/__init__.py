@@ -16,10 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from memora import hookimpl
+from memora.security.trust import AtMost, project_settable
 
 __all__ = ["register_project_locks", "register_session_stores", "register_storage"]
 
 _OPTIONS = {"dsn", "namespace", "pool_size", "connect_timeout", "path", "project"}
+
+PROJECT = {"pool_size": AtMost(5), "connect_timeout": AtMost(10.0)}
+"""What a project's config may set: ``dsn`` and ``namespace`` choose whose database and whose data
+(user side only)."""
 
 
 def _check(options: Mapping[str, Any]) -> None:
@@ -54,14 +59,14 @@ def _lock(options: Mapping[str, Any]) -> Any:
 
 @hookimpl
 def register_storage(register: Any) -> None:
-    register("postgres", _storage)
+    register("postgres", project_settable(_storage, PROJECT))
 
 
 @hookimpl
 def register_session_stores(register: Any) -> None:
-    register("postgres", _sessions)
+    register("postgres", project_settable(_sessions, PROJECT))
 
 
 @hookimpl
 def register_project_locks(register: Any) -> None:
-    register("postgres", _lock)
+    register("postgres", project_settable(_lock, PROJECT))

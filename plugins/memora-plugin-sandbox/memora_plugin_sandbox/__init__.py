@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 from memora.plugins import checked_factory
+from memora.security.trust import AtMost, OneOf
 
 if TYPE_CHECKING:
     from .sandbox import SubprocessSandbox
@@ -35,6 +36,17 @@ OPTIONS = frozenset(
     ]
 )
 
+PROJECT = {
+    "memory_mb": AtMost(512),
+    "file_size_mb": AtMost(16),
+    "max_processes": AtMost(32),
+    "max_output": AtMost(64_000),
+    "require_isolation": OneOf(True),
+}
+"""What a project's config may set: only tighter limits.  ``user``, ``python`` and ``env`` change
+who runs a snippet and with what (a request the user must allow); ``network`` is user config
+only."""
+
 
 def _load() -> type[SubprocessSandbox]:
     from .sandbox import SubprocessSandbox
@@ -50,4 +62,4 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def register_code_executors(register: Any) -> None:
-    register("sandbox", checked_factory("sandbox", OPTIONS, _load))
+    register("sandbox", checked_factory("sandbox", OPTIONS, _load, project=PROJECT))

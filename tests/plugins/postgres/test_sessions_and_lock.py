@@ -24,6 +24,9 @@ from memora_plugin_postgres.sessions import PostgresSessionStore
 from tests.conftest import REPO
 
 
+_HOST_NS: dict[Path, str] = {}
+
+
 def _ns() -> str:
     return f"test-{uuid.uuid4().hex}"
 
@@ -123,8 +126,20 @@ HOST = textwrap.dedent(
 )
 
 
+def _user_namespace(tmp_path: Path, namespace: str) -> Path:
+    """A user config folder that sets the PostgreSQL namespace: whose data a project reads is
+    the user's choice, never the project's (a project config naming one is refused)."""
+    home = tmp_path / "user-config"
+    home.mkdir(exist_ok=True)
+    (home / "config.json").write_text(
+        json.dumps({"plugins": {"postgres": {"namespace": namespace}}}), encoding="utf-8"
+    )
+    return home
+
+
 def _host(project: Path, word: str, hold: float, dsn: str, script: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "MEMORA_POSTGRES_DSN": dsn, "PYTHONPATH": str(REPO)}
+    env["MEMORA_HOME"] = str(_user_namespace(project.parent, _HOST_NS.setdefault(project, _ns())))
     return subprocess.Popen(
         [sys.executable, str(script), str(project), word, str(hold)],
         stdout=subprocess.PIPE,
@@ -138,9 +153,7 @@ def _host(project: Path, word: str, hold: float, dsn: str, script: Path) -> subp
 async def test_two_hosts_one_database_one_project(pg_dsn: str, tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / ".memora").mkdir(parents=True)
-    (project / ".memora" / "config.json").write_text(
-        json.dumps({"storage": "postgres", "plugins": {"postgres": {"namespace": _ns()}}})
-    )
+    (project / ".memora" / "config.json").write_text(json.dumps({"storage": "postgres"}))
     script = tmp_path / "host.py"
     script.write_text(HOST, encoding="utf-8")
 
@@ -175,11 +188,14 @@ async def test_agent_selects_postgres_from_config(
     monkeypatch.setenv("MEMORA_POSTGRES_DSN", pg_dsn)
     project = tmp_path / "p"
     (project / ".memora").mkdir(parents=True)
-    (project / ".memora" / "config.json").write_text(
-        json.dumps({"storage": "postgres", "plugins": {"postgres": {"namespace": _ns()}}})
-    )
+    (project / ".memora" / "config.json").write_text(json.dumps({"storage": "postgres"}))
     provider = ScriptedProvider([text("hello"), text("TYPE: fact\nsaid hello")])
-    async with Agent(project_path=project, data_dir=tmp_path / "d", provider=provider) as agent:
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "d",
+        provider=provider,
+        config_dir=_user_namespace(tmp_path, _ns()),
+    ) as agent:
         chunks = [c async for c in agent.chat("hi")]
         assert chunks[-1].type == "done"
         await agent.idle()
@@ -196,15 +212,17 @@ async def test_agent_selects_postgres_from_config(
 def test_cli_memory_commands_on_postgres(pg_dsn: str, tmp_path: Path) -> None:
     project = tmp_path / "p"
     (project / ".memora").mkdir(parents=True)
-    (project / ".memora" / "config.json").write_text(
-        json.dumps({"plugins": {"postgres": {"namespace": _ns()}}})
-    )
+    (project / ".memora").mkdir(exist_ok=True)
     src = tmp_path / "in.jsonl"
     src.write_text(
         json.dumps({"id": "m1", "source": "persona", "content": "长期记忆 in PostgreSQL"}) + "\n",
         encoding="utf-8",
     )
-    env = {**os.environ, "MEMORA_POSTGRES_DSN": pg_dsn}
+    env = {
+        **os.environ,
+        "MEMORA_POSTGRES_DSN": pg_dsn,
+        "MEMORA_HOME": str(_user_namespace(tmp_path, _ns())),
+    }
 
     def memora(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -233,14 +251,16 @@ async def test_cli_sessions_follow_the_storage(pg_dsn: str, tmp_path: Path) -> N
     await store.close()
     project = tmp_path / "p"
     (project / ".memora").mkdir(parents=True)
-    (project / ".memora" / "config.json").write_text(
-        json.dumps({"storage": "postgres", "plugins": {"postgres": {"namespace": namespace}}})
-    )
+    (project / ".memora" / "config.json").write_text(json.dumps({"storage": "postgres"}))
     r = subprocess.run(
         [sys.executable, "-m", "memora", "sessions", "list", "--project", str(project), "--json"],
         capture_output=True,
         text=True,
-        env={**os.environ, "MEMORA_POSTGRES_DSN": pg_dsn},
+        env={
+            **os.environ,
+            "MEMORA_POSTGRES_DSN": pg_dsn,
+            "MEMORA_HOME": str(_user_namespace(tmp_path, namespace)),
+        },
         timeout=120,
         check=False,
     )

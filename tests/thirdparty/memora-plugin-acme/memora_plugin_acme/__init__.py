@@ -16,6 +16,7 @@ from typing import Any
 
 from memora import Deny, hookimpl, tool
 from memora.memory import InMemoryStorage, MemoryRecord
+from memora.security.trust import ANY, project_settable
 from memora.services import SearchHit
 
 
@@ -42,7 +43,10 @@ class AcmeStorage(InMemoryStorage):
 
 
 def _storage(options: dict[str, Any]) -> AcmeStorage:
-    return AcmeStorage(Path(options["path"]) / options.get("file_name", "acme.jsonl"))
+    name = str(options.get("file_name", "acme.jsonl"))
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise ValueError(f"acme file_name must be a plain file name, not {name!r}")
+    return AcmeStorage(Path(options["path"]) / name)
 
 
 class AcmeSearch:
@@ -64,7 +68,8 @@ async def acme_shout(ctx: Any, words: str) -> str:
 
 @hookimpl
 def register_storage(register: Any) -> None:
-    register("acme", _storage)
+    # a project's config may pick the file name (a plain name inside the data folder)
+    register("acme", project_settable(_storage, file_name=ANY))
 
 
 @hookimpl
