@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["McpToolSource", "register_tool_sources"]
 
-OPTIONS = frozenset(["allow", "servers", "timeout"])
+OPTIONS = frozenset(["allow", "log_dir", "max_result_chars", "servers", "timeout"])
 
 PROJECT = {"timeout": AtMost(30.0)}
 """What a project's config may set on its own.  ``servers`` runs programs or reaches hosts: from a
