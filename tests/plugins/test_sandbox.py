@@ -189,3 +189,118 @@ async def test_require_isolation_refuses_where_the_network_cannot_be_cut(no_netn
     assert info.value.code == ToolErrorCode.NOT_AVAILABLE
     r = await SubprocessSandbox().execute("print(1)")  # without it: runs, and says so
     assert r.stdout.strip() == "1" and "network NOT isolated" in (r.isolation or "")
+
+
+def _unix_server(folder: Path) -> tuple[socket.socket, Path]:
+    """A listening Unix socket anyone may connect to, as a local database's is."""
+    path = folder / "db.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    os.chmod(folder, 0o755)
+    os.chmod(path, 0o777)
+    return server, path
+
+
+async def test_no_network_covers_unix_sockets(sandbox: SubprocessSandbox, tmp_path: Path) -> None:
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"memora-sock-{os.getpid()}-{id(tmp_path)}"
+    folder.mkdir()
+    server, path = _unix_server(folder)
+    snippet = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({str(path)!r})\n"
+        "print('connected')\n"
+    )
+    try:
+        r = await sandbox.execute(snippet, timeout=10)
+        assert "connected" not in r.stdout and "Permission denied" in r.stderr, r
+        assert "no Unix sockets" in (r.isolation or "")
+        # the snippet's own plumbing still works (asyncio's self-pipe is a socketpair)
+        r = await sandbox.execute("import asyncio\nasyncio.run(asyncio.sleep(0))\nprint('ok')")
+        assert r.stdout.strip() == "ok", r.stderr
+        # with the network on (the user's choice), the socket is reachable: the filter was it
+        opened = SubprocessSandbox(user=sandbox_user(sandbox), network="on")
+        r = await opened.execute(snippet, timeout=10)
+        assert r.stdout.strip() == "connected", r.stderr
+    finally:
+        server.close()
+        path.unlink()
+        folder.rmdir()
+
+
+def sandbox_user(sandbox: SubprocessSandbox) -> str:
+    return "auto" if sandbox.dedicated or not sandbox.root else "host"
+
+
+async def test_the_memory_limit_holds_for_the_whole_run(sandbox: SubprocessSandbox) -> None:
+    """Six forked children of 100 MB each under a 256 MB limit: per process each fits; for the
+    run as a whole they cannot all live."""
+    r = await sandbox.execute(
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        b = bytearray(100 * 1024 * 1024)\n"
+        "        for i in range(0, len(b), 4096): b[i] = 1\n"
+        "        time.sleep(1.5)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print(sum(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in kids))\n",
+        timeout=30,
+    )
+    if "per process" in (r.isolation or ""):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"no memory cgroup could be created here: {r.isolation}")
+        pytest.skip(f"no memory cgroup on this machine: {r.isolation}")
+    assert "for the whole run (cgroup)" in (r.isolation or "")
+    survivors = int(r.stdout.strip() or 0)
+    assert survivors <= 2, (survivors, r.stderr)
+
+
+HOST_WITH_A_KEY = """
+import asyncio, json, os, sys
+from memora_plugin_sandbox import SubprocessSandbox
+
+SNIPPET = '''
+import os
+found = []
+pid = os.getpid()
+while pid > 1:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            if b"sk-the-users-key" in fh.read():
+                found.append(pid)
+    except OSError:
+        pass
+    with open(f"/proc/{pid}/stat") as fh:
+        pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+print("FOUND" if found else "none")
+'''
+
+async def main():
+    r = await SubprocessSandbox(user="host").execute(SNIPPET)
+    print(json.dumps({"out": r.stdout.strip(), "err": r.stderr, "isolation": r.isolation}))
+
+asyncio.run(main())
+"""
+
+
+def test_host_user_mode_cannot_read_memoras_api_key(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    script = tmp_path / "host.py"
+    script.write_text(HOST_WITH_A_KEY, encoding="utf-8")
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OPENAI_API_KEY": "sk-the-users-key"},
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout.splitlines()[-1])
+    assert doc["out"] == "none", doc

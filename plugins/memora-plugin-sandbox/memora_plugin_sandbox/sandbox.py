@@ -8,13 +8,20 @@ How a run is isolated, strongest first, decided once per sandbox and reported wi
   when the run ends every process of that uid is killed — daemons that ``setsid`` and fork twice
   included.  Otherwise the snippet runs as the host user under the kernel's reaper
   (:mod:`memora.tools.reaper`), which kills every descendant when it ends.
+  In host-user mode memora makes its own process non-dumpable (so a snippet of the same user
+  cannot read memora's ``/proc/PID/environ``, where API keys live) and, when memora runs as root,
+  the snippet runs in a user namespace of its own, without root's powers over other processes.
 - **network**: a new, empty network namespace (no interface but a downed loopback) when the
   platform allows it (root, or unprivileged user namespaces); otherwise reported as not isolated
-  (``require_isolation=True`` refuses to run instead).
+  (``require_isolation=True`` refuses to run instead).  A network namespace does not cover
+  Unix sockets in the file system (a local database's socket), so a seccomp filter refuses
+  ``socket(AF_UNIX, ...)`` too (x86-64 and aarch64; reported otherwise).
 - **limits** (``resource``): CPU seconds (the timeout + 1), address space (``memory_mb``), file
   size (``file_size_mb``), process count (``max_processes``), no core files; a wall-clock timeout
   kills the run; stdout and stderr are capped at ``max_output`` bytes each — past it the run is
-  killed and the output marked truncated.
+  killed and the output marked truncated.  Where memora may create a memory cgroup (root on
+  cgroup v1 or a delegated v2 tree), ``memory_mb`` holds for the *whole* run — every process it
+  forks counted together; elsewhere it holds per process, and the result says so.
 - **environment**: only ``PATH``, ``HOME`` and ``TMPDIR`` (the run's temporary folder), ``LANG``
   and the ``env`` option's variables; nothing named like a secret passes, even from ``env``.
 """
@@ -46,6 +53,10 @@ logger = logging.getLogger("memora.plugins.sandbox")
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 _UID_BASE = 1_600_000_000
 """Dedicated uids are drawn above this (far from any real account)."""
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
@@ -86,6 +97,142 @@ def _probe_network_isolation(flags: int) -> bool:
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+# -- a seccomp filter: socket(AF_UNIX, ...) fails with EACCES ----------------------------------
+
+_AUDIT_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+"""Machine -> (the seccomp audit arch, the number of the ``socket`` system call)."""
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _unix_socket_filter() -> tuple[Any, _SockFprog] | None:
+    """A classic-BPF seccomp program (kept alive by the caller) that refuses ``socket`` for
+    the ``AF_UNIX`` family, and every system call of a foreign ABI (x32, i386: their socket
+    calls would slip past); None on a machine it does not know."""
+    import platform
+    import struct
+
+    known = _AUDIT_ARCH.get(platform.machine())
+    if known is None:
+        return None
+    arch, nr_socket = known
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    errno, allow = 0x00050000, 0x7FFF0000  # SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW
+
+    def op(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    program = b"".join(
+        [
+            op(ld, 0, 0, 4),  # seccomp_data.arch
+            op(jeq, 1, 0, arch),
+            op(ret, 0, 0, errno | 38),  # a foreign ABI: ENOSYS
+            op(ld, 0, 0, 0),  # seccomp_data.nr
+            op(jge, 0, 1, 0x40000000),  # the x32 ABI's numbers
+            op(ret, 0, 0, errno | 38),
+            op(jeq, 0, 3, nr_socket),
+            op(ld, 0, 0, 16),  # args[0], low word: the address family
+            op(jeq, 0, 1, 1),  # AF_UNIX
+            op(ret, 0, 0, errno | 13),  # EACCES
+            op(ret, 0, 0, allow),
+        ]
+    )
+    buffer = ctypes.create_string_buffer(program, len(program))
+    return buffer, _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+
+
+# -- a memory cgroup per run: the limit holds for every process of the run together --------------
+
+
+class _MemoryCgroups:
+    """Where runs get a memory cgroup of their own: a folder memora may create children in,
+    with the limit file of cgroup v2 (``memory.max``) or v1 (``memory.limit_in_bytes``)."""
+
+    def __init__(self) -> None:
+        self.base: Path | None = None
+        self.limit_file = ""
+        for base, limit in self._candidates():
+            probe = base / f"memora-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+            except OSError:
+                continue
+            try:
+                if (probe / limit).exists():
+                    self.base, self.limit_file = base, limit
+                    break
+            finally:
+                with contextlib.suppress(OSError):
+                    probe.rmdir()
+
+    @staticmethod
+    def _candidates() -> list[tuple[Path, str]]:
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return []
+        out: list[tuple[Path, str]] = []
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            rel = path.lstrip("/")
+            if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+                out.append((Path("/sys/fs/cgroup") / rel, "memory.max"))
+            elif "memory" in controllers.split(","):
+                out.append((Path("/sys/fs/cgroup/memory") / rel, "memory.limit_in_bytes"))
+        return out
+
+    def create(self, limit: int) -> Path | None:
+        """A fresh cgroup limited to ``limit`` bytes (swap included where v1 counts it)."""
+        if self.base is None:
+            return None
+        group = self.base / f"memora-sandbox-{os.getpid()}-{random.randrange(1 << 30)}"
+        try:
+            group.mkdir()
+            (group / self.limit_file).write_text(str(limit))
+            # swap must not stretch the limit: none in v2, memory+swap capped alike in v1
+            swap, value = (
+                ("memory.swap.max", "0")
+                if self.limit_file == "memory.max"
+                else ("memory.memsw.limit_in_bytes", str(limit))
+            )
+            with contextlib.suppress(OSError):  # absent where swap accounting is off
+                (group / swap).write_text(value)
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            return None
+        return group
+
+    @staticmethod
+    def remove(group: Path) -> None:
+        """Kill what is left in ``group`` and remove it."""
+        for _ in range(100):
+            try:
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                group.rmdir()
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+_cgroups: _MemoryCgroups | None = None
+
+
+def _memory_cgroups() -> _MemoryCgroups:
+    global _cgroups
+    if _cgroups is None:
+        _cgroups = _MemoryCgroups()
+    return _cgroups
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -171,6 +318,8 @@ class SubprocessSandbox:
         self.dedicated = self.root and user != "host"
         self.python = python or self._find_python()
         self._net_flags: int | None = None
+        self._seccomp = _unix_socket_filter() if network == "off" else None
+        self._whole_run_memory: bool | None = None
 
     def _find_python(self) -> str:
         candidates = [sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"]
@@ -199,10 +348,26 @@ class SubprocessSandbox:
             net = "network allowed (sandbox option network=on)"
         else:
             net = "no network (new network namespace)" if flags else "network NOT isolated"
+            net += (
+                ", no Unix sockets (seccomp)"
+                if self._seccomp is not None
+                else ", Unix sockets NOT blocked (no seccomp filter for this machine)"
+            )
+        if self._whole_run_memory is None:
+            self._whole_run_memory = _memory_cgroups().base is not None
+        scope = "for the whole run (cgroup)" if self._whole_run_memory else "per process"
         return (
-            f"{user}; {net}; limits: memory {self.memory >> 20} MB, files {self.file_size >> 20} MB, "
-            f"{self.max_processes} processes, output {self.max_output} bytes per stream"
+            f"{user}; {net}; limits: memory {self.memory >> 20} MB {scope}, "
+            f"files {self.file_size >> 20} MB, {self.max_processes} processes, "
+            f"output {self.max_output} bytes per stream"
         )
+
+    def _host_user_flags(self) -> int:
+        """Host-user mode: memora's own /proc files closed to the snippet (non-dumpable), and a
+        root snippet in a user namespace of its own (no CAP_SYS_PTRACE over memora)."""
+        with contextlib.suppress(Exception):
+            _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return CLONE_NEWUSER if self.root else 0
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -229,6 +394,9 @@ class SubprocessSandbox:
                 "no Python interpreter is reachable by the sandbox user; set plugins.sandbox.python",
             )
         uid = self._take_uid() if self.dedicated else None
+        if uid is None:
+            flags |= self._host_user_flags()
+        group = await asyncio.to_thread(_memory_cgroups().create, self.memory)
         workdir = Path(tempfile.mkdtemp(prefix="memora-sandbox-"))
         try:
             script = workdir / filename
@@ -245,8 +413,10 @@ class SubprocessSandbox:
                 from memora.tools import reaper
 
                 argv = [sys.executable, "-I", reaper.__file__, "--", *argv]
-            return await self._run(argv, workdir, uid, flags, float(timeout))
+            return await self._run(argv, workdir, uid, flags, float(timeout), group)
         finally:
+            if group is not None:
+                await asyncio.to_thread(_MemoryCgroups.remove, group)
             if uid is not None:
                 await asyncio.to_thread(_kill_uid, uid)
                 _in_use.discard(uid)
@@ -270,7 +440,9 @@ class SubprocessSandbox:
         env.update({k: v for k, v in self.extra_env.items() if not _looks_secret(k)})
         return env
 
-    def _preexec(self, uid: int | None, flags: int, timeout: float) -> Callable[[], None]:
+    def _preexec(
+        self, uid: int | None, flags: int, timeout: float, group: Path | None = None
+    ) -> Callable[[], None]:
         import resource
 
         cpu = int(timeout) + 1
@@ -287,7 +459,16 @@ class SubprocessSandbox:
                 (resource.RLIMIT_NPROC, len(_pids_of_uid(os.getuid())) + self.max_processes)
             )
 
+        seccomp = self._seccomp
+        procs = str(group / "cgroup.procs") if group is not None else None
+
         def prepare() -> None:  # runs in the child, between fork and exec
+            if procs is not None:  # first: every process the run forks is counted with it
+                fd = os.open(procs, os.O_WRONLY)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                finally:
+                    os.close(fd)
             for which, value in limits:
                 resource.setrlimit(which, (value, value))
             if flags and _libc().unshare(flags) != 0:
@@ -296,11 +477,23 @@ class SubprocessSandbox:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
+            if seccomp is not None:
+                libc = _libc()
+                if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                    os._exit(122)
+                if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(seccomp[1])):
+                    os._exit(122)
 
         return prepare
 
     async def _run(
-        self, argv: list[str], workdir: Path, uid: int | None, flags: int, timeout: float
+        self,
+        argv: list[str],
+        workdir: Path,
+        uid: int | None,
+        flags: int,
+        timeout: float,
+        group: Path | None = None,
     ) -> ExecutionResult:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -310,7 +503,7 @@ class SubprocessSandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=self._preexec(uid, flags, timeout),
+            preexec_fn=self._preexec(uid, flags, timeout, group),
         )
         over = asyncio.Event()
         outputs: list[bytearray] = [bytearray(), bytearray()]
@@ -353,6 +546,10 @@ class SubprocessSandbox:
         if flags and proc.returncode == 121 and not outputs[0] and not outputs[1]:
             raise ToolError(
                 ToolErrorCode.EXECUTION_FAILED, "the sandbox could not enter its network namespace"
+            )
+        if proc.returncode == 122 and not outputs[0] and not outputs[1]:
+            raise ToolError(
+                ToolErrorCode.EXECUTION_FAILED, "the sandbox could not install its seccomp filter"
             )
         note = "\n[output limit reached: the run was stopped]" if truncated else ""
         return ExecutionResult(

@@ -23,7 +23,6 @@ from memora_plugin_postgres.lock import PostgresProjectLock
 from memora_plugin_postgres.sessions import PostgresSessionStore
 from tests.conftest import REPO
 
-
 _HOST_NS: dict[Path, str] = {}
 
 
