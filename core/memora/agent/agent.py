@@ -44,7 +44,7 @@ from ..memory.sessions import RoundRecord, SessionInfo
 from ..plugins import Plugins, create_plugin_manager
 from ..role_pack.manager import RolePackManager
 from ..security.paths import PathGuard
-from ..security.state import ensure_state_dir
+from ..security.state import ensure_state_dir, warn_if_shared
 from ..services import LazyServices
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
@@ -405,6 +405,7 @@ class Agent:
         absolute = Path(os.path.abspath(data_dir))  # noqa: ASYNC240 - no I/O, start-up only
         root = Path(os.path.abspath(project))  # noqa: ASYNC240
         ensure_state_dir(absolute, root if absolute.is_relative_to(root) else absolute.parent)
+        warn_if_shared(absolute)  # a folder an older memora (or the umask) left readable
         lock = self._create_lock(project, data_dir)
         await _maybe_await(lock.acquire())
         try:

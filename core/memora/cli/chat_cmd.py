@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from ..errors import MemoraError
+from ..security.state import private_file
 from ..security.terminal import clean
 from .common import (
     agent_arguments,
@@ -288,7 +289,8 @@ def _input_with_history(history: Path) -> Any:
             return None
         if readline is not None and line.strip():
             with contextlib.suppress(OSError):
-                history.parent.mkdir(parents=True, exist_ok=True)
+                history.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_file(history)  # what the user typed: theirs alone
                 readline.write_history_file(history)
         return line
 

@@ -382,7 +382,7 @@ class JsonlSessionStore:
             ensure_state_dir(self.root, self.root.parent)
             self._root_checked = True
         try:
-            os.mkdir(folder)
+            os.mkdir(folder, 0o700)
         except FileExistsError:
             ensure_state_dir(folder, self.root.parent)  # refuses a link or a file there
             return None
@@ -391,7 +391,7 @@ class JsonlSessionStore:
             ensure_state_dir(folder, self.root.parent)
             return None
         try:
-            return os.open(path, _LOG_FLAGS | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
+            return os.open(path, _LOG_FLAGS | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
         except FileExistsError:
             return None
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError
-from ..security.state import check_state_path, ensure_state_dir
+from ..security.state import check_state_path, ensure_state_dir, private_file
 from .keywords import index_tokens, query_terms
 from .storage import (
     ReadOnlyView,
@@ -130,6 +130,9 @@ class _Core:
         else:
             ensure_state_dir(path.parent, path.parent.parent)
             check_state_path(path, path.parent)
+            # SQLite creates a new database 0644, and its -wal and -shm files like the database:
+            # made 0600 first, all three stay private
+            private_file(path)
             # nofollow: SQLite itself refuses a database path that is a symbolic link
             self.db = sqlite3.connect(
                 f"file:{quote(str(path))}?nofollow=1", uri=True, timeout=10, isolation_level=None

@@ -7,18 +7,38 @@ with ``O_NOFOLLOW`` after checking that no folder between its root (the project,
 folder) and it is a link; SQLite databases are opened with ``nofollow=1``.  A link, or a file
 where a folder belongs (``.memora`` being a regular file, ``.lock`` a folder), is a clear
 ``STORAGE_ERROR`` naming the path — never a traceback.
+
+memora's own files are private: the folders it creates for its state are 0700 and the files
+0600 (a session log or the memory database holds the project's conversations; a sandboxed
+snippet or another local user must not read them).  :func:`warn_if_shared` names a state folder
+that is wider, once per process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
 
 from ..errors import ErrorCode, MemoraError
 
-__all__ = ["check_state_path", "ensure_state_dir", "open_state_file"]
+__all__ = [
+    "PRIVATE_DIR",
+    "PRIVATE_FILE",
+    "check_state_path",
+    "ensure_state_dir",
+    "open_state_file",
+    "private_file",
+    "warn_if_shared",
+]
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+_warned: set[str] = set()
+log = logging.getLogger("memora")
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -74,14 +94,57 @@ def ensure_state_dir(path: Path, root: Path) -> Path:
     the way."""
     path, root = Path(path), Path(root)
     check_state_path(path / ".probe", root)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise _refuse(Path(exc.filename or path), "is not a folder") from exc
+    missing: list[Path] = []
+    cur = path
+    while not cur.exists() and cur != cur.parent:
+        missing.append(cur)
+        cur = cur.parent
+    for folder in reversed(missing):  # each folder memora creates is private (not the umask's)
+        try:
+            folder.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise _refuse(folder, "is not a folder") from None
+        except NotADirectoryError as exc:
+            raise _refuse(Path(exc.filename or folder), "is not a folder") from exc
+    if not path.is_dir():
+        raise _refuse(path, "is not a folder")
     return path
 
 
-def open_state_file(path: Path, flags: int, root: Path, mode: int = 0o644) -> int:
+def private_file(path: Path) -> None:
+    """Create ``path`` empty and 0600 when it does not exist (for files another library creates
+    with its own default mode, such as SQLite's 0644); an existing file is left as it is."""
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, PRIVATE_FILE
+        )
+        os.close(fd)
+
+
+def warn_if_shared(path: Path) -> bool:
+    """Warn (once per folder and process) when ``path``, a state folder, may be read by other
+    users; True when it may."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return False
+    if not mode & 0o077:
+        return False
+    key = str(path)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(
+            "%s is readable by other users (mode %04o): it holds this project's conversations "
+            "and memory; make it private with: chmod -R go-rwx %s",
+            path,
+            mode,
+            path,
+        )
+    return True
+
+
+def open_state_file(path: Path, flags: int, root: Path, mode: int = PRIVATE_FILE) -> int:
     """``os.open`` for a state file: checked from ``root``, never following a final link,
     and only a regular file."""
     check_state_path(path, root)

@@ -137,10 +137,19 @@ class TerminalGuard(io.TextIOBase):
 
 
 def install_guard() -> None:
-    """Wrap ``sys.stdout`` and ``sys.stderr`` in a :class:`TerminalGuard` (once)."""
+    """Wrap ``sys.stdout`` and ``sys.stderr`` in a :class:`TerminalGuard` (once) where they are
+    terminals.  A stream redirected to a file or a pipe carries data (``memora memory export``
+    writes JSON lines, whose text may hold any character) and is left exact; text a command
+    prints for reading is cleaned where it is printed."""
     import sys
 
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, TerminalGuard):
+        if stream is None or isinstance(stream, TerminalGuard):
+            continue
+        try:
+            terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            terminal = False
+        if terminal:
             setattr(sys, name, TerminalGuard(stream))
