@@ -97,8 +97,19 @@ def test_memora_run_prints_a_models_escapes_as_nothing(
         say(EVIL),
     ]
     r = subprocess.run(
-        [sys.executable, "-m", "memora", "run", "hi", "--project", str(project)]
-        + ["--base-url", url, "--model", "m"],
+        [
+            sys.executable,
+            "-m",
+            "memora",
+            "run",
+            "hi",
+            "--project",
+            str(project),
+            "--base-url",
+            url,
+            "--model",
+            "m",
+        ],
         capture_output=True,
         env=_env(tmp_path),
         timeout=120,
