@@ -47,21 +47,47 @@ _COLUMNS = (
 _ANALYZE_AFTER = 5000  # rows in one add_many that count as a bulk import
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position
 _MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL's own limit)
+_MAX_LEXEME_BYTES = 2046  # a longer lexeme is an error ("word is too long")
+_MAX_LEXEMES_BYTES = 1_000_000  # under the 1 MiB a tsvector's lexemes may take together
 
 
 def _quote(token: str) -> str:
     return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def _fit(token: str) -> str:
+    """``token`` cut to the longest lexeme PostgreSQL indexes (at a character boundary): the
+    same cut in the index and in a query, so a long word is still found by its start."""
+    raw = token.encode("utf-8", "surrogatepass")
+    if len(raw) <= _MAX_LEXEME_BYTES:
+        return token
+    return raw[:_MAX_LEXEME_BYTES].decode("utf-8", "ignore")
+
+
 def lexemes_of(name: str, content: str) -> str:
-    """The ``tsvector`` text of a memory: every kernel token with its positions."""
+    """The ``tsvector`` text of a memory: every kernel token with its positions — as much as a
+    ``tsvector`` holds.  A token past PostgreSQL's lexeme size is indexed by its first 2,046
+    bytes; the distinct tokens past the 1 MiB a ``tsvector`` holds are not indexed (the row is
+    stored whole all the same: its content is never cut)."""
     positions: dict[str, list[int]] = {}
+    budget = _MAX_LEXEMES_BYTES
     for i, token in enumerate(index_tokens(f"{name}\n{content}"), 1):
-        slots = positions.setdefault(token, [])
-        if len(slots) < _MAX_POSITIONS:
+        token = _fit(token)
+        slots = positions.get(token)
+        if slots is None:
+            # what the lexeme takes in a tsvector: its bytes and a 4-byte entry (measured: 110,000
+            # nine-byte words need 1,320,008 bytes), with room for its position count
+            size = len(token.encode("utf-8", "surrogatepass")) + 8
+            if size > budget:
+                continue
+            budget -= size
+            slots = positions[token] = []
+        if len(slots) < _MAX_POSITIONS and budget >= 2:
             slots.append(min(i, _MAX_POSITION))
+            budget -= 2  # a position
     return " ".join(
-        f"{_quote(t)}:{','.join(map(str, sorted(set(p))))}" for t, p in positions.items()
+        f"{_quote(t)}:{','.join(map(str, sorted(set(p))))}" if p else _quote(t)
+        for t, p in positions.items()
     )
 
 
@@ -69,12 +95,13 @@ def tsquery_of(query: str) -> str | None:
     """The ``tsquery`` text for a user query, or None when it has no searchable term."""
     parts = []
     for term in query_terms(query):
+        tokens = [_fit(t) for t in term.tokens]
         if term.prefix:
-            parts.append(f"{_quote(term.tokens[0])}:*")
-        elif len(term.tokens) == 1:
-            parts.append(_quote(term.tokens[0]))
+            parts.append(f"{_quote(tokens[0])}:*")
+        elif len(tokens) == 1:
+            parts.append(_quote(tokens[0]))
         else:
-            parts.append("(" + " & ".join(_quote(t) for t in dict.fromkeys(term.tokens)) + ")")
+            parts.append("(" + " & ".join(_quote(t) for t in dict.fromkeys(tokens)) + ")")
     return " | ".join(parts) if parts else None
 
 
