@@ -133,14 +133,43 @@ def test_export_import_round_trips_line_separators_exactly(tmp_path: Path) -> No
         (b'{"content": "x", "created_at": NaN}\n', 'line 1: "created_at" must be'),
         (b'{"content": "x", "created_at": "soon"}\n', "line 1:"),
         (b"[1, 2]\n", "line 1: not a JSON object"),
+        (b'{"content": "x", "id": ["a"]}\n', "line 1: memory id must be a string, not list"),
+        (b'{"content": "x", "id": {"a": 1}}\n', "line 1: memory id must be a string, not dict"),
+        (b'{"content": "x", "id": ""}\n', "line 1: memory id must not be empty"),
+        (b'{"content": "x", "round_id": [1]}\n', "line 1: memory round_id must be a string"),
     ],
-    ids=["not-utf8", "lone-surrogate", "nan-time", "string-time", "not-object"],
+    ids=[
+        "not-utf8",
+        "lone-surrogate",
+        "nan-time",
+        "string-time",
+        "not-object",
+        "id-list",
+        "id-object",
+        "id-empty",
+        "round-id-list",
+    ],
 )
+@pytest.mark.parametrize("storage", ["sqlite", "json", "memory"])
 def test_bad_imports_are_clear_errors_and_write_nothing(
-    tmp_path: Path, raw: bytes, needle: str
+    tmp_path: Path, raw: bytes, needle: str, storage: str
 ) -> None:
     src = tmp_path / "in.jsonl"
     src.write_bytes(raw)
-    r = CliRunner().invoke(cli, ["memory", "import", str(src), "--data-dir", str(tmp_path / "d")])
+    r = CliRunner().invoke(
+        cli,
+        ["memory", "import", str(src), "--data-dir", str(tmp_path / "d"), "--storage", storage],
+    )
     assert r.exit_code == 1 and needle in r.output and "nothing was imported" in r.output
     assert not isinstance(r.exception, (UnicodeError, TypeError, AttributeError))
+
+
+def test_a_numeric_id_is_imported_as_text(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"content": "x", "id": 3}\n', encoding="utf-8")
+    runner = CliRunner()
+    args = ["--data-dir", str(tmp_path / "d"), "--storage", "json"]
+    r = runner.invoke(cli, ["memory", "import", str(src), *args])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["memory", "export", *args])
+    assert json.loads(r.output.splitlines()[0])["id"] == "3"

@@ -344,3 +344,65 @@ def test_validator_never_raises_on_any_file_content(
     (folder / "rules.md").write_text(rules, encoding="utf-8")
     (folder / "skills" / "s.md").write_text("---\n" + skill, encoding="utf-8")
     assert isinstance(validate(folder), Report)
+
+
+def test_a_fifo_skill_is_reported_without_hanging(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from memora.role_pack.validator import validate
+
+    pack = tmp_path / "pack"
+    (pack / "skills").mkdir(parents=True)
+    (pack / "manifest.json").write_text('{"name": "pack", "formatVersion": "1.0.0"}')
+    os.mkfifo(pack / "skills" / "stuck.md")
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(validate(pack)), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert result, "validate() hung on a FIFO"
+    report = result[0]
+    assert not report.ok  # type: ignore[attr-defined]
+    assert any(  # type: ignore[attr-defined]
+        "not a regular file" in i.message for i in report.errors
+    )
+
+
+@pytest.mark.parametrize(
+    ("manifest", "skill", "where"),
+    [
+        (
+            '{"name": "pack", "formatVersion": "1.0.0", "description": "d\\ud800"}',
+            None,
+            "description",
+        ),
+        (
+            '{"name": "pack", "formatVersion": "1.0.0"}',
+            '---\nname: "s\\udc00"\ndescription: x\n---\nbody',
+            "skills/s.md",
+        ),
+    ],
+)
+def test_a_lone_surrogate_is_an_error_not_a_crash(
+    tmp_path: Path, manifest: str, skill: str | None, where: str
+) -> None:
+    from click.testing import CliRunner
+
+    from memora.cli.main import _register_commands, cli
+    from memora.role_pack.validator import validate
+
+    pack = tmp_path / "pack"
+    (pack / "skills").mkdir(parents=True)
+    (pack / "manifest.json").write_text(manifest, encoding="utf-8")
+    if skill is not None:
+        (pack / "skills" / "s.md").write_text(skill, encoding="utf-8")
+    report = validate(pack)
+    assert not report.ok
+    assert any(where in i.path and "lone surrogate" in i.message for i in report.errors)
+    _register_commands()
+    for args in (
+        ["role-pack", "validate", str(pack)],
+        ["role-pack", "validate", str(pack), "--json"],
+    ):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 1 and not isinstance(r.exception, UnicodeError), r.output

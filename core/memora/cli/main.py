@@ -8,6 +8,7 @@ traceback), 2 a usage error.  ``memora run`` adds 3 (paused without a terminal) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -75,6 +76,11 @@ def cli(verbose: int, quiet: bool) -> None:
     """memora — an embeddable LLM agent kernel."""
     from ..security.terminal import install_guard
 
+    # a lone surrogate in a file's text (a JSON escape like \ud800) is printed as that escape,
+    # not a UnicodeEncodeError traceback half-way through the output
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     # before anything prints: text from a model, a tool or a file never drives the terminal
     install_guard()
     setup_logging(verbose, quiet)

@@ -193,6 +193,10 @@ def import_cmd(file: Path, where: StorageTarget) -> None:
     click.echo(f"imported {added} new memories ({len(items) - added} already present)")
 
 
+def _plain_id(value: Any) -> Any:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def _parse_line(file: Path, n: int, chunk: bytes, items: list[Any]) -> None:
     """One JSONL line of an import, checked (a bad line stops the import before any write)."""
     from ..errors import MemoraError
@@ -224,7 +228,8 @@ def _parse_line(file: Path, n: int, chunk: bytes, items: list[Any]) -> None:
                 summary_type=data.get("summary_type"),
                 session_id=data.get("session_id"),
                 round_id=data.get("round_id"),
-                id=data.get("id"),
+                # a number is a fine id in a hand-written file; anything else is checked below
+                id=_plain_id(data.get("id")),
                 created_at=float(data["created_at"])
                 if data.get("created_at") is not None
                 else None,

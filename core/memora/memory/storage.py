@@ -201,6 +201,20 @@ def record_from_row(row: Sequence[Any]) -> MemoryRecord:
 def check_new(item: NewMemory) -> None:
     if not isinstance(item.content, str):
         raise MemoraError(ErrorCode.INVALID_INPUT, "memory content must be a string")
+    for label in ("id", "session_id", "round_id", "superseded_by", "summary_type"):
+        value = getattr(item, label, None)
+        if value is not None and not isinstance(value, str):
+            # an id that is a list or an object (an import line) would reach a dict or an SQL
+            # parameter as it is: a TypeError deep in a backend instead of this
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"memory {label} must be a string, not {type(value).__name__}; nothing was stored",
+                context={"field": label},
+            )
+    if item.id is not None and not item.id.strip():
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT, "memory id must not be empty", context={"field": "id"}
+        )
     if len(item.content) > MAX_CONTENT_CHARS:
         raise MemoraError(
             ErrorCode.INVALID_INPUT,

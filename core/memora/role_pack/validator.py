@@ -8,7 +8,9 @@ wording, which the loader refuses.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,14 +177,71 @@ def find_red_lines(text: str) -> list[str]:
     return [term for term in RED_LINE_TERMS if term in lowered]
 
 
+_MAX_TEXT_BYTES = 4 * 1024 * 1024
+
+
 def _read_text(path: Path, report: Report, rel: str) -> str | None:
+    """A pack's text file, or None with an error in ``report``.  Opened without blocking and
+    read only when it is a regular file: a FIFO planted as a skill would hang the reader."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        report.error(rel, "is not UTF-8 text; save it as UTF-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         report.error(rel, f"cannot be read: {exc.strerror or exc}")
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            report.error(rel, "is not a regular file (a FIFO, a device or a socket); remove it")
+            return None
+        if st.st_size > _MAX_TEXT_BYTES:
+            report.error(rel, f"has {st.st_size:,} bytes; the limit is {_MAX_TEXT_BYTES:,}")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(_MAX_TEXT_BYTES + 1)
+    except OSError as exc:
+        report.error(rel, f"cannot be read: {exc.strerror or exc}")
+        return None
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        report.error(rel, "is not UTF-8 text; save it as UTF-8")
+        return None
+    return text
+
+
+def _surrogate_at(value: Any, path: str) -> str | None:
+    """The dotted path of the first string in ``value`` holding a lone surrogate (a JSON or YAML
+    escape such as ``\\ud800``: not a character, it cannot be sent to a model or printed)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(root)"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_at(k, path) or _surrogate_at(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _surrogate_at(v, f"{path}[{i}]")
+            if found:
+                return found
     return None
+
+
+def _check_unicode(value: Any, rel: str, report: Report) -> bool:
+    where = _surrogate_at(value, "")
+    if where is None:
+        return True
+    report.error(
+        rel if where == "(root)" else f"{rel}:{where}",
+        "holds a lone surrogate (an escape like \\ud800 that is not a character): remove it",
+    )
+    return False
 
 
 def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) -> None:
@@ -445,6 +504,8 @@ def check_skill_text(text: str, expected_name: str, rel: str, report: Report) ->
     if fm.error:
         report.error(rel, fm.error)
         return
+    if not _check_unicode(fm.data, rel, report):
+        return
     name, desc = fm.data.get("name"), fm.data.get("description")
     if not KEBAB_NAME.match(expected_name):
         report.error(
@@ -489,6 +550,9 @@ def validate(path: str | Path, data: Mapping[str, Any] | None = None) -> Report:
                 return report
         else:
             parsed = dict(data)
+        if not _check_unicode(parsed, "manifest.json", report):
+            report.name = report.name or folder.name
+            return report
         validate_manifest(parsed, report, folder=folder)
         companion = isinstance(parsed, dict) and parsed.get("interactionType") == "companion"
         _check_content(folder, report, companion)

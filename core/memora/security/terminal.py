@@ -43,6 +43,7 @@ _SEQUENCE = re.compile(
     re.VERBOSE,
 )
 _CONTROLS = re.compile(f"[{_CONTROL}]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 # the same but carriage return, which the renderer's live displays use to redraw a line
 _CONTROLS_BUT_CR = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
@@ -56,6 +57,8 @@ def clean(text: str, *, newlines: bool = True) -> str:
     if text.isprintable():
         return text  # the common case: nothing to do (isprintable is False for \n, \t, ESC...)
     out = _CONTROLS.sub("", _SEQUENCE.sub("", text.replace("\r\n", "\n")))
+    # a lone surrogate (a JSON escape like \ud800 from a file or a server) cannot be written
+    out = _SURROGATES.sub("\ufffd", out)
     if not newlines:
         out = out.replace("\n", " ").replace("\t", " ")
     return out
