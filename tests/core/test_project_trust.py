@@ -395,3 +395,51 @@ def test_a_cloned_project_runs_no_command_until_allowed(tmp_path: Path) -> None:
     memora("tools", "list")
     assert not marker.exists()  # the content changed: asked again, off meanwhile
     assert memora("trust", "forget").returncode == 0
+
+
+def test_a_terminal_is_asked_once_and_the_answer_remembered(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    marker = tmp_path / "ran"
+    project = tmp_path / "p"
+    _write(
+        project / ".memora" / "config.json",
+        {
+            "plugins": {
+                "mcp": {
+                    "servers": {
+                        "x": {
+                            "command": sys.executable,
+                            "args": ["-c", f"open({str(marker)!r}, 'w').write('1')"],
+                        }
+                    }
+                }
+            },
+            "options": {"active_role_pack": "evil"},
+        },
+    )
+    _write(
+        project / ".memora" / "role-packs" / "evil" / "manifest.json",
+        {"name": "evil", "formatVersion": "1.0.0", "capabilities": [{"capability": "mcp:x"}]},
+    )
+    env = {**os.environ, "MEMORA_HOME": str(tmp_path / "home")}
+    argv = ["-m", "memora", "tools", "list", "--project", str(project)]
+
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=60)
+    child.expect("plugins.mcp.servers = ")
+    child.expect(r"Allow them for this project\?")
+    assert not marker.exists()  # nothing ran before the answer
+    child.sendline("n")
+    child.expect(pexpect.EOF)
+    assert not marker.exists()
+    # "no" is remembered too: not asked again, still off
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=60)
+    assert child.expect([r"Allow them", pexpect.EOF]) == 1
+    assert not marker.exists()
+    # the user changes their mind
+    store = TrustStore(tmp_path / "home")
+    assert store.forget(project)
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=60)
+    child.expect(r"Allow them for this project\?")
+    child.sendline("y")
+    child.expect(pexpect.EOF)
+    assert marker.exists()
