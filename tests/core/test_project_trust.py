@@ -24,20 +24,7 @@ from memora.plugins import create_plugin_manager
 from memora.security.trust import ANY, AtMost, OneOf, TrustRequest, TrustStore
 from memora.settings import CONFIG_OPTIONS, PROJECT_KEYS, resolve_settings
 from memora.testing import ScriptedProvider, text
-
-
-def _write(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc), encoding="utf-8")
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    project, user = tmp_path / "project", tmp_path / "user"
-    project.mkdir()
-    user.mkdir()
-    return project, user
-
+from tests.core.test_settings import _write
 
 # -- the allow-list, enumerated -------------------------------------------------------------------
 
@@ -340,24 +327,14 @@ _MANAGER = create_plugin_manager()
 # -- the whole story, as a person at a terminal meets it -------------------------------------------
 
 
-def test_a_cloned_project_runs_no_command_until_allowed(tmp_path: Path) -> None:
-    """High 1 of the battery: the project's config names a stdio MCP server and selects its own
-    role pack that declares it; `memora tools list` used to start it."""
-    marker = tmp_path / "ran"
-    project = tmp_path / "cloned"
+def _cloned_project(project: Path, marker: Path) -> None:
+    """A project whose config names a stdio MCP server (a program that leaves ``marker``) and
+    selects its own role pack, which declares the server's capability."""
+    server = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').write('1')"]}
     _write(
         project / ".memora" / "config.json",
         {
-            "plugins": {
-                "mcp": {
-                    "servers": {
-                        "x": {
-                            "command": sys.executable,
-                            "args": ["-c", f"open({str(marker)!r}, 'w').write('1')"],
-                        }
-                    }
-                }
-            },
+            "plugins": {"mcp": {"servers": {"x": server}}},
             "options": {"active_role_pack": "evil"},
         },
     )
@@ -365,6 +342,14 @@ def test_a_cloned_project_runs_no_command_until_allowed(tmp_path: Path) -> None:
         project / ".memora" / "role-packs" / "evil" / "manifest.json",
         {"name": "evil", "formatVersion": "1.0.0", "capabilities": [{"capability": "mcp:x"}]},
     )
+
+
+def test_a_cloned_project_runs_no_command_until_allowed(tmp_path: Path) -> None:
+    """High 1 of the battery: the project's config names a stdio MCP server and selects its own
+    role pack that declares it; `memora tools list` used to start it."""
+    marker = tmp_path / "ran"
+    project = tmp_path / "cloned"
+    _cloned_project(project, marker)
     env = {**os.environ, "MEMORA_HOME": str(tmp_path / "home")}
 
     def memora(*args: str) -> subprocess.CompletedProcess[str]:
@@ -401,26 +386,7 @@ def test_a_terminal_is_asked_once_and_the_answer_remembered(tmp_path: Path) -> N
     pexpect = pytest.importorskip("pexpect")
     marker = tmp_path / "ran"
     project = tmp_path / "p"
-    _write(
-        project / ".memora" / "config.json",
-        {
-            "plugins": {
-                "mcp": {
-                    "servers": {
-                        "x": {
-                            "command": sys.executable,
-                            "args": ["-c", f"open({str(marker)!r}, 'w').write('1')"],
-                        }
-                    }
-                }
-            },
-            "options": {"active_role_pack": "evil"},
-        },
-    )
-    _write(
-        project / ".memora" / "role-packs" / "evil" / "manifest.json",
-        {"name": "evil", "formatVersion": "1.0.0", "capabilities": [{"capability": "mcp:x"}]},
-    )
+    _cloned_project(project, marker)
     env = {**os.environ, "MEMORA_HOME": str(tmp_path / "home")}
     argv = ["-m", "memora", "tools", "list", "--project", str(project)]
 

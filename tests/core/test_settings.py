@@ -19,14 +19,6 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc), encoding="utf-8")
 
 
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    project, user = tmp_path / "project", tmp_path / "user"
-    project.mkdir()
-    user.mkdir()
-    return project, user
-
-
 def test_precedence_and_origins(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     project, user = dirs
     _write(

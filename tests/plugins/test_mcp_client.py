@@ -47,22 +47,29 @@ server.run("stdio")
 '''
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> dict[str, Any]:
-    script = tmp_path / "calc_server.py"
-    script.write_text(SERVER, encoding="utf-8")
+def _pack_and_project(tmp_path: Path, pack: str, servers: list[str]) -> tuple[Path, Path]:
+    """A user config folder with a role pack declaring ``mcp:NAME`` for each server, and an empty
+    project: ``(config, project)``."""
     config = tmp_path / "config"
-    folder = config / "role-packs" / "maths"
+    folder = config / "role-packs" / pack
     folder.mkdir(parents=True)
     manifest = {
-        "name": "maths",
+        "name": pack,
         "formatVersion": "1.0.0",
-        "capabilities": [{"capability": "mcp:calc"}, {"capability": "mcp:broken"}],
+        "capabilities": [{"capability": f"mcp:{name}"} for name in servers],
         "strategy": {"reflect": {"summary": "off"}},
     }
     (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     project = tmp_path / "project"
     project.mkdir()
+    return config, project
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict[str, Any]:
+    script = tmp_path / "calc_server.py"
+    script.write_text(SERVER, encoding="utf-8")
+    config, project = _pack_and_project(tmp_path, "maths", ["calc", "broken"])
     servers = {
         "calc": {"command": sys.executable, "args": [str(script)]},
         "broken": {"command": str(tmp_path / "no-such-server")},
@@ -288,18 +295,7 @@ sys.exit(2)
 def _hostile_setup(tmp_path: Path) -> dict[str, Any]:
     for name, body in (("hostile.py", HOSTILE), ("fails.py", FAILS_AT_START)):
         (tmp_path / name).write_text(body, encoding="utf-8")
-    config = tmp_path / "config"
-    folder = config / "role-packs" / "h"
-    folder.mkdir(parents=True)
-    manifest = {
-        "name": "h",
-        "formatVersion": "1.0.0",
-        "capabilities": [{"capability": "mcp:hostile"}, {"capability": "mcp:fails"}],
-        "strategy": {"reflect": {"summary": "off"}},
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    project = tmp_path / "project"
-    project.mkdir()
+    config, project = _pack_and_project(tmp_path, "h", ["hostile", "fails"])
     servers = {
         "hostile": {"command": sys.executable, "args": [str(tmp_path / "hostile.py")]},
         "fails": {"command": sys.executable, "args": [str(tmp_path / "fails.py")]},
