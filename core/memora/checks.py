@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
+    "APPROVAL_MODES",
+    "FILE_EDIT_TOOLS",
     "Allow",
+    "ApprovalMode",
     "Ask",
     "CheckContext",
     "CheckDecision",
@@ -33,10 +36,48 @@ __all__ = [
     "Rewrite",
     "Skip",
     "ToolCallInfo",
+    "approval_for",
     "combine_decisions",
 ]
 
 Idempotency = Literal["idempotent", "idempotent-key", "non-idempotent", "read-only"]
+
+ApprovalMode = Literal["read-only", "ask", "auto-edit", "full-auto"]
+"""Which tool calls run without the user's word, in the spirit of the coding agents people use:
+
+- ``read-only``: nothing that writes, edits, deletes or runs a command or code runs at all;
+- ``ask``: each such call pauses the turn for approval (``approval_pending``);
+- ``auto-edit``: the kernel's file edits (:data:`FILE_EDIT_TOOLS`) run; every other such call asks;
+- ``full-auto``: every call runs (the other checks still apply).
+"""
+
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("full-auto", "auto-edit", "ask", "read-only")
+"""The modes from the most permissive to the strictest (a project's config may only move right)."""
+
+FILE_EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+"""The calls ``auto-edit`` lets run: the kernel's own edits of files inside the allowed paths."""
+
+
+def approval_for(
+    mode: ApprovalMode | None, name: str, *, writes: bool, runs_code: bool
+) -> Literal["runs", "asks", "refused"]:
+    """What the approval ``mode`` does with a call of the tool ``name``: it runs, it asks the
+    user first, or it is refused (``memora tools list`` shows this; the built-in check acts on
+    it)."""
+    if mode in (None, "full-auto") or not (writes or runs_code):
+        return "runs"
+    if mode == "read-only":
+        return "refused"
+    if mode == "ask" or runs_code or name not in FILE_EDIT_TOOLS:
+        return "asks"
+    return "runs"
+
+
+def stricter(a: ApprovalMode | None, b: ApprovalMode | None) -> ApprovalMode | None:
+    """The stricter of two modes (None counts as no opinion)."""
+    if a is None or b is None:
+        return a or b
+    return a if APPROVAL_MODES.index(a) >= APPROVAL_MODES.index(b) else b
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +92,14 @@ class ToolCallInfo:
     runs_code: bool = False
     """The tool runs a command, script or code."""
     idempotency: Idempotency = "non-idempotent"
+    capability: str | None = None
+    """The capability that brought the tool (``mcp:github``, ``code:execute``), None for the
+    kernel's resident tools and a host's own."""
+
+    @property
+    def changes_things(self) -> bool:
+        """Whether the call writes, edits, deletes or runs something (what approvals are for)."""
+        return self.writes or self.runs_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +113,8 @@ class CheckContext:
     round_id: str | None = None
     confirm_writes: bool = False
     confirm_scripts: bool = False
+    approvals: ApprovalMode | None = None
+    """The approval mode in force (None: only ``confirm_writes``/``confirm_scripts`` ask)."""
     previous_result: str | None = None
     """The result of the last identical call in this session, when the outbox has one."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -62,6 +62,9 @@ class MemoraConfig(BaseModel):
     """Default: the session store named like ``storage`` when one exists, else ``jsonl``."""
     project_lock: str | None = None
     """Default: the lock named like ``storage`` when one exists, else ``file``."""
+    approvals: Literal["read-only", "ask", "auto-edit", "full-auto"] | None = None
+    """Which tool calls need the user's word (see :data:`memora.checks.ApprovalMode`).  A
+    project's config may only make it stricter than the user's."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
 

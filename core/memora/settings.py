@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from .checks import stricter
 from .config import MemoraConfig, ProviderConfig, format_config_error, read_config_file
 from .errors import ErrorCode, MemoraError
 from .security.trust import (
@@ -121,11 +122,19 @@ proxy) or widen a guard (``network`` of the code sandbox).  A project's config i
 untrusted input — a cloned repository — so these come from the user's side only: the user
 config, ``MEMORA_*`` variables, Agent options or command-line flags."""
 
-_SCALARS = ("active_provider", "background_provider", "storage", "session_store", "project_lock")
+_SCALARS = (
+    "active_provider",
+    "background_provider",
+    "storage",
+    "session_store",
+    "project_lock",
+    "approvals",
+)
 
-PROJECT_KEYS: frozenset[str] = frozenset(_SCALARS)
+PROJECT_KEYS: frozenset[str] = frozenset(_SCALARS) - {"approvals"}
 """Top-level keys a project's config may set on its own: each picks, by name, something the user
-installed or configured (a provider entry, a storage backend, a session store, a lock)."""
+installed or configured (a provider entry, a storage backend, a session store, a lock).  It may
+also set ``approvals``, but only to a mode at least as strict as the user's."""
 
 
 def user_config_dir(config_dir: str | Path | None = None) -> Path:
@@ -308,9 +317,17 @@ def _split_project_layer(
     """``(allowed, requests)``: the part of a project's layer on the allow-list (same shape as
     ``layer``) and the rest as dotted key -> value.  ``lower`` is what the user's side set."""
     allowed: dict[str, Any] = {k: v for k, v in layer.items() if k in PROJECT_KEYS}
+    requests: dict[str, Any] = {}
+    if layer.get("approvals") is not None:
+        # compared with the user's mode, or with "ask" (the command line's default) when the
+        # user sets none: a project may not loosen what a person at a terminal gets
+        mine = layer["approvals"]
+        if stricter(mine, lower.get("approvals") or "ask") == mine:
+            allowed["approvals"] = mine
+        else:
+            requests["approvals"] = mine
     if "options" in layer:  # already checked against CONFIG_OPTIONS
         allowed["options"] = dict(layer["options"])
-    requests: dict[str, Any] = {}
     lower_plugins = lower.get("plugins") or {}
     lower_providers = lower.get("providers") or {}
     for name, entry in (layer.get("providers") or {}).items():

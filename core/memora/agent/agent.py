@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..capabilities import PRIVILEGED, CapabilityMap, compute_capability_map
-from ..checks import CheckContext, CheckDecision, ToolCallInfo
+from ..checks import ApprovalMode, CheckContext, CheckDecision, ToolCallInfo
 from ..chunks import (
     AbortedChunk,
     AgentChunk,
@@ -262,6 +262,8 @@ class Agent:
         self.options = options if options is not None else AgentOptions(**kwargs)
         self.events = EventEmitter()
         self.messages = self.options.messages
+        self.approvals: ApprovalMode | None = self.options.approvals
+        """The approval mode in force (set from the options and the config at ``init()``)."""
         self._initialised = False
         self._closed = False
         self._busy = False
@@ -434,6 +436,10 @@ class Agent:
             explicit_label="Agent option",
             plugins=self._plugins,
             trust=opts.project_trust,
+        )
+        # an explicit mode is the host's word; else the config's (a project only tightens it)
+        self.approvals = (
+            opts.approvals if "approvals" in explicit else self.settings.config.approvals
         )
         updates = {k: v for k, v in self.settings.config.options.items() if k not in explicit}
         if not updates:
@@ -1063,6 +1069,7 @@ class Agent:
             role_pack=self._role_pack.active.name,
             confirm_writes=opts.confirm_writes,
             confirm_scripts=opts.confirm_scripts,
+            approvals=self.approvals,
             duplicate_threshold=opts.duplicate_call_threshold,
             duplicate_interceptor=opts.duplicate_interceptor,
             max_iterations=strategy.max_iterations(opts.max_iterations),

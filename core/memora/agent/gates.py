@@ -245,6 +245,7 @@ def checks(c: GateCall) -> Verdict | None:
         writes=c.tool.writes,
         runs_code=c.tool.runs_code,
         idempotency=c.tool.idempotency,
+        capability=c.tool.capability,
     )
     ctx = CheckContext(
         project_path=deps.project_path,
@@ -254,6 +255,7 @@ def checks(c: GateCall) -> Verdict | None:
         round_id=record.round_id,
         confirm_writes=deps.confirm_writes,
         confirm_scripts=deps.confirm_scripts,
+        approvals=deps.approvals,
         previous_result=previous.content if previous else None,
     )
     outcome = deps.check(info, ctx)

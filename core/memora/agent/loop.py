@@ -81,7 +81,7 @@ from .serialize import message_to_dict
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ..checks import CheckContext, CheckOutcome, ToolCallInfo
+    from ..checks import ApprovalMode, CheckContext, CheckOutcome, ToolCallInfo
     from ..llm.provider import Provider
     from ..messages import Messages
     from ..role_pack.strategy import EffectiveStrategy
@@ -186,6 +186,7 @@ class TurnDeps:
     role_pack: str
     confirm_writes: bool
     confirm_scripts: bool
+    approvals: ApprovalMode | None
     duplicate_threshold: int
     duplicate_interceptor: Any
     """The ``duplicate_interceptor`` option (``check(DuplicateCheckContext)``), or ``None``."""

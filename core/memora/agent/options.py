@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..checks import ApprovalMode
 from ..messages import Messages
 from ..role_pack.strategy import resolve_strategy
 
@@ -79,6 +80,12 @@ class AgentOptions(BaseModel):
     allowed_paths: list[Path] | None = None
     confirm_writes: bool = False
     confirm_scripts: bool = False
+    approvals: ApprovalMode | None = None
+    """Which tool calls need the user's word (see :data:`memora.checks.ApprovalMode`):
+    ``read-only``, ``ask``, ``auto-edit`` or ``full-auto``.  ``None`` (the library default):
+    the user config's ``approvals`` when it sets one (a project's config may make it stricter),
+    else only ``confirm_writes``/``confirm_scripts`` ask — a host chooses explicitly.  The
+    ``memora`` command defaults to ``ask``."""
     storage: Any = "sqlite"
     """A storage backend name (``sqlite``, ``json``, ``memory``...) or a MemoryStorage object."""
     storage_options: dict[str, Any] = Field(default_factory=dict)

@@ -10,7 +10,6 @@ across runs, and the most recent session is resumed.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ import click
 from ..errors import MemoraError
 from ..security.state import private_file
 from ..security.terminal import clean
+from .approvals import answer_approval, approval_options, effective_mode
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -55,6 +55,9 @@ class ChatUI:
         self.agent = agent
         self.console = console
         self.ask = ask  # (prompt) -> str | None ; None = end of input
+        self.always: set[str] = set()
+        """Tools the user allowed for the rest of the session ("a" at an approval)."""
+        self._always_session: str | None = None
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -190,31 +193,17 @@ class ChatUI:
             self.agent.answer_question(answers)
             return True
         if isinstance(paused, ApprovalPause):
-            args = json.dumps(paused.args, ensure_ascii=False)
-            self.console.print(
-                f"[bold cyan]allow {safe(paused.name)}[/bold cyan] {safe(args)}"
-                + (f" [dim]({safe(paused.reason)})[/dim]" if paused.reason else "")
+            # the session the "always" answers belong to: another session starts afresh
+            if self._always_session != self.agent.session_id:
+                self.always.clear()
+                self._always_session = self.agent.session_id
+            return answer_approval(
+                self.agent,
+                paused,
+                self.ask,
+                lambda text: self.console.print(f"[bold cyan]{safe(text)}[/bold cyan]"),
+                self.always,
             )
-            while True:
-                reply = self.ask("[y]es / [n]o / [e]dit> ")
-                if reply is None:
-                    return False
-                reply = reply.strip().lower()
-                if reply in ("y", "yes"):
-                    self.agent.approve(paused.tool_call_id)
-                    return True
-                if reply in ("n", "no"):
-                    self.agent.reject(paused.tool_call_id, "declined in memora chat")
-                    return True
-                if reply in ("e", "edit"):
-                    edited = self.ask("arguments (JSON)> ")
-                    if edited is None:
-                        return False
-                    try:
-                        self.agent.approve(paused.tool_call_id, json.loads(edited))
-                        return True
-                    except (ValueError, MemoraError) as exc:
-                        self.console.print(f"[red]{exc}[/red]")
         return True  # a pause the host asked for: continue
 
     # -- slash commands ----------------------------------------------------------------------------
@@ -303,6 +292,7 @@ def _input_with_history(history: Path) -> Any:
 @storage_option
 @role_pack_options
 @click.option("--session", default=None, help="Session id (default: the most recent one).")
+@approval_options
 def chat_cmd(
     provider: str | None,
     base_url: str | None,
@@ -314,8 +304,11 @@ def chat_cmd(
     role_pack: str | None,
     role_pack_dirs: tuple[Path, ...],
     session: str | None,
+    approvals: str | None,
 ) -> None:
-    """Talk to memora in the terminal; the most recent session is resumed."""
+    """Talk to memora in the terminal; the most recent session is resumed.  Tool calls that
+    write or run ask first (y / n / a = always this session / e = edit in $EDITOR); see
+    --approvals."""
     import asyncio
 
     from rich.console import Console
@@ -338,15 +331,13 @@ def chat_cmd(
         project_trust=ask_trust,
         role_pack_dirs=list(role_pack_dirs),
         session_id=session,
+        approvals=effective_mode(approvals, project, config_dir),
         **explicit,
     )
     ui = ChatUI(agent, console, ask)
     try:
         runner.run(start_agent(agent, role_pack))
-        console.print(
-            f"[bold]memora[/bold] · role pack [cyan]{agent.role_pack.active.name}[/cyan] · "
-            f"session [cyan]{agent.session_id}[/cyan] · /help"
-        )
+        console.print(header(agent, project), highlight=False)
         while True:
             try:
                 line = ask("› ")
@@ -373,6 +364,21 @@ def chat_cmd(
             runner.run(agent.close())
         runner.close()
     sys.exit(0)
+
+
+def header(agent: Any, project: Path) -> str:
+    """The first line: which project, session, provider and model, role pack and approval
+    mode this conversation is in."""
+    provider = agent.router.chat
+    model = getattr(provider, "model", None) or getattr(provider, "model_path", None)
+    model_name = Path(str(model)).name if model else "?"
+    return (
+        f"[bold]memora[/bold] · project [cyan]{safe(project)}[/cyan] · "
+        f"session [cyan]{safe(agent.session_id)}[/cyan] · "
+        f"{safe(getattr(provider, 'name', type(provider).__name__))} "
+        f"[cyan]{safe(model_name)}[/cyan] · role pack [cyan]{safe(agent.role_pack.active.name)}"
+        f"[/cyan] · approvals [cyan]{agent.approvals or 'full-auto'}[/cyan] · /help"
+    )
 
 
 async def _turn(agent: Any, ui: ChatUI, line: str) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from ..errors import MemoraError
+from ..errors import ErrorCode, MemoraError
 from ..security.terminal import clean
+from .approvals import answer_approval, approval_options, effective_mode, how_to_allow
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -46,7 +47,7 @@ def choose_provider(
 
 
 async def _run(
-    prompt: str,
+    prompt: str | None,
     *,
     events: str,
     provider: str | None,
@@ -58,7 +59,10 @@ async def _run(
     role_pack: str | None,
     role_pack_dirs: list[Path],
     session: str | None,
+    continue_last: bool,
+    resume: bool,
     tools: bool,
+    approvals: str,
 ) -> int:
     from ..agent import Agent
     from ..chunks import AgentChunk
@@ -67,6 +71,8 @@ async def _run(
     explicit = agent_arguments(
         provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
     )
+    state_file = data_dir / PAUSED_FILE
+    saved = _read_paused(state_file) if resume else None
     agent = Agent(
         project_path=project,
         data_dir=data_dir,
@@ -75,6 +81,7 @@ async def _run(
         role_pack_dirs=role_pack_dirs,
         session_id=session,
         strategy_override=override,
+        approvals=approvals,
         **explicit,
     )
     await start_agent(agent, role_pack)
@@ -84,10 +91,18 @@ async def _run(
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, agent.abort)
     interactive = events == "text" and sys.stdin.isatty()
+    always: set[str] = set()
     code = EXIT_ERROR
     try:
-        stream = agent.chat(prompt)
-        while True:
+        if saved is not None:
+            await agent.resume(saved)
+            state_file.unlink(missing_ok=True)
+            stream = _after_pause(agent, approvals, interactive, always)
+        else:
+            if session is None and not continue_last:
+                await agent.new_session()  # a new conversation unless told -c or --session
+            stream = agent.chat(prompt or "")
+        while stream is not None:
             last: AgentChunk | None = None
             async for chunk in stream:
                 last = chunk
@@ -99,16 +114,18 @@ async def _run(
             elif last.type == "aborted":
                 code = EXIT_ABORTED
             elif last.type == "paused":
-                if not interactive:
+                stream = _after_pause(agent, approvals, interactive, always)
+                if stream is None:
                     code = EXIT_PAUSED
-                    state_file = data_dir / "paused-turn.json"
                     state_file.write_text(
                         json.dumps(agent.pause_state(), ensure_ascii=False), encoding="utf-8"
                     )
-                    click.echo(f"turn paused; its state is in {state_file}", err=True)
-                    break
-                _answer_interactively(agent)
-                stream = agent.continue_after_pause()
+                    os.chmod(state_file, 0o600)
+                    click.echo(
+                        f"turn paused; its state is in {state_file} — continue it with "
+                        "`memora run --resume` (add --yes to approve the pending call)",
+                        err=True,
+                    )
                 continue
             else:
                 code = EXIT_ERROR
@@ -118,22 +135,57 @@ async def _run(
     return code
 
 
-def _answer_interactively(agent: Any) -> None:
-    from memora.agent import QuestionPause
+PAUSED_FILE = "paused-turn.json"
+
+
+def _read_paused(state_file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(state_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"no paused turn to resume ({state_file} does not exist)",
+            context={"path": str(state_file)},
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise MemoraError(ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn")
+    return data
+
+
+def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> Any:
+    """The stream that continues a paused turn once it is answered, or None when it cannot be
+    answered here (no terminal; the line saying how to allow it is printed)."""
+    from memora.agent import ApprovalPause, QuestionPause
 
     paused = agent.paused_turn.paused
+    if isinstance(paused, ApprovalPause) and mode == "full-auto":
+        agent.approve(paused.tool_call_id)  # --yes: the user's word, given up front
+        return agent.continue_after_pause()
+    if not interactive:
+        if isinstance(paused, ApprovalPause):
+            click.echo(how_to_allow(paused.name, mode), err=True)
+        return None
     if isinstance(paused, QuestionPause):
         answers = {}
         for q in paused.questions:
             options = f" [{' / '.join(q.options)}]" if q.options else ""
             answers[q.slot] = click.prompt(clean(f"{q.question}{options}"), err=True)
         agent.answer_question(answers)
-    else:
-        args = json.dumps(paused.args, ensure_ascii=False)
-        if click.confirm(clean(f"Allow {paused.name} {args}?"), err=True, default=False):
-            agent.approve(paused.tool_call_id)
-        else:
-            agent.reject(paused.tool_call_id, "declined at the prompt")
+    elif isinstance(paused, ApprovalPause):
+
+        def ask(prompt: str) -> str | None:
+            try:
+                return str(click.prompt(prompt, err=True, default="", show_default=False))
+            except click.Abort:
+                return None
+
+        if not answer_approval(agent, paused, ask, lambda text: click.echo(text, err=True), always):
+            return None
+    return agent.continue_after_pause()
 
 
 def _emit(chunk: Any, events: str) -> None:
@@ -176,7 +228,7 @@ def _emit(chunk: Any, events: str) -> None:
 
 
 @cli.command("run")
-@click.argument("prompt")
+@click.argument("prompt", required=False)
 @click.option(
     "--events",
     type=click.Choice(["text", "jsonl"]),
@@ -188,10 +240,19 @@ def _emit(chunk: Any, events: str) -> None:
 @location_options
 @storage_option
 @role_pack_options
-@click.option("--session", default=None, help="Session id (default: the most recent one).")
+@click.option("--session", default=None, help="Continue this session (default: a new one).")
+@click.option(
+    "-c", "--continue", "continue_last", is_flag=True, help="Continue the most recent session."
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the turn a run without a terminal paused (its approval or question).",
+)
 @click.option(
     "--tools/--no-tools", default=True, show_default=True, help="Expose tools to the model."
 )
+@approval_options
 def run_cmd(
     prompt: str,
     events: str,
@@ -205,10 +266,21 @@ def run_cmd(
     role_pack: str | None,
     role_pack_dirs: tuple[Path, ...],
     session: str | None,
+    continue_last: bool,
+    resume: bool,
     tools: bool,
+    approvals: str | None,
 ) -> None:
-    """Run one turn. Exit 0 on done, 1 on error, 130 on abort, 3 when paused without a terminal."""
+    """Run one turn in a new session (-c: the most recent one; --session ID: that one).
+
+    Tool calls that write or run ask first (--approvals; without a terminal they are refused
+    with a line saying how to allow them).  Exit 0 on done, 1 on error, 130 on abort, 3 when
+    paused without a terminal (continue with --resume)."""
     project = project.resolve()
+    if prompt is None and not resume:
+        raise click.UsageError("give a PROMPT, or --resume to continue a paused turn")
+    if prompt is not None and resume:
+        raise click.UsageError("--resume continues the paused turn: give no PROMPT with it")
     name, options = choose_provider(provider, base_url, model)
     try:
         import asyncio
@@ -226,7 +298,10 @@ def run_cmd(
                 role_pack=role_pack,
                 role_pack_dirs=list(role_pack_dirs),
                 session=session,
+                continue_last=continue_last,
+                resume=resume,
                 tools=tools,
+                approvals=effective_mode(approvals, project, config_dir),
             )
         )
     except MemoraError as exc:

@@ -11,7 +11,10 @@ from typing import Any
 
 import click
 
+from ..checks import approval_for
 from ..errors import ErrorCode, MemoraError
+from ..security.terminal import clean
+from .approvals import approval_options, effective_mode
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -114,6 +117,11 @@ def _service_of(agent: Any, privileged: Any) -> str | None:
     return names[0] if names else None
 
 
+def _first_sentence(text: str) -> str:
+    """A description's first line, whole (``memora tools show`` prints all of it)."""
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
 def _capability_of(tool: Any) -> str:
     return str(tool.capability) if tool.capability else "resident"
 
@@ -128,7 +136,8 @@ def tools_group() -> None:
 @storage_option
 @role_pack_options
 @click.option("--all", "show_all", is_flag=True, help="Also list tools the role pack hides.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with each tool's schema).")
+@approval_options
 def list_cmd(
     project: Path,
     data_dir: Path | None,
@@ -138,12 +147,14 @@ def list_cmd(
     role_pack_dirs: tuple[Path, ...],
     show_all: bool,
     as_json: bool,
+    approvals: str | None,
 ) -> None:
     """The tools the model would see for the active (or given) role pack, with each tool's
-    plugin and capability."""
+    plugin, capability and what the approval mode does with its calls."""
     import asyncio
 
     project = project.resolve()
+    mode = effective_mode(approvals, project, config_dir)
 
     async def run() -> dict[str, Any]:
         agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
@@ -166,12 +177,17 @@ def list_cmd(
                         "writes": tool.writes,
                         "runs_code": tool.runs_code,
                         "idempotency": tool.idempotency,
-                        "description": tool.description.splitlines()[0],
+                        "approval": approval_for(
+                            mode, name, writes=tool.writes, runs_code=tool.runs_code
+                        ),
+                        "description": tool.description,
+                        "parameters": tool.parameters,
                     }
                 )
             unavailable = dict(agent.capability_map().unavailable)
             return {
                 "role_pack": agent.role_pack.active.name,
+                "approvals": mode,
                 "tools": rows,
                 "unavailable": unavailable,
             }
@@ -185,15 +201,18 @@ def list_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"tools for role pack {report['role_pack']!r}")
+    table = Table(
+        title=f"tools for role pack {safe(report['role_pack'])!r} · approvals {report['approvals']}"
+    )
     for column in (
         "tool",
         "plugin",
         "capability",
         *(["exposed"] if show_all else []),
+        "approval",
         "what it does",
     ):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in report["tools"]:
         plugin = row["plugin"] or ""
         if row["service"]:
@@ -202,12 +221,91 @@ def list_cmd(
         cells = [safe(row["name"], newlines=False), safe(plugin), safe(row["capability"])]
         if show_all:
             cells.append("yes" if row["exposed"] else "no")
-        cells.append(safe(row["description"]))
+        cells.append(row["approval"])
+        cells.append(safe(_first_sentence(row["description"])))
         table.add_row(*cells)
     console = Console()
     console.print(table)
     for capability, why in report["unavailable"].items():
         console.print(f"[yellow]{safe(capability)}[/yellow]: {safe(why)}")
+
+
+@tools_group.command("show")
+@click.argument("name")
+@location_options
+@storage_option
+@role_pack_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@approval_options
+def show_cmd(
+    name: str,
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: tuple[Path, ...],
+    as_json: bool,
+    approvals: str | None,
+) -> None:
+    """One tool whole: its description, parameters (JSON schema), capability, plugin, and what
+    the approval mode does with its calls."""
+    import asyncio
+
+    project = project.resolve()
+    mode = effective_mode(approvals, project, config_dir)
+
+    async def run() -> dict[str, Any]:
+        agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
+        try:
+            tool = agent.tools.get(name)
+            if tool is None:
+                raise MemoraError(
+                    ErrorCode.NOT_FOUND,
+                    f"no tool named {name!r}; `memora tools list --all` lists them",
+                    context={"tool": name},
+                )
+            return {
+                "name": name,
+                "plugin": agent.tools.owner(name),
+                "capability": _capability_of(tool),
+                "exposed": name in {t.name for t in agent.exposed_tools()},
+                "writes": tool.writes,
+                "runs_code": tool.runs_code,
+                "idempotency": tool.idempotency,
+                "approvals": mode,
+                "approval": approval_for(mode, name, writes=tool.writes, runs_code=tool.runs_code),
+                "description": tool.description,
+                "parameters": tool.parameters,
+            }
+        finally:
+            await agent.close()
+
+    info = asyncio.run(run())
+    if as_json:
+        click.echo(json.dumps(info, ensure_ascii=False, indent=2))
+        return
+    what = {"runs": "runs without asking", "asks": "asks first", "refused": "is refused"}
+    click.echo(f"{clean(name)}  ({clean(str(info['plugin']))}; capability {info['capability']})")
+    click.echo("")
+    click.echo(clean(info["description"].strip()))
+    click.echo("")
+    click.echo(
+        f"writes: {'yes' if info['writes'] else 'no'} · runs code: "
+        f"{'yes' if info['runs_code'] else 'no'} · {info['idempotency']} · "
+        f"approval ({mode}): {what[info['approval']]}"
+        + ("" if info["exposed"] else " · not shown to the active role pack")
+    )
+    params = info["parameters"].get("properties") or {}
+    required = set(info["parameters"].get("required") or [])
+    click.echo("parameters:" if params else "parameters: none")
+    for key, spec in params.items():
+        kind = spec.get("type") or "/".join(
+            str(x.get("type")) for x in spec.get("anyOf", []) if isinstance(x, dict)
+        )
+        need = "required" if key in required else f"default {json.dumps(spec.get('default'))}"
+        doc = f" — {clean(spec['description'], newlines=False)}" if spec.get("description") else ""
+        click.echo(f"  {clean(key)}: {kind or 'any'} ({need}){doc}")
 
 
 @tools_group.command("call")

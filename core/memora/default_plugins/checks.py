@@ -1,4 +1,4 @@
-"""The built-in pre-execution check: allow by default, ask for confirmation where configured.
+"""The built-in pre-execution check: the approval mode, then allow.
 
 It runs last (``trylast``), so every other check has already answered; since decisions combine
 with "any deny wins", a plugin's ``Deny`` always beats this default ``Allow``.
@@ -6,12 +6,27 @@ with "any deny wins", a plugin's ``Deny`` always beats this default ``Allow``.
 
 from __future__ import annotations
 
-from ..checks import Allow, Ask, CheckContext, CheckDecision, ToolCallInfo
+from ..checks import Allow, Ask, CheckContext, CheckDecision, Deny, ToolCallInfo, approval_for
 from ..hookspecs import hookimpl
+
+
+def _what(call: ToolCallInfo) -> str:
+    if call.runs_code:
+        return "runs a command or code"
+    return "changes files" if call.capability is None else "changes things"
 
 
 @hookimpl(trylast=True)
 def pre_execution_check(call: ToolCallInfo, context: CheckContext) -> CheckDecision:
+    mode = context.approvals
+    verdict = approval_for(mode, call.name, writes=call.writes, runs_code=call.runs_code)
+    if verdict == "refused":
+        return Deny(
+            f"{call.name} {_what(call)}, and memora is in read-only mode: nothing that "
+            "writes or runs is allowed (the user can allow it with approvals 'ask')"
+        )
+    if verdict == "asks":
+        return Ask(f"{call.name} {_what(call)} (approval mode {mode!r})")
     if context.confirm_scripts and call.runs_code:
         return Ask(f"{call.name} runs a command or script; confirm_scripts asks for approval")
     if context.confirm_writes and call.writes:
