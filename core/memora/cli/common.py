@@ -17,12 +17,38 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def find_project_root(start: Path) -> Path:
+    """The project a command in ``start`` works on, found upwards as git finds ``.git``: the
+    nearest folder holding a ``.memora/`` folder (not the user's own config folder), else the
+    root of the enclosing git repository, else ``start`` itself — so a subfolder never gets a
+    fresh ``.memora/`` of its own."""
+    from ..settings import user_config_dir
+
+    start = start.resolve()
+    user = user_config_dir().resolve()
+    chain = (start, *start.parents)
+    for folder in chain:
+        candidate = folder / ".memora"
+        if candidate.is_dir() and candidate.resolve() != user:
+            return folder
+    for folder in chain:
+        if (folder / ".git").exists():
+            return folder
+    return start
+
+
+def _project_or_found(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+    return value if value is not None else find_project_root(Path.cwd())
+
+
 project_option = click.option(
     "--project",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("."),
-    show_default=True,
-    help="The project folder (its .memora/config.json is read).",
+    default=None,
+    callback=_project_or_found,
+    help="The project folder (its .memora/config.json is read).  Default: the nearest folder "
+    "upwards holding .memora/, else the git repository's root, else the working folder.",
 )
 data_dir_option = click.option(
     "--data-dir",

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
+from .common import find_project_root
 from .main import cli
 
 CONFIG_TEMPLATE = """{{
@@ -85,7 +86,7 @@ def _manifest(name: str) -> dict[str, Any]:
 
 @cli.command("init")
 @click.argument(
-    "directory", required=False, default=".", type=click.Path(path_type=Path, file_okay=False)
+    "directory", required=False, default=None, type=click.Path(path_type=Path, file_okay=False)
 )
 @click.option(
     "--provider",
@@ -102,8 +103,10 @@ def _manifest(name: str) -> dict[str, Any]:
     show_default=True,
     help="Name of the starter role pack (kebab-case).",
 )
-def init_cmd(directory: Path, provider: str, model: str | None, role_pack: str) -> None:
-    """Scaffold DIR/.memora: a commented config.json and a starter role pack.
+def init_cmd(directory: Path | None, provider: str, model: str | None, role_pack: str) -> None:
+    """Scaffold DIR/.memora: a commented config.json and a starter role pack.  Without DIR, the
+    project the other commands would find (the nearest folder with .memora/, else the git
+    repository's root, else the working folder).
 
     Nothing is overwritten: when any of the files exists, nothing is written."""
     from ..role_pack.text import KEBAB_NAME
@@ -115,7 +118,7 @@ def init_cmd(directory: Path, provider: str, model: str | None, role_pack: str) 
         )
     if provider == "openai" and not model:
         raise MemoraError(ErrorCode.INVALID_INPUT, "--provider openai needs --model NAME")
-    root = directory.resolve()
+    root = (directory if directory is not None else find_project_root(Path.cwd())).resolve()
     memora_dir = root / ".memora"
     pack = memora_dir / "role-packs" / role_pack
     entry: dict[str, Any] = {"type": provider}

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from .common import project_option
 
 _handler: logging.Handler | None = None
 
@@ -162,12 +163,7 @@ def config_group() -> None:
 
 
 @config_group.command("show")
-@click.option(
-    "--project",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("."),
-    show_default=True,
-)
+@project_option
 @click.option(
     "--config-dir",
     type=click.Path(path_type=Path, file_okay=False),

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .common import project_option
 from .main import cli, emit_json
 
 
@@ -163,7 +164,7 @@ def new_cmd(name: str, directory: Path) -> None:
 
 
 @role_pack_group.command("list")
-@click.option("--project", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
+@project_option
 @click.option(
     "--config-dir",
     type=click.Path(path_type=Path, file_okay=False),
