@@ -41,7 +41,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pluggy
 
@@ -70,6 +70,7 @@ __all__ = [
     "Registered",
     "checked_factory",
     "create_plugin_manager",
+    "probed",
 ]
 
 logger = logging.getLogger("memora.plugins")
@@ -165,7 +166,8 @@ class PluginFailure:
     error: str
     stage: str = "import"
     """``import`` (the module failed to import), ``register`` (an invalid or unknown hook
-    implementation) or ``hook`` (it raised inside a register hook)."""
+    implementation), ``hook`` (it raised inside a register hook) or ``probe`` (what it
+    registered could not import its own implementation: :meth:`Plugins.probe`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +219,22 @@ def checked_factory(
             )
         return load()(**options)
 
+    factory.probe = load  # type: ignore[attr-defined]  # memora plugins imports it to check
     if project:
         unknown = set(project) - allowed
         if unknown:
             raise ValueError(f"{label}: project options {sorted(unknown)} are not legal options")
         factory.project_options = dict(project)  # type: ignore[attr-defined]
+    return factory
+
+
+_F = TypeVar("_F")
+
+
+def probed(factory: _F, load: Callable[[], Any]) -> _F:
+    """Attach ``load`` (what the factory imports on first use) as its ``probe``, for
+    :meth:`Plugins.probe`; returns ``factory``."""
+    factory.probe = load  # type: ignore[attr-defined]
     return factory
 
 
@@ -677,6 +690,37 @@ class Plugins:
                 f"plugin {owner!r} failed to create {kind} {name!r}: {type(exc).__name__}: {exc}",
                 context={"plugin": owner, "kind": kind, "name": name},
             ) from exc
+
+    def probe(self) -> list[PluginFailure]:
+        """Import what each plugin's factories load lazily (their ``probe`` callable, set by
+        :func:`checked_factory` or :func:`probed`), so a plugin whose own imports fail — a
+        dependency missing, or of the wrong major version — shows as failed in ``memora
+        plugins`` instead of "ok" until its first use.  The failures are also added to
+        :attr:`failures` (stage ``probe``)."""
+        found: list[PluginFailure] = []
+        seen: set[int] = set()
+        for table in self._registry.values():
+            for reg in table.values():
+                check = getattr(reg.value, "probe", None)
+                if not callable(check) or id(check) in seen:
+                    continue
+                seen.add(id(check))
+                if any(f.name == reg.plugin for f in found):
+                    continue
+                try:
+                    check()
+                except Exception as exc:  # ImportError, AttributeError, a broken module ...
+                    meta = self._meta.get(reg.plugin, _Meta(None, None, "host"))
+                    found.append(
+                        PluginFailure(
+                            reg.plugin,
+                            meta.distribution,
+                            f"{type(exc).__name__}: {exc}",
+                            "probe",
+                        )
+                    )
+        self.failures.extend(f for f in found if f not in self.failures)
+        return found
 
     def plugin_infos(self, *, include_builtin: bool = True) -> list[PluginInfo]:
         provides: dict[str, dict[str, list[str]]] = {}

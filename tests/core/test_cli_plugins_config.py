@@ -221,3 +221,38 @@ def test_role_pack_validate_reports_unprovided_and_unknown_capabilities(tmp_path
     warnings = {w["path"]: w["message"] for w in report["warnings"]}
     assert "no installed plugin provides 'code_executor'" in warnings["capabilities[0].capability"]
     assert "unknown capability 'astro:gaze'" in warnings["capabilities[1].capability"]
+
+
+LAZY_BROKEN = """
+from memora import hookimpl
+from memora.plugins import checked_factory
+
+
+def _load():
+    from mcp import NoSuchClientInThisVersion  # the dependency is there, of the wrong version
+
+    return NoSuchClientInThisVersion
+
+
+@hookimpl
+def register_web_search(register):
+    register("lazy", checked_factory("lazy", {"region"}, _load))
+"""
+
+
+def test_a_plugin_whose_own_imports_fail_is_a_failed_row(tmp_path: Path) -> None:
+    """Its entry point imports fine (the implementation is loaded lazily), so before the probe
+    `memora plugins` said "ok" until the first use failed."""
+    site = tmp_path / "site"
+    make_dist(site, "memora-lazy", {"lazy": "c_lazy"}, {"c_lazy": LAZY_BROKEN})
+    home = tmp_path / "home"
+    for _ in range(2):  # the second run answers from the probe cache: the same
+        r = _memora(["plugins", "--json"], site, {"MEMORA_HOME": str(home)})
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        failures = {f["name"]: f for f in doc["failures"]}
+        assert failures["lazy"]["stage"] == "probe"
+        assert "NoSuchClientInThisVersion" in failures["lazy"]["error"]
+        assert "lazy" not in {p["name"] for p in doc["plugins"]}
+    r = _memora(["plugins", "--check"], site, {"MEMORA_HOME": str(home)})
+    assert r.returncode == 1 and "failed (probe)" in r.stdout

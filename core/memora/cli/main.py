@@ -96,7 +96,10 @@ def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
     from .common import plugin_manager
 
     plugins = plugin_manager()
+    _probe(plugins)  # a plugin whose own imports fail is a failed row, not "ok"
     infos = plugins.plugin_infos(include_builtin=show_all)
+    broken = {f.name for f in plugins.failures}
+    infos = [i for i in infos if i.name not in broken]
     if as_json:
         emit_json(
             {
@@ -155,6 +158,44 @@ def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
             console.print("[dim]built-in plugins hidden; use --all to show them[/dim]")
     if check and plugins.failures:
         sys.exit(1)
+
+
+def _probe(plugins: Any) -> None:
+    """``plugins.probe()``, remembered while the installed distributions stay the same (the
+    probe imports every plugin's implementation, ~1 s; the check whether anything changed reads
+    package metadata only)."""
+    import hashlib
+    import os
+
+    from ..plugins import PluginFailure
+    from ..security.atomic import atomic_write_text
+    from ..settings import user_config_dir
+
+    # what is installed, by the metadata folders' names (name-version.dist-info): a listing,
+    # not a read of every METADATA file
+    installed: list[str] = []
+    for entry in sys.path:
+        with contextlib.suppress(OSError), os.scandir(entry or ".") as it:
+            installed += sorted(
+                f"{entry}/{e.name}:{e.stat().st_mtime_ns}"
+                for e in it
+                if e.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth"))
+            )
+    key = hashlib.sha256("\n".join([sys.version, *installed]).encode()).hexdigest()
+    cache = user_config_dir() / "cache" / "plugin-probe.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        if saved["key"] == key:
+            plugins.failures.extend(PluginFailure(**f) for f in saved["failures"])
+            return
+    found = plugins.probe()
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        failures = [
+            {"name": f.name, "distribution": f.distribution, "error": f.error, "stage": f.stage}
+            for f in found
+        ]
+        atomic_write_text(cache, json.dumps({"key": key, "failures": failures}))
 
 
 @cli.group("config")

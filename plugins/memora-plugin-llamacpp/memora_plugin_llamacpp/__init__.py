@@ -28,6 +28,7 @@ from memora.llm.types import (
     ToolCallDelta,
     UsageDelta,
 )
+from memora.plugins import probed
 from memora.security.trust import ANY, AtMost, project_settable
 
 __all__ = [
@@ -342,6 +343,13 @@ project's choosing, and ``n_threads``/``cache_bytes`` size memora's own use of t
 requests the user must allow."""
 
 
+def _load_llama() -> Any:
+    """What the provider needs at its first request (``memora plugins`` imports it to check)."""
+    from llama_cpp import Llama
+
+    return Llama
+
+
 def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
     opts = {k: v for k, v in options.items() if k != "model"}
     unknown = set(opts) - _OPTIONS
@@ -358,7 +366,7 @@ def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
 
 @hookimpl
 def register_providers(register: Any) -> None:
-    register("llamacpp", project_settable(_factory, PROJECT))
+    register("llamacpp", probed(project_settable(_factory, PROJECT), _load_llama))
 
 
 def _drop_oldest(messages: list[Any]) -> list[Any] | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
+from memora.plugins import probed
 from memora.security.trust import ANY, AtMost, project_settable
 
 if TYPE_CHECKING:
@@ -65,6 +66,12 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module, __name__), name)
 
 
+def _load() -> Any:
+    from .provider import OpenAIProvider
+
+    return OpenAIProvider
+
+
 def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
     unknown = set(options) - _OPTIONS
     if unknown:
@@ -87,4 +94,4 @@ def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
 
 @hookimpl
 def register_providers(register: Any) -> None:
-    register("openai", project_settable(_factory, PROJECT))
+    register("openai", probed(project_settable(_factory, PROJECT), _load))

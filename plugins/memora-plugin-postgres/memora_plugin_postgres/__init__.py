@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memora import hookimpl
+from memora.plugins import probed
 from memora.security.trust import AtMost, project_settable
 
 __all__ = ["register_project_locks", "register_session_stores", "register_storage"]
@@ -25,6 +26,12 @@ _OPTIONS = {"dsn", "namespace", "pool_size", "connect_timeout", "path", "project
 PROJECT = {"pool_size": AtMost(5), "connect_timeout": AtMost(10.0)}
 """What a project's config may set: ``dsn`` and ``namespace`` choose whose database and whose data
 (user side only)."""
+
+
+def _load() -> Any:
+    from .storage import PostgresStorage
+
+    return PostgresStorage
 
 
 def _check(options: Mapping[str, Any]) -> None:
@@ -59,14 +66,14 @@ def _lock(options: Mapping[str, Any]) -> Any:
 
 @hookimpl
 def register_storage(register: Any) -> None:
-    register("postgres", project_settable(_storage, PROJECT))
+    register("postgres", probed(project_settable(_storage, PROJECT), _load))
 
 
 @hookimpl
 def register_session_stores(register: Any) -> None:
-    register("postgres", project_settable(_sessions, PROJECT))
+    register("postgres", probed(project_settable(_sessions, PROJECT), _load))
 
 
 @hookimpl
 def register_project_locks(register: Any) -> None:
-    register("postgres", project_settable(_lock, PROJECT))
+    register("postgres", probed(project_settable(_lock, PROJECT), _load))
