@@ -164,6 +164,9 @@ class Settings:
     """What the project's config asks for beyond its allow-list (None: nothing)."""
     trusted: bool = False
     """Whether :attr:`trust`'s requests were applied (the user or the host allowed them)."""
+    shadowed: dict[str, list[str]] = field(default_factory=dict)
+    """Dotted key -> the origins whose value it replaced (a project's ``providers.openai``
+    hiding the user's whole entry, an environment variable over a file...), oldest first."""
 
     @property
     def requests(self) -> dict[str, Any]:
@@ -213,27 +216,35 @@ class Settings:
             return storage
         return fallback
 
+    def shown_origin(self, key: str) -> str:
+        """:meth:`origin`, with what it shadows: ``project config … (shadows user config …)``."""
+        hidden = self.shadowed.get(key)
+        origin = self.origin(key)
+        return f"{origin} (shadows {'; '.join(hidden)})" if hidden else origin
+
     def rows(self) -> list[tuple[str, Any, str]]:
-        """``(key, value, origin)`` for every effective setting, for display."""
+        """``(key, value, origin)`` for every effective setting, for display; an origin that
+        replaced another source's value says so."""
         out: list[tuple[str, Any, str]] = [
-            (key, getattr(self.config, key), self.origin(key)) for key in _SCALARS
+            (key, getattr(self.config, key), self.shown_origin(key)) for key in _SCALARS
         ]
         for name, entry in sorted(self.config.providers.items()):
             key = f"providers.{name}"
-            out.append((key, entry.model_dump(), self.origin(key)))
+            out.append((key, entry.model_dump(), self.shown_origin(key)))
         for name, options in sorted(self.config.plugins.items()):
             for opt, value in sorted(options.items()):
                 key = f"plugins.{name}.{opt}"
-                out.append((key, value, self.origin(key)))
+                out.append((key, value, self.shown_origin(key)))
         for opt, value in sorted(self.config.options.items()):
             key = f"options.{opt}"
-            out.append((key, value, self.origin(key)))
+            out.append((key, value, self.shown_origin(key)))
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": self.config.model_dump(),
-            "origins": {key: origin for key, _, origin in self.rows()},
+            "origins": {key: self.origin(key) for key, _, _ in self.rows()},
+            "shadowed": self.shadowed,
             "files": [str(p) for p in self.files],
             "user_config_dir": str(self.user_dir) if self.user_dir else None,
             "project_requests": {
@@ -382,24 +393,38 @@ def _decide(request: TrustRequest, user_dir: Path, trust: TrustAnswer) -> bool:
     return bool(decision)
 
 
+class _Origins(dict[str, str]):
+    """Dotted key -> origin; remembers, per key, the origins a later source replaced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shadowed: dict[str, list[str]] = {}
+
+    def set(self, key: str, origin: str) -> None:
+        before = self.get(key)
+        if before is not None and before != origin:
+            self.shadowed.setdefault(key, []).append(before)
+        self[key] = origin
+
+
 def _merge(
-    merged: dict[str, Any], origins: dict[str, str], layer: Mapping[str, Any], origin: str
+    merged: dict[str, Any], origins: _Origins, layer: Mapping[str, Any], origin: str
 ) -> None:
     for key in _SCALARS:
         if layer.get(key) is not None:
             merged[key] = layer[key]
-            origins[key] = origin
+            origins.set(key, origin)
     for name, entry in (layer.get("providers") or {}).items():
         merged.setdefault("providers", {})[name] = dict(entry)
-        origins[f"providers.{name}"] = origin
+        origins.set(f"providers.{name}", origin)
     for name, options in (layer.get("plugins") or {}).items():
         target = merged.setdefault("plugins", {}).setdefault(name, {})
         for opt, value in options.items():
             target[opt] = value
-            origins[f"plugins.{name}.{opt}"] = origin
+            origins.set(f"plugins.{name}.{opt}", origin)
     for opt, value in (layer.get("options") or {}).items():
         merged.setdefault("options", {})[opt] = value
-        origins[f"options.{opt}"] = origin
+        origins.set(f"options.{opt}", origin)
 
 
 def resolve_settings(
@@ -426,7 +451,7 @@ def resolve_settings(
     """
     env = os.environ if environ is None else environ
     merged: dict[str, Any] = {}
-    origins: dict[str, str] = {}
+    origins = _Origins()
     files: list[Path] = []
     user_dir = user_config_dir(config_dir)
     layers: list[tuple[Path, str]] = [(user_dir / "config.json", "user config")]
@@ -488,4 +513,6 @@ def resolve_settings(
                 f"configured providers ({', '.join(config.providers) or 'none configured'})",
                 context={"key": key, "value": name},
             )
-    return Settings(config, origins, tuple(files), user_dir, request, trusted)
+    return Settings(
+        config, dict(origins), tuple(files), user_dir, request, trusted, dict(origins.shadowed)
+    )

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +59,66 @@ def test_a_subfolder_uses_the_projects_state(tmp_path: Path) -> None:
     listed = _memora(sub, home, "sessions", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert not (sub / ".memora").exists() and not (repo / "docs" / ".memora").exists()
+
+
+def _init(tmp_path: Path, home: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    project = tmp_path / "p"
+    project.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "memora", "init", str(project), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MEMORA_HOME": str(home), **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+def _config(tmp_path: Path) -> dict[str, Any]:
+    from memora.config import strip_json_comments
+
+    text = (tmp_path / "p" / ".memora" / "config.json").read_text(encoding="utf-8")
+    return dict(json.loads(strip_json_comments(text)))
+
+
+def test_init_never_leaves_a_project_that_cannot_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    only_openai = {"MEMORA_LOAD_PLUGINS": "openai"}
+    r = _init(tmp_path, home, env=only_openai)
+    assert r.returncode == 1 and "--provider openai needs --model" in r.stderr
+    assert not (tmp_path / "p" / ".memora").exists()
+    r = _init(tmp_path, home, "--model", "gpt-x", env=only_openai)
+    assert r.returncode == 0, r.stderr
+    assert _config(tmp_path)["providers"] == {"openai": {"type": "openai", "model": "gpt-x"}}
+    r = _init(tmp_path / "other", home, "--provider", "nope")
+    assert r.returncode == 1 and "neither installed" in r.stderr
+
+
+def test_init_refers_to_the_users_provider_instead_of_copying_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    user = {"providers": {"work": {"type": "openai", "base_url": "http://127.0.0.1:9/v1"}}}
+    (home / "config.json").write_text(json.dumps(user), encoding="utf-8")
+    r = _init(tmp_path, home, "--provider", "openai")
+    assert r.returncode == 0, r.stderr
+    config = _config(tmp_path)
+    assert config["active_provider"] == "work" and "providers" not in config
+    shown = json.loads(_memora(tmp_path / "p", home, "config", "show", "--json").stdout)
+    assert shown["settings"]["providers"]["work"]["base_url"] == "http://127.0.0.1:9/v1"
+
+
+def test_config_show_marks_what_a_project_shadows(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    user = {"providers": {"openai": {"type": "openai", "base_url": "http://127.0.0.1:9/v1"}}}
+    (home / "config.json").write_text(json.dumps(user), encoding="utf-8")
+    project = tmp_path / "p"
+    (project / ".memora").mkdir(parents=True)
+    (project / ".memora" / "config.json").write_text(
+        json.dumps({"providers": {"openai": {"type": "openai", "model": "m"}}}), encoding="utf-8"
+    )
+    r = _memora(project, home, "config", "show")
+    row = next(line for line in r.stdout.splitlines() if line.startswith("providers.openai"))
+    assert "project config" in row and "(shadows user config" in row
+    doc = json.loads(_memora(project, home, "config", "show", "--json").stdout)
+    assert doc["shadowed"]["providers.openai"][0].startswith("user config ")

@@ -22,10 +22,7 @@ CONFIG_TEMPLATE = """{{
   // For an OpenAI-compatible API set "type": "openai" and a "model"; the endpoint and key
   // belong to your user config or the environment (MEMORA_BASE_URL, MEMORA_API_KEY), never
   // to a project file others may clone.
-  "active_provider": {provider},
-  "providers": {{
-    {provider}: {entry}
-  }},
+{provider_block}
 
   // Where memory (round summaries) and sessions live: sqlite (default), json, memory,
   // or an installed plugin such as postgres.
@@ -69,6 +66,63 @@ description: Summarise one project file for a newcomer
 """
 
 
+def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
+    """The config's provider lines and the provider type they lead to.  A provider your user
+    config defines is referred to by name, never copied (a copy would shadow your entry and
+    lose its endpoint); a new entry is written only for a provider type that is installed."""
+    from ..plugins import create_plugin_manager
+    from ..settings import resolve_settings
+
+    user = resolve_settings(None).config
+    installed = create_plugin_manager().names("provider")
+
+    def refer(name: str) -> tuple[str, str]:
+        kind = user.providers[name].type
+        return (
+            f"  // your user config's provider {name!r} ({kind}): its endpoint and key stay there\n"
+            f'  "active_provider": {json.dumps(name)},',
+            kind,
+        )
+
+    if provider is None and user.active_provider:
+        return refer(user.active_provider)
+    if provider is not None and provider in user.providers:
+        return refer(provider)
+    if provider is not None and not model:
+        # --provider openai with an openai entry in the user config: that entry, by name
+        same = [n for n, e in user.providers.items() if e.type == provider]
+        if len(same) == 1:
+            return refer(same[0])
+    if provider is None:
+        choices = [p for p in ("llamacpp", "openai") if p in installed] or installed
+        if not choices:
+            raise MemoraError(
+                ErrorCode.NOT_AVAILABLE,
+                "no provider plugin is installed; install one, e.g. "
+                "`memora install memora-plugin-llamacpp` (the embedded model) or "
+                "memora-plugin-openai (any OpenAI-compatible API)",
+            )
+        provider = choices[0]
+    if provider not in installed:
+        raise MemoraError(
+            ErrorCode.NOT_AVAILABLE,
+            f"--provider {provider!r} is neither installed ({', '.join(installed) or 'none'}) "
+            f"nor a provider of your user config ({', '.join(user.providers) or 'none'})",
+        )
+    if provider == "openai" and not model:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            "--provider openai needs --model NAME (or define the provider, with its endpoint, "
+            "in your user config and pass its name)",
+        )
+    entry: dict[str, Any] = {"type": provider, **({"model": model} if model else {})}
+    return (
+        f'  "active_provider": {json.dumps(provider)},\n'
+        f'  "providers": {{\n    {json.dumps(provider)}: {json.dumps(entry)}\n  }},',
+        provider,
+    )
+
+
 def _manifest(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -90,10 +144,10 @@ def _manifest(name: str) -> dict[str, Any]:
 )
 @click.option(
     "--provider",
-    type=click.Choice(["llamacpp", "openai"]),
-    default="llamacpp",
-    show_default=True,
-    help="llamacpp: the embedded model; openai: any OpenAI-compatible API.",
+    default=None,
+    help="llamacpp (the embedded model), openai (any OpenAI-compatible API), or the name of a "
+    "provider in your user config.  Default: your user config's active provider, else an "
+    "installed one (llamacpp first).",
 )
 @click.option("--model", default=None, help="Model name (openai) or GGUF path (llamacpp).")
 @click.option(
@@ -103,7 +157,9 @@ def _manifest(name: str) -> dict[str, Any]:
     show_default=True,
     help="Name of the starter role pack (kebab-case).",
 )
-def init_cmd(directory: Path | None, provider: str, model: str | None, role_pack: str) -> None:
+def init_cmd(
+    directory: Path | None, provider: str | None, model: str | None, role_pack: str
+) -> None:
     """Scaffold DIR/.memora: a commented config.json and a starter role pack.  Without DIR, the
     project the other commands would find (the nearest folder with .memora/, else the git
     repository's root, else the working folder).
@@ -116,19 +172,13 @@ def init_cmd(directory: Path | None, provider: str, model: str | None, role_pack
             ErrorCode.INVALID_INPUT,
             f"--role-pack {role_pack!r} must be kebab-case (a-z, 0-9, '-'), e.g. assistant",
         )
-    if provider == "openai" and not model:
-        raise MemoraError(ErrorCode.INVALID_INPUT, "--provider openai needs --model NAME")
     root = (directory if directory is not None else find_project_root(Path.cwd())).resolve()
     memora_dir = root / ".memora"
     pack = memora_dir / "role-packs" / role_pack
-    entry: dict[str, Any] = {"type": provider}
-    if model:
-        entry["model"] = model
+    block, provider_type = _provider_block(provider, model)
     files = {
         memora_dir / "config.json": CONFIG_TEMPLATE.format(
-            provider=json.dumps(provider),
-            entry=json.dumps(entry),
-            role_pack=json.dumps(role_pack),
+            provider_block=block, role_pack=json.dumps(role_pack)
         ),
         pack / "manifest.json": json.dumps(_manifest(role_pack), indent=2) + "\n",
         pack / "persona.md": PERSONA.format(title=role_pack.replace("-", " ").title()),
@@ -159,7 +209,7 @@ def init_cmd(directory: Path | None, provider: str, model: str | None, role_pack
         "next: `memora chat` to talk"
         + (
             " (set MEMORA_BASE_URL and MEMORA_API_KEY, or the endpoint in your user config)"
-            if provider == "openai"
+            if provider_type == "openai"
             else ""
         )
         + f", `memora tools list --project {directory}` to see the tools"
