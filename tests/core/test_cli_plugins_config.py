@@ -89,7 +89,7 @@ def test_strict_mode_is_one_line_and_exit_1(broken_site: Path, tmp_path: Path) -
         r = _memora(args, broken_site, {"MEMORA_STRICT_PLUGINS": "1"})
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
-        errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+        errors = [line for line in r.stderr.splitlines() if line.startswith("memora: error:")]
         assert len(errors) == 1 and "PLUGIN" in errors[0]
         assert r.stdout == ""
 

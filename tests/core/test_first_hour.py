@@ -122,3 +122,138 @@ def test_config_show_marks_what_a_project_shadows(tmp_path: Path) -> None:
     assert "project config" in row and "(shadows user config" in row
     doc = json.loads(_memora(project, home, "config", "show", "--json").stdout)
     assert doc["shadowed"]["providers.openai"][0].startswith("user config ")
+
+
+def test_a_stray_memora_folder_in_a_shared_folder_is_no_project(tmp_path: Path) -> None:
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    (shared / ".memora").mkdir()
+    work = shared / "me" / "work"
+    work.mkdir(parents=True)
+    assert find_project_root(work) == work
+
+
+# -- small terminal glitches ---------------------------------------------------------------------
+
+
+def test_ctrl_c_prints_the_partial_answer_once_and_no_empty_usage(tmp_path: Path) -> None:
+    import io
+    import re
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    pexpect = pytest.importorskip("pexpect")
+    from tests.core.test_chat_cli import Script, _chat, _env, _handler, call, say
+
+    script = Script()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        project = tmp_path / "p"
+        project.mkdir()
+        env = _env(tmp_path)
+        child = _chat(project, url, env)
+        log = io.StringIO()
+        child.logfile_read = log
+        script.answers.append(say("alpha beta gamma delta epsilon zeta eta theta", delay=0.3))
+        child.sendline("count")
+        child.expect("gamma")
+        child.sendintr()
+        child.expect("stopped")
+        child.expect("›")
+        seen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", log.getvalue())
+        assert "^C" not in seen  # the echo wrapped the padded live line: it was drawn twice
+        assert "0 in · 0 out" not in seen
+        # a refused call's line has a duration that is not negative
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+        script.answers += [call("write_file", {"path": "a.txt", "content": "x"}), say("no")]
+        child = pexpect.spawn(
+            sys.executable,
+            [
+                "-m",
+                "memora",
+                "chat",
+                "--project",
+                str(project),
+                "--base-url",
+                url,
+                "--model",
+                "m",
+                "--read-only",
+            ],
+            env=env,
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(40, 120),
+        )
+        log = io.StringIO()
+        child.logfile_read = log
+        child.expect("/help")
+        child.sendline("write")
+        child.expect("write_file")
+        child.expect("›")
+        assert "-0 ms" not in log.getvalue()
+        child.sendline("/quit")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_every_error_has_one_prefix(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    usage = _memora(tmp_path, home, "run")
+    runtime = _memora(tmp_path, home, "tools", "show", "nope")
+    assert usage.returncode == 2 and runtime.returncode == 1
+    for r in (usage, runtime):
+        lines = [line for line in r.stderr.splitlines() if "rror" in line]
+        assert lines and all(line.startswith("memora: error: ") for line in lines), r.stderr
+
+
+def test_plugins_all_shows_whole_names_at_80_columns(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "plugins", "--all"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80", "MEMORA_HOME": str(tmp_path)},
+        timeout=120,
+        check=False,
+    )
+    assert "memora.default_plugins.checks" in r.stdout, r.stdout
+
+
+def test_an_unreachable_postgres_is_one_clear_line(tmp_path: Path) -> None:
+    pytest.importorskip("memora_plugin_postgres")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memora",
+            "memory",
+            "stats",
+            "--storage",
+            "postgres",
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "MEMORA_HOME": str(tmp_path / "home"),
+            "MEMORA_POSTGRES_DSN": f"host=127.0.0.1 port={port} user=x connect_timeout=2",
+        },
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 1
+    assert "error connecting in" not in r.stderr, r.stderr
+    assert r.stderr.count("memora: error:") == 1, r.stderr

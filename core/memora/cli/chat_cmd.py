@@ -115,7 +115,8 @@ class ChatUI:
                         thought_chars = 0
                     started[chunk.tool_call_id] = time.monotonic()
                 elif t == "tool_result":
-                    took = time.monotonic() - started.pop(chunk.tool_call_id, time.monotonic())
+                    began = started.pop(chunk.tool_call_id, None)
+                    took = max(0.0, time.monotonic() - began) if began is not None else 0.0
                     mark, color = (
                         ("⊘", "yellow")
                         if chunk.blocked
@@ -142,7 +143,7 @@ class ChatUI:
                     u = chunk.usage
                     if t == "aborted":
                         footer.append(f"[yellow]stopped: {safe(chunk.reason)}[/yellow]")
-                    if u is not None:
+                    if u is not None and (u.llm_calls or u.input_tokens or u.output_tokens):
                         footer.append(
                             f"[dim]{u.input_tokens} in · {u.output_tokens} out · "
                             f"{u.llm_calls} LLM call(s)[/dim]"
@@ -392,7 +393,31 @@ async def _turn(agent: Any, ui: ChatUI, line: str) -> None:
         loop.add_signal_handler(signal.SIGINT, agent.abort)
         installed = True
     try:
-        await ui.turn(agent.chat(line))
+        with _no_control_echo():
+            await ui.turn(agent.chat(line))
     finally:
         if installed:
             loop.remove_signal_handler(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _no_control_echo() -> Any:
+    """While an answer streams, the terminal does not echo ``^C``: the echo landed after the
+    live line (padded to the terminal's width), wrapped, and the redraw printed the partial
+    answer a second time."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError, AttributeError):
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] = quiet[3] & ~termios.ECHOCTL
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            termios.tcsetattr(fd, termios.TCSANOW, saved)

@@ -27,7 +27,11 @@ def find_project_root(start: Path) -> Path:
 
     start = start.resolve()
     user = user_config_dir().resolve()
-    chain = (start, *start.parents)
+    chain: list[Path] = []
+    for folder in (start, *start.parents):
+        if folder != start and _shared_scratch(folder):
+            break  # a .memora in /tmp is nobody's project: never walk into a shared folder
+        chain.append(folder)
     for folder in chain:
         candidate = folder / ".memora"
         if candidate.is_dir() and candidate.resolve() != user:
@@ -36,6 +40,18 @@ def find_project_root(start: Path) -> Path:
         if (folder / ".git").exists():
             return folder
     return start
+
+
+def _shared_scratch(folder: Path) -> bool:
+    """A world-writable folder with the sticky bit (``/tmp``, ``/var/tmp``): anyone may leave a
+    ``.memora`` there."""
+    import stat
+
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IWOTH and mode & stat.S_ISVTX)
 
 
 def _project_or_found(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:

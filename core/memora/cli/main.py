@@ -48,6 +48,12 @@ def setup_logging(verbose: int, quiet: bool) -> None:
     level = (
         logging.ERROR if quiet else [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     )
+    # other libraries' warnings (psycopg's pool retrying a connection, four lines per failure)
+    # are not the user's business unless they ask for more with -v: without a handler of
+    # its own, the root logger printed them through logging's last resort
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
     # sys.stderr as it is now, inside the command (a test runner swaps it per invocation)
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_WarningFormatter())
@@ -57,8 +63,47 @@ def setup_logging(verbose: int, quiet: bool) -> None:
     logger.setLevel(level)
 
 
+class CommandError(click.ClickException):
+    """A command's error: ``memora: error: MESSAGE`` on stderr (the form of the warnings, one
+    prefix everywhere), exit code 1."""
+
+    def show(self, file: Any = None) -> None:
+        from ..security.terminal import clean
+
+        click.echo(f"memora: error: {clean(self.format_message())}", err=True)
+
+
 class _Group(click.Group):
-    """Turns every :class:`memora.MemoraError` into one line on stderr and exit code 1."""
+    """Turns every :class:`memora.MemoraError` and command error into one line on stderr and
+    exit code 1 (usage errors stay click's, exit code 2)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's standalone mode, with every error in one form: ``memora: error: ...``
+        (usage errors keep their usage line and exit code 2)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            if exc.ctx is not None:
+                click.echo(exc.ctx.get_usage(), err=True)
+                click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+            click.echo(f"memora: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            CommandError(exc.format_message()).show()
+            sys.exit(exc.exit_code)
+        except (click.Abort, EOFError):
+            click.echo("memora: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         from ..errors import MemoraError
@@ -66,7 +111,13 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except MemoraError as exc:
-            raise click.ClickException(str(exc).replace("\n", " ")) from exc
+            raise CommandError(str(exc).replace("\n", " ")) from exc
+        except click.UsageError:
+            raise
+        except click.ClickException as exc:
+            if isinstance(exc, CommandError):
+                raise
+            raise CommandError(exc.format_message()) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,7 +187,10 @@ def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
 
         console = _console()
         table = Table(title="memora plugins")
-        for col in ("name", "distribution", "version", "provides", "status"):
+        # names whole (a folded "memora.default_p/lugins.checks" reads as a cut name); the
+        # other columns wrap at word boundaries
+        table.add_column("name", no_wrap=True)
+        for col in ("distribution", "version", "provides", "status"):
             table.add_column(col, overflow="fold")
         for i in infos:
             provides = "; ".join(

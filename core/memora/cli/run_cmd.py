@@ -310,6 +310,6 @@ def run_cmd(
                 json.dumps({"type": "error", "message": str(exc), "category": "unknown"}) + "\n"
             )
         else:
-            click.secho(f"error: {exc}", err=True, fg="red")
+            click.secho(f"memora: error: {clean(str(exc))}", err=True, fg="red")
         code = EXIT_ERROR
     sys.exit(code)
