@@ -77,7 +77,7 @@ class _Group(click.Group):
     """Turns every :class:`memora.MemoraError` and command error into one line on stderr and
     exit code 1 (usage errors stay click's, exit code 2)."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Any = None,
         prog_name: str | None = None,
