@@ -315,6 +315,7 @@ def test_chat_asks_and_remembers_always_and_edits_in_the_editor(
     child.sendline("write a")
     child.expect(r"\[a\]lways this session")
     child.sendline("a")
+    child.expect("write_file path=a.txt content=1")  # the line shows the arguments sent
     child.expect("wrote a")
     script.answers += [call("write_file", {"path": "c.txt", "content": "3"}, "w2"), say("wrote c")]
     child.sendline("write c")

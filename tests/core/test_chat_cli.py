@@ -176,7 +176,7 @@ def test_init_then_chat_tools_questions_stop_and_resume(
     # a tool call, shown as one line with its status and duration
     script.answers += [call("list_dir", {}), say("There is notes.txt")]
     child.sendline("what files are there?")
-    child.expect(r"✓\S* list_dir \S*\(\d+ ms\)")  # (colour codes between the parts)
+    child.expect(r"✓\S* list_dir path=\. .*?\(\d+ ms\)")  # the arguments sent, the duration
     child.expect("There is notes.txt")
     # a question with numbered options
     ask = {"questions": [{"question": "Which database?", "options": ["PostgreSQL", "SQLite"]}]}

@@ -10,6 +10,7 @@ across runs, and the most recent session is resumed.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 import time
@@ -78,7 +79,7 @@ class ChatUI:
         from rich.spinner import Spinner
 
         answer: list[str] = []
-        started: dict[str, float] = {}
+        started: dict[str, tuple[float, str]] = {}
         thought_chars = 0
         last: Any = None
         footer: list[str] = []
@@ -113,9 +114,9 @@ class ChatUI:
                     if thought_chars:
                         live.console.print(f"[dim]💭 thought ({thought_chars} chars, folded)[/dim]")
                         thought_chars = 0
-                    started[chunk.tool_call_id] = time.monotonic()
+                    started[chunk.tool_call_id] = (time.monotonic(), _brief_args(chunk.args))
                 elif t == "tool_result":
-                    began = started.pop(chunk.tool_call_id, None)
+                    began, sent = started.pop(chunk.tool_call_id, (None, ""))
                     took = max(0.0, time.monotonic() - began) if began is not None else 0.0
                     mark, color = (
                         ("⊘", "yellow")
@@ -125,7 +126,8 @@ class ChatUI:
                         else ("✗", "red")
                     )
                     live.console.print(
-                        f"[{color}]{mark}[/{color}] {safe(chunk.name)} "
+                        f"[{color}]{mark}[/{color}] {safe(chunk.name)}"
+                        f"{' ' + safe(sent) if sent else ''} "
                         f"[dim]({took * 1000:.0f} ms)[/dim] {safe(chunk.summary)}",
                         highlight=False,
                     )
@@ -365,6 +367,16 @@ def chat_cmd(
             runner.run(agent.close())
         runner.close()
     sys.exit(0)
+
+
+def _brief_args(args: dict[str, Any], limit: int = 80) -> str:
+    """The arguments a call was sent with, on one short line (``path=README.md``)."""
+    parts = [
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        for k, v in args.items()
+    ]
+    text = " ".join(parts).replace("\n", "⏎")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def header(agent: Any, project: Path) -> str:
