@@ -391,3 +391,65 @@ def test_tools_list_keeps_a_servers_noise_and_escapes_off_the_terminal(tmp_path:
         assert b"\x1b]" not in out and b"\x07" not in out and b"\x1b[2J" not in out
     assert b"boom: the API token file is missing" in r.stderr
     assert (home / "logs" / "mcp-hostile.log").exists()
+
+
+def test_validate_knows_mcp_capabilities_and_chat_lists_their_tools(
+    setup: dict[str, Any],
+) -> None:
+    import os
+    import subprocess
+
+    pexpect = pytest.importorskip("pexpect")
+    home = setup["tmp"] / "home"
+    home.mkdir()
+    env = {**os.environ, "MEMORA_HOME": str(home)}
+    pack = setup["config"] / "role-packs" / "maths"
+
+    def validate() -> str:
+        r = subprocess.run(
+            [sys.executable, "-m", "memora", "role-pack", "validate", str(pack)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=setup["project"],
+            timeout=120,
+            check=False,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    out = validate()  # nothing configured yet: known, but not served
+    assert "unknown capability" not in out
+    assert "no mcp server 'calc' is configured" in out
+    (home / "config.json").write_text(
+        json.dumps({"plugins": {"mcp": {"servers": setup["servers"]}}}), encoding="utf-8"
+    )
+    out = validate()
+    assert "'mcp:calc'" not in out and "no mcp server 'broken'" not in out
+    # /tools before the first turn lists the server's tools
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "memora",
+            "chat",
+            "--project",
+            str(setup["project"]),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--role-pack",
+            "maths",
+            "--role-pack-dir",
+            str(setup["config"] / "role-packs"),
+        ],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect("/help")
+    child.sendline("/tools")
+    child.expect("mcp_calc_add")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)

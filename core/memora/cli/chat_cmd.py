@@ -253,6 +253,7 @@ class ChatUI:
             if not agent.plan:
                 out.print("[dim](no plan)[/dim]")
         elif name == "tools":
+            await agent.load_capability_tools()  # MCP servers' tools, before the first turn too
             for t in agent.exposed_tools():
                 out.print(f"{t.name}  [dim]{t.description.splitlines()[0]}[/dim]", highlight=False)
             if agent.tools_withheld:

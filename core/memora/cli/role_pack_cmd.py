@@ -58,10 +58,11 @@ def validate_cmd(path: Path, as_json: bool) -> None:
 
     reports = []
     services = _installed_services()
+    sources = _tool_source_capabilities()
     for folder in _pack_folders(path):
         report = validate(folder)
         if not report.errors:
-            _check_capabilities_installed(folder, report, services)
+            _check_capabilities_installed(folder, report, services, sources)
         reports.append(report.to_dict())
     sys.exit(_print_reports(reports, as_json))
 
@@ -77,16 +78,54 @@ def _installed_services() -> dict[str, list[str]]:
     }
 
 
+def _tool_source_capabilities() -> tuple[set[str], dict[str, str]]:
+    """``(sources, served)``: the installed tool sources' names (``mcp``) and the capabilities
+    they serve with the effective settings (``mcp:github`` for each configured server) — no
+    server is started."""
+    from .common import find_project_root, plugin_manager, settings_for
+
+    plugins = plugin_manager()
+    sources = set(plugins.names("tool_source"))
+    served: dict[str, str] = {}
+    if not sources:
+        return sources, served
+    settings = settings_for(find_project_root(Path.cwd()), None)
+    for name in sources:
+        try:
+            source = plugins.create("tool_source", name, settings.plugin_options(name))
+            for cap in source.capabilities():
+                served[str(cap)] = name
+        except Exception:  # a source that cannot be built serves nothing here
+            continue
+    return sources, served
+
+
 def _check_capabilities_installed(
-    folder: Path, report: Any, services: dict[str, list[str]]
+    folder: Path,
+    report: Any,
+    services: dict[str, list[str]],
+    sources: tuple[set[str], dict[str, str]] = (set(), {}),
 ) -> None:
-    """Warn about capabilities neither memora nor an installed plugin provides."""
+    """Warn about capabilities neither memora nor an installed plugin provides.  A tool-source
+    capability (``mcp:NAME``) is known when that source is installed, and served when the
+    settings configure NAME (e.g. ``plugins.mcp.servers.NAME`` in the user config)."""
     from ..capabilities import PRIVILEGED, compute_capability_map
     from ..plugins import INSTALL_HINTS
 
     data = json.loads((folder / "manifest.json").read_text(encoding="utf-8-sig"))
     declared = [e["capability"] for e in data.get("capabilities") or []]
-    cmap = compute_capability_map(report.name, declared, services, log=False)
+    names, served = sources
+    sourced: dict[str, str | None] = {}
+    for cap in declared:
+        source, _, server = cap.partition(":")
+        if source in names:
+            sourced[cap] = (
+                None
+                if cap in served
+                else f"no {source} server {server!r} is configured (plugins.{source}.servers "
+                "in your user config)"
+            )
+    cmap = compute_capability_map(report.name, declared, services, log=False, sourced=sourced)
     for i, cap in enumerate(declared):
         for warning in cmap.warnings:
             if repr(cap) in warning:

@@ -85,6 +85,23 @@ class MemoryServer:
         return [m.to_dict() for m in self.role_packs.list_meta()]
 
 
+def _answer(work: Any) -> Any:
+    """Run a tool's work; an anticipated failure (a bad argument, a memora error naming what
+    is wrong) goes back to the client as the tool's own error message (``ToolError``) — any
+    other exception became "Error executing tool" and a traceback on the server's stderr."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from memora.errors import MemoraError
+
+    async def run() -> Any:
+        try:
+            return await work()
+        except (MemoraError, ValueError) as exc:
+            raise ToolError(str(exc)) from exc
+
+    return run()
+
+
 def build_server(open_memory: Any) -> MCPServer:
     """The MCP server; ``open_memory()`` is an async context manager yielding a
     :class:`MemoryServer` (opened when a client connects)."""
@@ -110,17 +127,23 @@ def build_server(open_memory: Any) -> MCPServer:
     async def memory_search(
         query: str, limit: int = 10, source: str | None = None
     ) -> list[dict[str, Any]]:
-        if not query.strip():
-            raise ValueError("query must not be empty")
-        return await state["memory"].search(query, max(1, min(limit, 50)), source)
+        async def work() -> list[dict[str, Any]]:
+            if not query.strip():
+                raise ValueError("query must not be empty: give one or more keywords")
+            return await state["memory"].search(query, max(1, min(limit, 50)), source)
+
+        return await _answer(work)  # type: ignore[no-any-return]
 
     @server.tool(description="How many memories the project has, by source, and its sessions.")
     async def memory_stats() -> dict[str, Any]:
-        return await state["memory"].stats()
+        return await _answer(state["memory"].stats)  # type: ignore[no-any-return]
 
     @server.tool(description="The most recent conversation rounds (question and answer).")
     async def recent_rounds(limit: int = 10, session_id: str | None = None) -> list[dict[str, Any]]:
-        return await state["memory"].recent_rounds(max(1, min(limit, 100)), session_id)
+        async def work() -> list[dict[str, Any]]:
+            return await state["memory"].recent_rounds(max(1, min(limit, 100)), session_id)
+
+        return await _answer(work)  # type: ignore[no-any-return]
 
     @server.tool(description="The project's role packs: names, descriptions, capabilities.")
     async def role_packs() -> list[dict[str, Any]]:
