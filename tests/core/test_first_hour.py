@@ -257,3 +257,53 @@ def test_an_unreachable_postgres_is_one_clear_line(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "error connecting in" not in r.stderr, r.stderr
     assert r.stderr.count("memora: error:") == 1, r.stderr
+
+
+def test_multi_line_input_paste_multi_fences_and_edit(tmp_path: Path) -> None:
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    pytest.importorskip("pexpect")
+    from tests.core.test_chat_cli import Script, _chat, _env, _handler, say
+
+    script = Script()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        project = tmp_path / "p"
+        project.mkdir()
+        env = _env(tmp_path)
+        editor = tmp_path / "editor.py"
+        editor.write_text(
+            "import sys\nopen(sys.argv[1], 'w').write('from the editor\\nline two\\n')\n",
+            encoding="utf-8",
+        )
+        env["EDITOR"] = f"{sys.executable} {editor}"
+        child = _chat(project, url, env)
+
+        def last_user_message() -> str:
+            users = [m for m in script.requests[-1]["messages"] if m["role"] == "user"]
+            return str(users[-1]["content"])
+
+        script.answers += [say("got 1"), say("got 2"), say("got 3"), say("got 4")]
+        # a bracketed paste: one message, newlines kept (not two turns)
+        child.send("\x1b[200~first line\rsecond line\x1b[201~\r")
+        child.expect("got 1")
+        assert last_user_message() == "first line\nsecond line"
+        for line in ("/multi", "a", "/b is not a command here", "/end"):
+            child.sendline(line)
+        child.expect("got 2")
+        assert last_user_message() == "a\n/b is not a command here"
+        for line in ('"""', "x", "y", '"""'):
+            child.sendline(line)
+        child.expect("got 3")
+        assert last_user_message() == "x\ny"
+        child.sendline("/edit")
+        child.expect("got 4")
+        assert last_user_message() == "from the editor\nline two"
+        child.sendline("/quit")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -46,6 +46,8 @@ HELP = """commands:
   /new                 start a new session           /fork       fork this session here
   /memory QUERY        search long-term memory       /tasks      the plan
   /tools               the tools the model sees
+  /multi … /end        a message of several lines (or \"\"\" … \"\"\"; a paste is one message)
+  /edit                compose the message in $EDITOR
 Ctrl-C stops the running answer."""
 
 
@@ -274,6 +276,10 @@ def _input_with_history(history: Path) -> Any:
         with contextlib.suppress(OSError):
             readline.read_history_file(history)
         readline.set_history_length(1000)
+        # a paste arrives whole, newlines and all, as one message (GNU readline 8.1+ has it
+        # on by default; older ones and libedit get it asked for, or ignore the line)
+        with contextlib.suppress(Exception):
+            readline.parse_and_bind("set enable-bracketed-paste on")
 
     def ask(prompt: str) -> str | None:
         try:
@@ -350,11 +356,14 @@ def chat_cmd(
                 continue
             if line is None:
                 break
-            line = line.strip()
+            composed = _compose(line, ask, console)
+            if composed is None:
+                continue
+            line = composed.strip()
             if not line:
                 continue
             try:
-                if line.startswith("/"):
+                if line.startswith("/") and "\n" not in line:
                     if not runner.run(ui.command(line)):
                         break
                     continue
@@ -368,6 +377,34 @@ def chat_cmd(
             runner.run(agent.close())
         runner.close()
     sys.exit(0)
+
+
+MULTI_END = {"/multi": "/end", '"""': '"""'}
+
+
+def _compose(line: str, ask: Any, console: Any) -> str | None:
+    """The message a prompt line stands for: a pasted block as it is; ``/multi`` … ``/end`` or
+    ``\"\"\"`` … ``\"\"\"`` collect the lines between; ``/edit`` opens ``$EDITOR``.  None
+    when there is nothing to send (an empty edit, input ending inside a block)."""
+    head = line.strip()
+    if head in MULTI_END:
+        end = MULTI_END[head]
+        console.print(f"[dim](composing: end with {end} on a line of its own)[/dim]")
+        lines: list[str] = []
+        while True:
+            more = ask("… ")
+            if more is None:
+                return None
+            if more.strip() == end:
+                return "\n".join(lines)
+            lines.append(more)
+    if head == "/edit":
+        text = click.edit("", extension=".md")
+        if not text or not text.strip():
+            console.print("[dim](nothing to send)[/dim]")
+            return None
+        return text
+    return line
 
 
 def _brief_args(args: dict[str, Any], limit: int = 80) -> str:
