@@ -265,3 +265,55 @@ def test_python_dash_m_and_version(env: Env) -> None:
     assert env.run(
         str(env.bin / "python"), "-c", "import memora, sys; print(memora.__file__)"
     ).stdout.startswith(str(env.root))
+
+
+FETCH_HTML = textwrap.dedent(
+    """
+    import asyncio, json, threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    PAGE = (
+        "<html><head><title>Long-term memory</title></head><body><nav>menu</nav>"
+        "<article><h1>Long-term memory</h1>"
+        + "<p>memora keeps a summary of every round so that later turns can recall it. </p>" * 8
+        + "</article><footer>footer</footer></body></html>"
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(PAGE)))
+            self.end_headers()
+            self.wfile.write(PAGE)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    async def main():
+        from memora_plugin_fetch import HttpFetcher
+
+        fetcher = HttpFetcher(allow=["127.0.0.0/8"])
+        try:
+            result = await fetcher.fetch(f"http://127.0.0.1:{httpd.server_address[1]}/a")
+        finally:
+            await fetcher.aclose()
+        print(json.dumps({"title": result.title, "text": result.text}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_fetch_extracts_an_html_page_as_installed_by_plain_pip(env: Env, tmp_path: Path) -> None:
+    """trafilatura → justext → lxml.html.clean, a project of its own: pip 23.2 (Python 3.11's
+    venv) did not install it through the extras, and the first HTML page failed."""
+    script = tmp_path / "fetch_html.py"
+    script.write_text(FETCH_HTML, encoding="utf-8")
+    out = json.loads(env.run(str(env.bin / "python"), str(script)).stdout)
+    assert "recall" in out["text"] and "menu" not in out["text"]
+    pip = env.run(str(env.bin / "pip"), "--version").stdout
+    assert pip.startswith("pip ")  # the venv's own pip did the installing
