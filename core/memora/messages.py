@@ -96,6 +96,14 @@ class Messages(BaseModel):
         "For multi-step work, keep a task table with task_table_update and advance it as you go."
     )
     no_tools_instruction: str = "No tools are available in this role; answer directly."
+    compact_system_prompt: str = (
+        "You are {assistant}, a small assistant model running offline on this computer. You cannot "
+        "read files, run commands or look anything up. Answer the user directly in a few plain "
+        "sentences; when you do not know, say so."
+    )
+    """The whole system prompt for a small local model (a provider with ``compact_prompt``):
+    a rule list or a persona of paragraphs is what such a model repeats back."""
+    compact_readme: str = "This is how the project's README begins:\n\n{readme}"
     skills_intro: str = "Skills available (load one with read_skill before using it):"
     summary_prompt: str = (
         "Summarise this round of conversation for long-term memory in at most 5 short "

@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -778,6 +779,17 @@ class Agent:
         return next((t for t in teams if t.leader == active), None)
 
     def _system_prompt(self) -> str:
+        if getattr(self.router.chat, "compact_prompt", False):
+            # a small local model (the embedded one) parrots a rule list back and invents
+            # what it cannot read: one short, honest paragraph instead
+            pack = self._role_pack.active
+            prompt = self.messages.render(
+                "compact_system_prompt", assistant=pack.display_name or pack.name
+            )
+            readme = self._readme_head()
+            if readme:  # it cannot read files: what it may say about the project, given
+                prompt += "\n\n" + self.messages.render("compact_readme", readme=readme)
+            return prompt
         # the prompt names only the tools the request carries (none for a small model whose
         # window they do not fit, only the chosen ones with resident_tools)
         self._visible_specs()
@@ -798,6 +810,27 @@ class Agent:
                     item.member,
                 )
         return self._role_pack.system_prompt(tools=tools)
+
+    def _readme_head(self, limit: int = 600) -> str:
+        """The start of the project's README (cached for the Agent's life), for a small
+        model's prompt; empty when there is none."""
+        cached: str | None = self.__dict__.get("_readme_cache")
+        if cached is None:
+            cached = ""
+            root = Path(self.options.project_path)
+            for name in ("README.md", "README.rst", "README.txt", "README"):
+                with contextlib.suppress(OSError, ValueError):
+                    fd = os.open(root / name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                    try:
+                        if stat.S_ISREG(os.fstat(fd).st_mode):
+                            raw = os.read(fd, limit * 4)
+                            cached = raw.decode("utf-8", "ignore").strip()[:limit]
+                    finally:
+                        os.close(fd)
+                if cached:
+                    break
+            self.__dict__["_readme_cache"] = cached
+        return cached
 
     def _asks_for_plan(self, text: str) -> bool:
         """``multiStepReasoning: manual``: does this request ask for a plan?"""

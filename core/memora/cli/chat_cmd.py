@@ -31,6 +31,7 @@ from .common import (
     provider_options,
     role_pack_options,
     safe,
+    say_small_model,
     start_agent,
     storage_option,
 )
@@ -348,6 +349,7 @@ def chat_cmd(
     try:
         runner.run(start_agent(agent, role_pack))
         console.print(header(agent, project), highlight=False)
+        say_small_model(agent)
         while True:
             try:
                 line = ask("› ")

@@ -181,6 +181,22 @@ def store_options(fn: F) -> F:
     return storage_option(location_options(wrapper))  # type: ignore[return-value]
 
 
+SMALL_MODEL_NOTE = (
+    "answering with the embedded model ({name}): a small offline model without tools, good for "
+    "trying memora out, not for real work. To use a real one: memora run --base-url "
+    "http://HOST/v1 --model NAME (the key from MEMORA_API_KEY), or a provider in your user "
+    "config (docs/providers.md)"
+)
+
+
+def say_small_model(agent: Any) -> None:
+    """Say once, plainly, on stderr, when the chat runs on the bundled small model."""
+    provider = agent.router.chat
+    if getattr(provider, "bundled", False):
+        name = getattr(getattr(provider, "model_path", None), "stem", None) or provider.name
+        click.echo(f"memora: note: {SMALL_MODEL_NOTE.format(name=name)}", err=True)
+
+
 async def start_agent(agent: Any, role_pack: str | None) -> Any:
     """``await agent.init()``; a ``--role-pack`` that does not exist is an error naming the
     packs that do (the Agent itself would fall back to another pack)."""

@@ -55,6 +55,9 @@ async def _conversation(base: Path, packs: Path | None) -> None:
     # a new conversation every run: resuming the last one would make the model read every
     # earlier demo's turns again (the first answer took 9 s after a few runs instead of ~1 s)
     await agent.new_session(title="make demo")
+    from .common import say_small_model
+
+    say_small_model(agent)
     try:
         click.secho(
             f"role pack: {agent.role_pack.active.name}   provider: {agent.router.chat.name}",

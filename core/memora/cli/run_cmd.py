@@ -21,6 +21,7 @@ from .common import (
     location_options,
     provider_options,
     role_pack_options,
+    say_small_model,
     start_agent,
     storage_option,
 )
@@ -85,6 +86,8 @@ async def _run(
         **explicit,
     )
     await start_agent(agent, role_pack)
+    if events == "text":
+        say_small_model(agent)
     import asyncio
 
     loop = asyncio.get_running_loop()

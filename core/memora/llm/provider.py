@@ -50,7 +50,9 @@ class ProviderError(MemoraError):
 class Provider(Protocol):
     """What the agent loop needs from an LLM.
 
-    A provider may also have a ``supports_tools`` attribute: ``False`` when its model cannot
+    A provider may also have a ``compact_prompt`` attribute: ``True`` for a small local model
+    that does better with one short system paragraph than with the role pack's full prompt (the
+    embedded model sets it).  A provider may also have a ``supports_tools`` attribute: ``False`` when its model cannot
     use tools (a tiny local model), so the Agent sends none (absent means ``True``)."""
 
     @property

@@ -144,13 +144,21 @@ class LlamaCppProvider:
         seed: int = 0,
         cache_bytes: int = 512 << 20,
         tools: bool | None = None,
+        compact_prompt: bool | None = None,
+        repeat_penalty: float = 1.15,
     ) -> None:
         self.model_path = Path(model_path) if model_path else default_model_path()
-        self.supports_tools = (
-            tools if tools is not None else self.model_path.name != DEFAULT_MODEL_FILE
-        )
+        bundled = self.model_path.name == DEFAULT_MODEL_FILE
+        self.supports_tools = tools if tools is not None else not bundled
         """Whether the Agent sends tools: by default not to the bundled 135M model, which
         cannot drive them (and whose 4096-token window their schemas would fill)."""
+        self.compact_prompt = compact_prompt if compact_prompt is not None else bundled
+        """Whether the Agent sends one short system paragraph instead of the role pack's prompt:
+        by default for the bundled model, which repeated a rule list back word for word."""
+        self.bundled = bundled
+        if not float(repeat_penalty) >= 1.0:
+            raise ValueError("llamacpp repeat_penalty must be a number >= 1.0 (1.0: none)")
+        self.repeat_penalty = float(repeat_penalty)
         if not self.model_path.is_file():
             raise ProviderError(f"model file {self.model_path} does not exist")
         self.n_ctx = int(n_ctx)
@@ -207,6 +215,8 @@ class LlamaCppProvider:
         kwargs: dict[str, Any] = {
             "messages": [message_to_openai(m) for m in request.messages],
             "stream": True,
+            # a small model loops on its own last line without it
+            "repeat_penalty": self.repeat_penalty,
         }
         if request.temperature is not None:
             kwargs["temperature"] = float(request.temperature)
@@ -329,6 +339,8 @@ _OPTIONS = {
     "seed",
     "cache_bytes",
     "tools",
+    "compact_prompt",
+    "repeat_penalty",
 }
 
 PROJECT = {

@@ -1,0 +1,103 @@
+"""The embedded model is honest about what it is: a held-out check on the bundled SmolLM2-135M.
+
+The answers are the model's own (nothing scripted). They fail the check when they echo the
+system prompt — the old prompt's "# Rules 1. No tools are available…" came back word for word —
+or loop on one line.  The questions are not the ones the prompt was tuned on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytest.importorskip("llama_cpp")
+pytestmark = pytest.mark.slow
+
+PROMPT_TEXT = [
+    "# Rules",
+    "# Working strategy",
+    "No tools are available",
+    "small assistant model running offline",
+    "You cannot read files",
+    "when you do not know, say so",
+    "This is how the project's README begins",
+]
+HELD_OUT = [
+    "What does this project do?",
+    "Which file should I read first, and why?",
+    "Explain what a unit test is to a new programmer.",
+    "List two risks of storing passwords in plain text.",
+]
+
+
+def _check(answer: str) -> None:
+    lowered = answer.lower()
+    for text in PROMPT_TEXT:
+        assert text.lower() not in lowered, f"the answer repeats the prompt ({text!r}):\n{answer}"
+    lines = [line.strip() for line in answer.splitlines() if len(line.strip()) > 8]
+    repeated = [line for line, n in Counter(lines).items() if n >= 3]
+    assert not repeated, f"the answer loops on {repeated[0]!r}:\n{answer}"
+    assert answer.strip(), "no answer"
+
+
+def test_memora_run_on_the_embedded_model(tmp_path: Path) -> None:
+    project = tmp_path / "notes-cli"
+    project.mkdir()
+    (project / "README.md").write_text(
+        "# notes-cli\nA command-line tool that keeps notes in SQLite, with full-text search.\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "MEMORA_HOME": str(tmp_path / "home")}
+    for question in HELD_OUT:
+        r = subprocess.run(
+            [sys.executable, "-m", "memora", "run", question, "--project", str(project)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        assert r.returncode == 0, r.stderr
+        _check(r.stdout)
+        # said once, plainly, what answers
+        assert r.stderr.count("a small offline model without tools") == 1, r.stderr
+        assert "--base-url" in r.stderr
+    # about the project it says what its README says, not a made-up story
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "run", HELD_OUT[0], "--project", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "note" in r.stdout.lower() or "sqlite" in r.stdout.lower(), r.stdout
+
+
+def test_the_demo_on_the_embedded_model(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "memora.cli.demo"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "MEMORA_HOME": str(tmp_path / "home")},
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "a small offline model without tools" in r.stdout + r.stderr
+    answers = [
+        part.split("\n  [", 1)[0] for part in r.stdout.split("memora> ")[1:]
+    ]  # each answer runs to its usage line
+    assert len(answers) >= 2, r.stdout
+    for answer in answers:
+        _check(answer)
