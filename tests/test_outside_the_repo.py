@@ -180,6 +180,11 @@ def test_installed_by_name_configured_by_file(env: Env, tmp_path: Path) -> None:
     # installing a plugin through memora itself, like `llm install`
     r = env.memora("install", str(env.wheels["memora_plugin_acme"]))
     assert r.returncode == 0
+    # it says what the plugin adds and that a capability tool needs the pack's capability
+    assert (
+        "acme: web_search acme-search — the tool web_search appears only for role packs that "
+        "declare the capability 'web:search'"
+    ) in r.stdout, r.stdout
     doc = json.loads(env.memora("plugins", "--json").stdout)
     plugins = {p["name"]: p for p in doc["plugins"]}
     assert doc["failures"] == []

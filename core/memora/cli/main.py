@@ -322,7 +322,58 @@ def install_cmd(
         args.append("--force-reinstall")
     for package in packages:
         args += ["-e", package] if editable else [package]
-    sys.exit(_pip("install", args))
+    before = _installed_plugins()
+    code = _pip("install", args)
+    if code == 0:
+        _say_what_was_added(before)
+    sys.exit(code)
+
+
+def _installed_plugins() -> dict[str, dict[str, list[str]]]:
+    """Plugin -> what it provides, read in a fresh process (this one's entry points are the ones
+    it started with)."""
+    import subprocess
+
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        return {}
+    return {p["name"]: p["provides"] for p in doc.get("plugins", [])}
+
+
+def _say_what_was_added(before: dict[str, dict[str, list[str]]]) -> None:
+    """What each new plugin provides and how it reaches the model: a capability tool appears
+    only for role packs that declare its capability."""
+    from ..capabilities import PRIVILEGED
+
+    after = _installed_plugins()
+    by_kind = {spec.service_kind: (cap, spec.tool) for cap, spec in PRIVILEGED.items()}
+    for name, provides in sorted(after.items()):
+        if name in before:
+            continue
+        for kind, names in sorted(provides.items()):
+            line = f"{name}: {kind} {', '.join(names)}"
+            if kind in by_kind:
+                cap, tool = by_kind[kind]
+                line += (
+                    f" — the tool {tool} appears only for role packs that declare the "
+                    f"capability {cap!r}"
+                )
+            elif kind == "tool_source":
+                line += (
+                    f" — its tools appear for role packs that declare '{names[0]}:NAME' for a "
+                    f"server NAME configured under plugins.{names[0]} in your user config"
+                )
+            elif kind in ("provider", "storage", "session_store", "project_lock"):
+                line += " — select it by name in your config (see memora config show)"
+            click.echo(line)
 
 
 @cli.command("uninstall")

@@ -4,6 +4,14 @@
   request) and records every request it received.
 """
 
+import sys
+
 from .scripted import ScriptedProvider, ScriptedResponse, reasoning, text, tool_call
+
+# under pytest, the storage conformance suite's assertions show the values they compared (and
+# their message says which rule of the protocol failed), in a plugin's own test run too: pytest
+# rewrites only test modules unless told (outside pytest nothing is imported for it)
+if "pytest" in sys.modules:
+    sys.modules["pytest"].register_assert_rewrite("memora.testing.storage_conformance")
 
 __all__ = ["ScriptedProvider", "ScriptedResponse", "reasoning", "text", "tool_call"]

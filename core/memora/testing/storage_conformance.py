@@ -114,40 +114,58 @@ class StorageConformance:
                 meta={"k": [1, "二"]},
             )
         )
-        assert rec.id and rec.created_at > 0
+        assert rec.id and rec.created_at > 0, (
+            "add() returns the stored record, with an id and a creation time"
+        )
         got = await store.get(rec.id)
-        assert got == rec
-        assert await store.get("no-such-id") is None
+        assert got == rec, "get(id) returns exactly the record add() returned (every field)"
+        assert await store.get("no-such-id") is None, (
+            "get() of an unknown id returns None, it does not raise"
+        )
 
     async def test_add_with_existing_id_is_idempotent(self, store: MemoryStorage) -> None:
         first = await store.add(NewMemory("original", id="fixed-id", created_at=1000.0))
         again = await store.add(NewMemory("different", id="fixed-id"))
-        assert again == first and first.created_at == 1000.0
-        assert await store.count() == 1
+        assert again == first and first.created_at == 1000.0, (
+            "add() with an id that exists returns the stored record unchanged (imports are idempotent)"
+        )
+        assert await store.count() == 1, "add() with an id that exists adds nothing"
 
     async def test_list_paged_newest_first_and_by_source(self, store: MemoryStorage) -> None:
         await store.add_many([NewMemory(f"m{i}", created_at=1000.0 + i) for i in range(5)])
         await store.add(NewMemory("p", source="persona", created_at=2000.0))
         page = await store.list(limit=2)
-        assert [r.content for r in page] == ["p", "m4"]
+        assert [r.content for r in page] == ["p", "m4"], (
+            "list() is newest first (by created_at) and takes limit"
+        )
         page2 = await store.list(limit=2, offset=2)
-        assert [r.content for r in page2] == ["m3", "m2"]
-        assert [r.content for r in await store.list(source="persona")] == ["p"]
+        assert [r.content for r in page2] == ["m3", "m2"], (
+            "list(offset=) skips that many of the newest"
+        )
+        assert [r.content for r in await store.list(source="persona")] == ["p"], (
+            "list(source=) returns that source only"
+        )
 
     async def test_counts(self, store: MemoryStorage) -> None:
         await self._seed(store)
-        assert await store.count() == 5
-        assert await store.count_by_source("round_summary") == 4
-        assert await store.count_by_source("persona") == 1
-        assert await store.count_by_source("skill") == 0
+        assert await store.count() == 5, "count() counts every memory"
+        assert await store.count_by_source("round_summary") == 4, (
+            "count_by_source() counts one source"
+        )
+        assert await store.count_by_source("persona") == 1, "count_by_source() counts one source"
+        assert await store.count_by_source("skill") == 0, (
+            "count_by_source() of a source with no memory is 0"
+        )
 
     async def test_unknown_source_warns_but_stores(
         self, store: MemoryStorage, caplog: pytest.LogCaptureFixture
     ) -> None:
         with caplog.at_level(logging.WARNING, logger="memora.memory"):
             rec = await store.add(NewMemory("x", source="mystery"))
-        assert (await store.get(rec.id)) is not None
-        assert "mystery" in caplog.text
+        assert (await store.get(rec.id)) is not None, "an unknown source is stored all the same"
+        assert "mystery" in caplog.text, (
+            "an unknown source is logged as a warning on the memora.memory logger"
+        )
 
     async def test_bad_content_refused_without_data_loss(self, store: MemoryStorage) -> None:
         keep = await store.add(NewMemory("keep me"))
@@ -155,7 +173,9 @@ class StorageConformance:
             await store.add(NewMemory("nul \x00 byte"))
         with pytest.raises(MemoraError):
             await store.add(NewMemory("x" * 1_000_001))
-        assert await store.count() == 1 and await store.get(keep.id) == keep
+        assert await store.count() == 1 and await store.get(keep.id) == keep, (
+            "a refused add() (NUL, content over 1,000,000 characters) loses nothing already stored"
+        )
 
     # -- search ---------------------------------------------------------------------------------
 
@@ -178,14 +198,20 @@ class StorageConformance:
     ) -> None:
         seeded = await self._seed(store)
         hits = await store.search_by_keyword(query)
-        assert hits, f"no hit for {query!r}"
-        assert hits[0].record.id == seeded[expected].id
-        assert all(h.score > 0 for h in hits)
+        assert hits, f"search_by_keyword({query!r}) found nothing; it should find the seeded memory"
+        assert hits[0].record.id == seeded[expected].id, (
+            "the best hit (first) is the memory that holds the query's words (CJK as bigram phrases)"
+        )
+        assert all(h.score > 0 for h in hits), "every hit has a positive score"
 
     async def test_search_does_not_match_partial_words(self, store: MemoryStorage) -> None:
         await self._seed(store)
-        assert await store.search_by_keyword("sql") == []
-        assert await store.search_by_keyword("记录") == []
+        assert await store.search_by_keyword("sql") == [], (
+            "a Latin query matches whole words only (sql is no hit for SQLite)"
+        )
+        assert await store.search_by_keyword("记录") == [], (
+            "a CJK query matches its bigram phrase only"
+        )
 
     async def test_search_ranks_by_relevance(self, store: MemoryStorage) -> None:
         await store.add_many(
@@ -199,28 +225,36 @@ class StorageConformance:
         assert [h.record.content for h in hits] == [
             "outline outline outline of the novel",
             "an outline",
-        ]
-        assert hits[0].score > hits[1].score
+        ], "search returns the matching memories, most relevant first, and no other"
+        assert hits[0].score > hits[1].score, "more occurrences score higher (BM25)"
 
     async def test_search_source_filter_and_limit(self, store: MemoryStorage) -> None:
         await store.add_many([NewMemory(f"tone note {i}", source="persona") for i in range(5)])
         await store.add(NewMemory("tone summary"))
-        assert len(await store.search_by_keyword("tone", limit=3)) == 3
+        assert len(await store.search_by_keyword("tone", limit=3)) == 3, "search takes limit"
         only = await store.search_by_keyword("tone", source="round_summary")
-        assert [h.record.content for h in only] == ["tone summary"]
-        assert await store.search_by_keyword("tone", limit=0) == []
+        assert [h.record.content for h in only] == ["tone summary"], (
+            "search(source=) returns that source only"
+        )
+        assert await store.search_by_keyword("tone", limit=0) == [], "limit=0 returns nothing"
 
     async def test_very_long_text_is_found(self, store: MemoryStorage) -> None:
         long_text = ("lorem ipsum 填充文字 " * 20_000) + " needle 关键线索"
         rec = await store.add(NewMemory(long_text))
         for q in ("needle", "关键线索"):
             hits = await store.search_by_keyword(q)
-            assert [h.record.id for h in hits] == [rec.id]
+            assert [h.record.id for h in hits] == [rec.id], (
+                "a word at the end of a 300,000-character memory is found"
+            )
 
     async def test_emoji_and_single_cjk_character(self, store: MemoryStorage) -> None:
         rec = await store.add(NewMemory("猫 likes 🐟 fish"))
-        assert [h.record.id for h in await store.search_by_keyword("猫")] == [rec.id]
-        assert [h.record.id for h in await store.search_by_keyword("fish 🐟")] == [rec.id]
+        assert [h.record.id for h in await store.search_by_keyword("猫")] == [rec.id], (
+            "a single CJK character is found (as a prefix)"
+        )
+        assert [h.record.id for h in await store.search_by_keyword("fish 🐟")] == [rec.id], (
+            "an emoji in a query does not stop the words from matching"
+        )
 
     @pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: repr(q[:20]))
     async def test_hostile_queries_never_raise_or_widen(
@@ -228,15 +262,19 @@ class StorageConformance:
     ) -> None:
         await self._seed(store)
         hits = await store.search_by_keyword(query)
-        assert isinstance(hits, list)
+        assert isinstance(hits, list), "a hostile query returns a list, it never raises"
         # operators and wildcards are never honoured: nothing matches everything
-        assert len(hits) < 5
+        assert len(hits) < 5, (
+            "operators and wildcards are searched as plain words: nothing matches everything"
+        )
 
     async def test_quote_injection_only_matches_literal_terms(self, store: MemoryStorage) -> None:
         await self._seed(store)
         hits = await store.search_by_keyword('nomatchword" OR "sqlite')
         # both words are searched as plain terms; only the SQLite memory contains one of them
-        assert len(hits) == 1 and "SQLite" in hits[0].record.content
+        assert len(hits) == 1 and "SQLite" in hits[0].record.content, (
+            "quotes and OR in a query are plain words, never query syntax"
+        )
 
     # -- supersede / update / delete ----------------------------------------------------------
 
@@ -245,41 +283,63 @@ class StorageConformance:
         b = await store.supersede(a.id, NewMemory("deadline is Tuesday"))
         c = await store.supersede(b.id, NewMemory("deadline is Wednesday"))
         old = await store.get(a.id)
-        assert old is not None and old.superseded_by == b.id
+        assert old is not None and old.superseded_by == b.id, (
+            "supersede(old, new) sets old.superseded_by to new's id"
+        )
         hits = await store.search_by_keyword("deadline")
-        assert [h.record.id for h in hits] == [c.id]
+        assert [h.record.id for h in hits] == [c.id], (
+            "search leaves superseded memories out by default"
+        )
         all_hits = await store.search_by_keyword("deadline", include_superseded=True)
-        assert {h.record.id for h in all_hits} == {a.id, b.id, c.id}
+        assert {h.record.id for h in all_hits} == {a.id, b.id, c.id}, (
+            "search(include_superseded=True) returns the whole chain"
+        )
         for member in (a, b, c):
-            assert [r.id for r in await store.history(member.id)] == [a.id, b.id, c.id]
+            assert [r.id for r in await store.history(member.id)] == [a.id, b.id, c.id], (
+                "history(id) of any member is the whole chain, oldest first"
+            )
         with pytest.raises(MemoraError):
             await store.supersede("missing", NewMemory("x"))
-        assert await store.list(include_superseded=False, limit=10) != []
+        assert await store.list(include_superseded=False, limit=10) != [], (
+            "list(include_superseded=False) still lists the current memory"
+        )
 
     async def test_update_reindexes(self, store: MemoryStorage) -> None:
         rec = await store.add(NewMemory("the old keyword banana"))
         updated = await store.update(rec.id, content="the new keyword 香蕉", summary_type="fact")
-        assert updated.content == "the new keyword 香蕉" and updated.summary_type == "fact"
-        assert await store.search_by_keyword("banana") == []
-        assert [h.record.id for h in await store.search_by_keyword("香蕉")] == [rec.id]
+        assert updated.content == "the new keyword 香蕉" and updated.summary_type == "fact", (
+            "update() returns the record with the new values"
+        )
+        assert await store.search_by_keyword("banana") == [], (
+            "update() re-indexes: the old words no longer match"
+        )
+        assert [h.record.id for h in await store.search_by_keyword("香蕉")] == [rec.id], (
+            "update() re-indexes: the new words match"
+        )
         with pytest.raises(MemoraError):
             await store.update("missing", content="x")
 
     async def test_delete(self, store: MemoryStorage) -> None:
         rec = await store.add(NewMemory("delete me please"))
-        assert await store.delete(rec.id) is True
-        assert await store.delete(rec.id) is False
-        assert await store.get(rec.id) is None
-        assert await store.search_by_keyword("delete") == []
-        assert await store.count() == 0
+        assert await store.delete(rec.id) is True, "delete() of a stored memory returns True"
+        assert await store.delete(rec.id) is False, (
+            "delete() of a memory that is gone returns False, it does not raise"
+        )
+        assert await store.get(rec.id) is None, "a deleted memory cannot be read"
+        assert await store.search_by_keyword("delete") == [], "a deleted memory is not found"
+        assert await store.count() == 0, "a deleted memory is not counted"
 
     async def test_round_scope(self, store: MemoryStorage) -> None:
         await store.add(NewMemory("plan alpha", round_id="r1"))
         await store.add(NewMemory("plan beta", round_id="r2"))
         await store.add(NewMemory("plan gamma", round_id="r3"))
         hits = await store.search_by_keyword("plan", round_ids=["r1", "r3"])
-        assert {h.record.content for h in hits} == {"plan alpha", "plan gamma"}
-        assert await store.search_by_keyword("plan", round_ids=[]) == []
+        assert {h.record.content for h in hits} == {"plan alpha", "plan gamma"}, (
+            "search(round_ids=) returns memories of those rounds only"
+        )
+        assert await store.search_by_keyword("plan", round_ids=[]) == [], (
+            "search(round_ids=[]) returns nothing"
+        )
 
     # -- concurrency and persistence -----------------------------------------------------------
 
@@ -289,8 +349,10 @@ class StorageConformance:
                 await store.add(NewMemory(f"{tag} writer entry {i}"))
 
         await asyncio.gather(writer("left"), writer("right"))
-        assert await store.count() == 80
-        assert len(await store.search_by_keyword("left", limit=100)) == 40
+        assert await store.count() == 80, "two concurrent writers lose no memory"
+        assert len(await store.search_by_keyword("left", limit=100)) == 40, (
+            "every concurrent write is indexed"
+        )
 
     async def test_reopen_keeps_everything(self, tmp_path: Path) -> None:
         if not self.persistent:
@@ -301,9 +363,13 @@ class StorageConformance:
         await store.close()
         again = await self.open_storage(tmp_path)
         try:
-            assert await again.count() == 6
-            assert (await again.search_by_keyword("记忆"))[0].record.id == seeded["decision"].id
+            assert await again.count() == 6, "a reopened store holds every memory"
+            assert (await again.search_by_keyword("记忆"))[0].record.id == seeded["decision"].id, (
+                "a reopened store still finds by keyword"
+            )
             old = await again.get(seeded["fact"].id)
-            assert old is not None and old.superseded_by is not None
+            assert old is not None and old.superseded_by is not None, (
+                "a reopened store keeps supersede links"
+            )
         finally:
             await again.close()
