@@ -29,8 +29,9 @@ EVIL = (
 """An answer a prompt injection could make a model write."""
 
 # what memora's renderer writes itself: SGR styles, its live display's cursor steps and line
-# erases, show/hide cursor, and hyperlinks in Rich's own form (none comes from the model here)
-RENDERER = re.compile(r"\x1b\[[0-9;:]*m|\x1b\[[0-9]*[ABCDGK]|\x1b\[\?25[hl]|\r")
+# erases, show/hide cursor, hyperlinks in Rich's own form (none comes from the model here), and
+# readline's bracketed-paste switch around the prompt
+RENDERER = re.compile(r"\x1b\[[0-9;:]*m|\x1b\[[0-9]*[ABCDGK]|\x1b\[\?(?:25|2004)[hl]|\r")
 FORBIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
