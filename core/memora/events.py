@@ -48,6 +48,8 @@ class MemoryAdded(Event):
     memory_id: str
     source: str
     summary_type: str | None = None
+    name: str = ""
+    """The memory's name (the seed's handler prints ``source:name``); empty when it has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,9 @@ class GoalDriftDetected(Event):
     main_goal: str
     current_goal: str
     similarity: float
+    goal_change_seq: int = 0
+    """How many times the session's current goal changed, this change included (the
+    checkpoint's ``goal_change_seq``)."""
 
 
 E = TypeVar("E", bound=Event)

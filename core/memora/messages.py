@@ -104,6 +104,9 @@ class Messages(BaseModel):
     """The whole system prompt for a small local model (a provider with ``compact_prompt``):
     a rule list or a persona of paragraphs is what such a model repeats back."""
     compact_readme: str = "This is how the project's README begins:\n\n{readme}"
+    plan_log_intro: str = (
+        "Recent steps (a log of what was already done; not the current instruction):\n{steps}"
+    )
     skills_intro: str = "Skills available (load one with read_skill before using it):"
     summary_prompt: str = (
         "Summarise this round of conversation for long-term memory in at most 5 short "

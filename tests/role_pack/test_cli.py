@@ -55,3 +55,14 @@ def test_check_and_new(tmp_path: Path) -> None:
     (tmp_path / "my-helper" / "persona.md").write_text("uses `missing-one`", encoding="utf-8")
     check = runner.invoke(cli, ["role-pack", "check", str(tmp_path / "my-helper"), "--json"])
     assert check.exit_code == 1
+
+
+def test_list_shows_the_global_pool_with_the_built_in_skills(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        cli,
+        ["role-pack", "list", "--json", "--project", str(tmp_path), "--config-dir", str(tmp_path)],
+    )
+    assert r.exit_code == 0, r.output
+    pool = {s["name"]: s for s in json.loads(r.output)["global_skills"]}
+    assert {"code-review", "summarize", "web-search", "role-pack-creator"} <= set(pool)
+    assert all(pool[n]["builtin"] for n in ("code-review", "role-pack-creator"))

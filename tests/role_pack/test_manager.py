@@ -8,6 +8,7 @@ import pytest
 from memora.errors import MemoraError
 from memora.events import EventEmitter, RolePackSwitched
 from memora.role_pack import BUILTIN_FALLBACK, RolePackManager, check_references, validate
+from memora.role_pack.manager import builtin_skills
 from tests.conftest import REPO
 
 from .helpers import skill_md, write_pack
@@ -113,7 +114,7 @@ def test_activate_emits_event_and_recomputes(tmp_path: Path) -> None:
     m.activate("coder")
     assert seen == [RolePackSwitched("writer", "coder")]
     assert m.strategy.temperature == 0.7
-    assert set(m.skills()) == {"lint"}  # whitelist honoured
+    assert set(m.skills()) - set(builtin_skills()) == {"lint"}  # whitelist honoured
     assert "I write." not in m.system_prompt()
     with pytest.raises(MemoraError, match="no role pack named 'ghost'"):
         m.activate("ghost")
@@ -156,7 +157,7 @@ def test_skill_layers_and_disabled(tmp_path: Path) -> None:
         config, active="writer", project_path=project, disabled_skills=["global-one"]
     )
     skills = m.skills()
-    assert set(skills) == {"polish", "proj"}
+    assert set(skills) - set(builtin_skills()) == {"polish", "proj"}
     assert skills["polish"].description == "Polish prose."  # pack beats global
     assert skills["proj"].source == "project"
     assert "Project rule Z" in m.system_prompt()
@@ -237,3 +238,29 @@ def test_strategy_prompt_instructions(tmp_path: Path) -> None:
     assert "read-only" in prompt and "unless the user explicitly asks for a plan" in prompt
     m.activate("mute")
     assert "No tools are available" in m.system_prompt()
+
+
+def test_the_four_built_in_global_skills_ship_and_a_user_skill_wins(tmp_path: Path) -> None:
+    """J12: code-review, summarize, web-search and role-pack-creator are in the global pool,
+    valid Agent Skills, seen by every pack; a user's global skill of the same name replaces one."""
+    from memora.role_pack.validator import Report, check_skill_text
+
+    shipped = builtin_skills()
+    assert set(shipped) == {"code-review", "summarize", "web-search", "role-pack-creator"}
+    for name, skill in shipped.items():
+        report = Report(name)
+        check_skill_text(skill.path.read_text(encoding="utf-8"), name, name, report)
+        assert report.ok, report.errors
+        assert len(skill.body()) > 200  # real instructions, not a stub
+    assert "memora role-pack new" in shipped["role-pack-creator"].body()
+    assert "memora role-pack validate" in shipped["role-pack-creator"].body()
+    config = _packs(tmp_path)
+    m = RolePackManager(config, active="writer")
+    assert set(shipped) <= set(m.skills())
+    assert "- code-review: Review a change" in m.system_prompt()
+    (config / "skills").mkdir(exist_ok=True)
+    (config / "skills" / "summarize.md").write_text(
+        skill_md("summarize", "The team's own summary rules."), encoding="utf-8"
+    )
+    m = RolePackManager(config, active="writer")
+    assert m.skills()["summarize"].description == "The team's own summary rules."

@@ -406,3 +406,9 @@ def test_a_lone_surrogate_is_an_error_not_a_crash(
     ):
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 1 and not isinstance(r.exception, UnicodeError), r.output
+
+
+def test_a_non_string_handoff_prompt_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    """J3: the seed passes handoffPrompt through; a wrong type is a warning and the pack loads."""
+    r = _v(tmp_path, {"name": "p", "handoffPrompt": ["not", "a", "string"]})
+    assert r.ok and "handoffPrompt" in _paths(r.warnings)

@@ -57,6 +57,7 @@ from .context_window import ContextWindow, estimate_spec_tokens
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions, TeamConfig
 from .record import (
+    PLAN_LOG_SHOWN,
     PLAN_LOG_SIZE,
     ApprovalDecision,
     ApprovalPause,
@@ -768,7 +769,8 @@ class Agent:
     # conversation state
 
     def _drift(self, main: str, current: str, similarity: float) -> None:
-        self.events.emit(GoalDriftDetected(main, current, similarity))
+        seq = self.session_state.goal_change_seq
+        self.events.emit(GoalDriftDetected(main, current, similarity, seq))
 
     def _team(self, name: str | None = None) -> TeamConfig | None:
         """The team named ``name`` (its name or leader), else the one the active pack leads."""
@@ -896,10 +898,21 @@ class Agent:
         table = self._tool_context.task_table
         if not table.items():
             return None
-        return (
+        section = (
             "Current plan (task table; keep it up to date with task_table_update):\n"
             + table.render()
         )
+        steps = [o for o in list(self._plan_log)[-PLAN_LOG_SHOWN:] if o.summary]
+        if steps:
+            # the seed's plan-item log: what was done, marked as history, never as an order
+            section += "\n\n" + self.messages.render(
+                "plan_log_intro",
+                steps="\n".join(
+                    f"- {o.plan_item_id or '-'} {'ok' if o.ok else 'failed'}: {o.summary}"
+                    for o in steps
+                ),
+            )
+        return section
 
     def _effective_window(self) -> int:
         provider_window = min(

@@ -198,8 +198,10 @@ def duplicates(c: GateCall) -> Verdict | None:
     custom = c.deps.duplicate_interceptor
     if custom is not None:
         key = c.key()
-        record.dup_count = record.dup_count + 1 if key == record.dup_key else 1
+        last = record.dup_key
+        record.dup_count = record.dup_count + 1 if key == last else 1
         record.dup_key = key
+        threshold = getattr(custom, "threshold", None)
         ctx = DuplicateCheckContext(
             c.name,
             c.args,
@@ -208,6 +210,9 @@ def duplicates(c: GateCall) -> Verdict | None:
             record.iteration,
             record.round_id,
             record.session_id,
+            last_key=last,
+            threshold=threshold if isinstance(threshold, int) else c.deps.duplicate_threshold,
+            batch=tuple((p.name, p.arguments) for p in record.step_batch),
         )
         verdict = custom.check(ctx)
     else:

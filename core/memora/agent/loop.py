@@ -438,6 +438,7 @@ class TurnEngine:
                 Message("assistant", out.text, tuple(out.calls), reasoning=out.reasoning or None)
             )
             record.pending_calls = [PendingCall(c.id, c.name, c.arguments) for c in out.calls]
+            record.step_batch = tuple(record.pending_calls)
             self._step_calls = [c.name for c in out.calls]
             yield Goto("tools")
             return
@@ -753,6 +754,7 @@ class TurnEngine:
                 tuple(self._step_calls),
                 all(e.get("ok") for e in step),
                 time.time(),
+                _step_summary(step),
             )
         )
 
@@ -1014,3 +1016,13 @@ def _start_task(
 
 def new_round_id() -> str:
     return f"r-{uuid.uuid4().hex[:12]}"
+
+
+def _step_summary(results: list[dict[str, Any]]) -> str:
+    """One line for a step: each call's tool and the first line of its result's summary."""
+    parts = []
+    for e in results:
+        said = str(e.get("summary") or "").strip()
+        first = said.splitlines()[0][:80] if said else ("ok" if e.get("ok") else "failed")
+        parts.append(f"{e.get('name')}: {first}")
+    return "; ".join(parts)[:300]

@@ -37,6 +37,8 @@ self-review, or finish (persist, ``done``)."""
 
 RECORD_VERSION = 2
 PLAN_LOG_SIZE = 12
+PLAN_LOG_SHOWN = 5
+"""How many of the latest steps the model sees under the plan (the checkpoint keeps PLAN_LOG_SIZE)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +138,9 @@ class PlanItemOutcome:
     tools: tuple[str, ...]
     ok: bool
     at: float
+    summary: str = ""
+    """What the step did, in one line: each call's tool and its result's summary (the seed's
+    ``PlanItemOutcome.summary``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +150,7 @@ class PlanItemOutcome:
             "tools": list(self.tools),
             "ok": self.ok,
             "at": self.at,
+            "summary": self.summary,
         }
 
 
@@ -205,6 +211,9 @@ class TurnRecord:
     usage: dict[str, int] = field(default_factory=dict)
     questions_asked: int = 0
     pending_calls: list[PendingCall] = field(default_factory=list)
+    step_batch: tuple[PendingCall, ...] = ()
+    """Every call of the current model response (the batch a duplicate interceptor sees);
+    not persisted with a paused turn: after a resume it holds the calls still pending."""
     paused: Pause | None = None
     answers: dict[str, str] = field(default_factory=dict)
     approval: ApprovalDecision | None = None
@@ -361,6 +370,7 @@ class TurnRecord:
                     tuple(o.get("tools") or ()),
                     bool(o.get("ok")),
                     float(o.get("at") or 0),
+                    str(o.get("summary") or ""),
                 )
             )
         meta = data.get("pause_meta")

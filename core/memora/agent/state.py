@@ -39,11 +39,21 @@ class DuplicateCheckContext:
     name: str
     args: dict[str, Any]
     key: str
-    """``name:sha1(arguments)``."""
+    """``name:sha1(arguments)`` (the seed's ``currentHash``)."""
     count: int
     iteration: int
     round_id: str
     session_id: str
+    last_key: str | None = None
+    """The key of the call checked before this one in the turn (the seed's ``lastHash``), None
+    for the turn's first call."""
+    threshold: int = 3
+    """The threshold in force: the interceptor's own ``threshold``, else the
+    ``duplicate_call_threshold`` option (the seed's ``ctx.threshold``)."""
+    batch: tuple[tuple[str, str], ...] = ()
+    """Every call of the model response this call came in, as ``(name, arguments JSON)``, in
+    order (the seed's ``check(toolCalls, ctx)`` sees the batch): a semantic-duplicate rule can
+    compare this call with its neighbours."""
 
 
 class DuplicateCallInterceptor:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..security.terminal import clean
 from .common import project_option
 from .main import cli, emit_json
 
@@ -230,10 +231,25 @@ def list_cmd(
         user_config_dir(config_dir), pack_roots=list(role_pack_dirs), project_path=project.resolve()
     )
     metas = manager.list_meta()
+    from ..role_pack.manager import BUILTIN_SKILLS
+
+    pool = [
+        {
+            "name": skill.name,
+            "description": skill.description,
+            "builtin": skill.path.is_relative_to(BUILTIN_SKILLS),
+            "path": str(skill.path),
+        }
+        for skill in manager.global_skills().values()
+    ]
     if as_json:
-        emit_json({"role_packs": [m.to_dict() for m in metas]})
+        emit_json({"role_packs": [m.to_dict() for m in metas], "global_skills": pool})
         return
     for m in metas:
         chips = ", ".join(f"{k}={v}" for k, v in m.strategy.items() if v is not None)
         origin = "built-in" if m.builtin else m.path
         click.echo(f"{m.name}  {m.description or ''}\n    {origin}\n    {chips}")
+    click.echo("\nskills every role pack sees (the global pool):")
+    for skill in pool:
+        origin = "built-in" if skill["builtin"] else skill["path"]
+        click.echo(f"  {skill['name']}  ({origin})  {clean(str(skill['description']))}")

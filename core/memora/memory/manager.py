@@ -49,12 +49,12 @@ class MemoryManager:
     async def write(self, item: NewMemory) -> MemoryRecord:
         """Write one memory; emits ``MemoryAdded``."""
         record = await self.storage.add(item)
-        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type))
+        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         return record
 
     async def supersede(self, old_id: str, item: NewMemory) -> MemoryRecord:
         record = await self.storage.supersede(old_id, item)
-        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type))
+        self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         return record
 
     async def history(self, memory_id: str) -> list[MemoryRecord]:

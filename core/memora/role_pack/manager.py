@@ -607,12 +607,17 @@ class RolePackManager:
 
     # -- skills and prompt -----------------------------------------------------------------------
 
+    def global_skills(self) -> dict[str, Skill]:
+        """The global pool: memora's built-in skills (``code-review``, ``summarize``,
+        ``web-search``, ``role-pack-creator``) under the user's own ``<config>/skills`` (a user
+        skill of the same name wins)."""
+        user = scan_skills(self._config_dir / "skills", "global") if self._config_dir else {}
+        return merge_skills(builtin_skills(), user)
+
     def skills(self) -> dict[str, Skill]:
         """Global pool < active pack < project skills, minus ``disabled_skills``."""
         if self._skills is None:
-            global_skills = (
-                scan_skills(self._config_dir / "skills", "global") if self._config_dir else {}
-            )
+            global_skills = self.global_skills()
             project_skills = (
                 scan_skills(self._project / ".memora" / "skills", "project")
                 if self._project
@@ -659,10 +664,7 @@ class RolePackManager:
         if key not in cache:
             pack = self.get(name)
             strategy, _ = resolve_strategy(pack.strategy_raw, self._override)
-            global_skills = (
-                scan_skills(self._config_dir / "skills", "global") if self._config_dir else {}
-            )
-            skills = merge_skills(global_skills, pack.skills(), disabled=self._disabled)
+            skills = merge_skills(self.global_skills(), pack.skills(), disabled=self._disabled)
             cache[key] = build_system_prompt(
                 pack, strategy, skills, self.project_rules(), self.messages, tools=tools
             )
@@ -690,6 +692,14 @@ class RolePackManager:
             )
             cached = self._prompt_for_tools = (tools, prompt)
         return cached[1]
+
+
+BUILTIN_SKILLS = Path(__file__).parent / "builtin" / "skills"
+
+
+def builtin_skills() -> dict[str, Skill]:
+    """The global pool's built-in skills, shipped with memora."""
+    return scan_skills(BUILTIN_SKILLS, "global") if BUILTIN_SKILLS.is_dir() else {}
 
 
 def build_system_prompt(

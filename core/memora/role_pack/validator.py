@@ -296,7 +296,10 @@ def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) 
     handoff = data.get("handoffPrompt")
     if "handoffPrompt" in data:
         if not isinstance(handoff, str):
-            report.error("handoffPrompt", f"must be a string, not {_type_name(handoff)}")
+            # the seed: the kernel passes it through; a wrong type does not block loading
+            report.warn(
+                "handoffPrompt", f"should be a string, not {_type_name(handoff)}; it is ignored"
+            )
         elif len(handoff) > LIMITS.handoff_prompt:
             report.error(
                 "handoffPrompt",
