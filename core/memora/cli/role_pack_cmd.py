@@ -233,7 +233,7 @@ def list_cmd(
     metas = manager.list_meta()
     from ..role_pack.manager import BUILTIN_SKILLS
 
-    pool = [
+    pool: list[dict[str, Any]] = [
         {
             "name": skill.name,
             "description": skill.description,
@@ -250,6 +250,6 @@ def list_cmd(
         origin = "built-in" if m.builtin else m.path
         click.echo(f"{m.name}  {m.description or ''}\n    {origin}\n    {chips}")
     click.echo("\nskills every role pack sees (the global pool):")
-    for skill in pool:
-        origin = "built-in" if skill["builtin"] else skill["path"]
-        click.echo(f"  {skill['name']}  ({origin})  {clean(str(skill['description']))}")
+    for entry in pool:
+        where = "built-in" if entry["builtin"] else entry["path"]
+        click.echo(f"  {entry['name']}  ({where})  {clean(str(entry['description']))}")
