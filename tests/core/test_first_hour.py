@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from memora.cli.common import find_project_root
+from tests.core.test_chat_cli import Script, _chat, _env, call, say, server  # noqa: F401
 
 
 def _memora(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -137,70 +138,61 @@ def test_a_stray_memora_folder_in_a_shared_folder_is_no_project(tmp_path: Path) 
 # -- small terminal glitches ---------------------------------------------------------------------
 
 
-def test_ctrl_c_prints_the_partial_answer_once_and_no_empty_usage(tmp_path: Path) -> None:
+def test_ctrl_c_prints_the_partial_answer_once_and_no_empty_usage(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
     import io
     import re
-    import threading
-    from http.server import ThreadingHTTPServer
 
     pexpect = pytest.importorskip("pexpect")
-    from tests.core.test_chat_cli import Script, _chat, _env, _handler, call, say
-
-    script = Script()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-        project = tmp_path / "p"
-        project.mkdir()
-        env = _env(tmp_path)
-        child = _chat(project, url, env)
-        log = io.StringIO()
-        child.logfile_read = log
-        script.answers.append(say("alpha beta gamma delta epsilon zeta eta theta", delay=0.3))
-        child.sendline("count")
-        child.expect("gamma")
-        child.sendintr()
-        child.expect("stopped")
-        child.expect("›")
-        seen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", log.getvalue())
-        assert "^C" not in seen  # the echo wrapped the padded live line: it was drawn twice
-        assert "0 in · 0 out" not in seen
-        # a refused call's line has a duration that is not negative
-        child.sendline("/quit")
-        child.expect(pexpect.EOF)
-        script.answers += [call("write_file", {"path": "a.txt", "content": "x"}), say("no")]
-        child = pexpect.spawn(
-            sys.executable,
-            [
-                "-m",
-                "memora",
-                "chat",
-                "--project",
-                str(project),
-                "--base-url",
-                url,
-                "--model",
-                "m",
-                "--read-only",
-            ],
-            env=env,
-            encoding="utf-8",
-            timeout=60,
-            dimensions=(40, 120),
-        )
-        log = io.StringIO()
-        child.logfile_read = log
-        child.expect("/help")
-        child.sendline("write")
-        child.expect("write_file")
-        child.expect("›")
-        assert "-0 ms" not in log.getvalue()
-        child.sendline("/quit")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    url, script = server
+    project = tmp_path / "p"
+    project.mkdir()
+    env = _env(tmp_path)
+    child = _chat(project, url, env)
+    log = io.StringIO()
+    child.logfile_read = log
+    script.answers.append(say("alpha beta gamma delta epsilon zeta eta theta", delay=0.3))
+    child.sendline("count")
+    child.expect("gamma")
+    child.sendintr()
+    child.expect("stopped")
+    child.expect("›")
+    seen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", log.getvalue())
+    assert "^C" not in seen  # the echo wrapped the padded live line: it was drawn twice
+    assert "0 in · 0 out" not in seen
+    # a refused call's line has a duration that is not negative
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    script.answers += [call("write_file", {"path": "a.txt", "content": "x"}), say("no")]
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "memora",
+            "chat",
+            "--project",
+            str(project),
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--read-only",
+        ],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(40, 120),
+    )
+    log = io.StringIO()
+    child.logfile_read = log
+    child.expect("/help")
+    child.sendline("write")
+    child.expect("write_file")
+    child.expect("›")
+    assert "-0 ms" not in log.getvalue()
+    child.sendline("/quit")
 
 
 def test_every_error_has_one_prefix(tmp_path: Path) -> None:
@@ -259,51 +251,41 @@ def test_an_unreachable_postgres_is_one_clear_line(tmp_path: Path) -> None:
     assert r.stderr.count("memora: error:") == 1, r.stderr
 
 
-def test_multi_line_input_paste_multi_fences_and_edit(tmp_path: Path) -> None:
-    import threading
-    from http.server import ThreadingHTTPServer
-
+def test_multi_line_input_paste_multi_fences_and_edit(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
     pytest.importorskip("pexpect")
-    from tests.core.test_chat_cli import Script, _chat, _env, _handler, say
+    url, script = server
+    project = tmp_path / "p"
+    project.mkdir()
+    env = _env(tmp_path)
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import sys\nopen(sys.argv[1], 'w').write('from the editor\\nline two\\n')\n",
+        encoding="utf-8",
+    )
+    env["EDITOR"] = f"{sys.executable} {editor}"
+    child = _chat(project, url, env)
 
-    script = Script()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-        project = tmp_path / "p"
-        project.mkdir()
-        env = _env(tmp_path)
-        editor = tmp_path / "editor.py"
-        editor.write_text(
-            "import sys\nopen(sys.argv[1], 'w').write('from the editor\\nline two\\n')\n",
-            encoding="utf-8",
-        )
-        env["EDITOR"] = f"{sys.executable} {editor}"
-        child = _chat(project, url, env)
+    def last_user_message() -> str:
+        users = [m for m in script.requests[-1]["messages"] if m["role"] == "user"]
+        return str(users[-1]["content"])
 
-        def last_user_message() -> str:
-            users = [m for m in script.requests[-1]["messages"] if m["role"] == "user"]
-            return str(users[-1]["content"])
-
-        script.answers += [say("got 1"), say("got 2"), say("got 3"), say("got 4")]
-        # a bracketed paste: one message, newlines kept (not two turns)
-        child.send("\x1b[200~first line\rsecond line\x1b[201~\r")
-        child.expect("got 1")
-        assert last_user_message() == "first line\nsecond line"
-        for line in ("/multi", "a", "/b is not a command here", "/end"):
-            child.sendline(line)
-        child.expect("got 2")
-        assert last_user_message() == "a\n/b is not a command here"
-        for line in ('"""', "x", "y", '"""'):
-            child.sendline(line)
-        child.expect("got 3")
-        assert last_user_message() == "x\ny"
-        child.sendline("/edit")
-        child.expect("got 4")
-        assert last_user_message() == "from the editor\nline two"
-        child.sendline("/quit")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    script.answers += [say("got 1"), say("got 2"), say("got 3"), say("got 4")]
+    # a bracketed paste: one message, newlines kept (not two turns)
+    child.send("\x1b[200~first line\rsecond line\x1b[201~\r")
+    child.expect("got 1")
+    assert last_user_message() == "first line\nsecond line"
+    for line in ("/multi", "a", "/b is not a command here", "/end"):
+        child.sendline(line)
+    child.expect("got 2")
+    assert last_user_message() == "a\n/b is not a command here"
+    for line in ('"""', "x", "y", '"""'):
+        child.sendline(line)
+    child.expect("got 3")
+    assert last_user_message() == "x\ny"
+    child.sendline("/edit")
+    child.expect("got 4")
+    assert last_user_message() == "from the editor\nline two"
+    child.sendline("/quit")

@@ -117,6 +117,22 @@ def _service_of(agent: Any, privileged: Any) -> str | None:
     return names[0] if names else None
 
 
+def _tool_row(agent: Any, name: str, tool: Any, mode: Any, exposed: set[str]) -> dict[str, Any]:
+    """One tool as ``tools list``/``tools show`` report it (``--json`` prints it as is)."""
+    return {
+        "name": name,
+        "plugin": agent.tools.owner(name),
+        "capability": _capability_of(tool),
+        "exposed": name in exposed,
+        "writes": tool.writes,
+        "runs_code": tool.runs_code,
+        "idempotency": tool.idempotency,
+        "approval": approval_for(mode, name, writes=tool.writes, runs_code=tool.runs_code),
+        "description": tool.description,
+        "parameters": tool.parameters,
+    }
+
+
 def _first_sentence(text: str) -> str:
     """A description's first line, whole (``memora tools show`` prints all of it)."""
     return text.strip().splitlines()[0] if text.strip() else ""
@@ -167,23 +183,9 @@ def list_cmd(
                 tool = agent.tools.get(name)
                 if tool is None or (name not in exposed and not show_all):
                     continue
-                rows.append(
-                    {
-                        "name": name,
-                        "plugin": agent.tools.owner(name),
-                        "capability": _capability_of(tool),
-                        "service": _service_of(agent, PRIVILEGED.get(tool.capability or "")),
-                        "exposed": name in exposed,
-                        "writes": tool.writes,
-                        "runs_code": tool.runs_code,
-                        "idempotency": tool.idempotency,
-                        "approval": approval_for(
-                            mode, name, writes=tool.writes, runs_code=tool.runs_code
-                        ),
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    }
-                )
+                row = _tool_row(agent, name, tool, mode, exposed)
+                row["service"] = _service_of(agent, PRIVILEGED.get(tool.capability or ""))
+                rows.append(row)
             unavailable = dict(agent.capability_map().unavailable)
             return {
                 "role_pack": agent.role_pack.active.name,
@@ -265,19 +267,8 @@ def show_cmd(
                     f"no tool named {name!r}; `memora tools list --all` lists them",
                     context={"tool": name},
                 )
-            return {
-                "name": name,
-                "plugin": agent.tools.owner(name),
-                "capability": _capability_of(tool),
-                "exposed": name in {t.name for t in agent.exposed_tools()},
-                "writes": tool.writes,
-                "runs_code": tool.runs_code,
-                "idempotency": tool.idempotency,
-                "approvals": mode,
-                "approval": approval_for(mode, name, writes=tool.writes, runs_code=tool.runs_code),
-                "description": tool.description,
-                "parameters": tool.parameters,
-            }
+            row = _tool_row(agent, name, tool, mode, {t.name for t in agent.exposed_tools()})
+            return {**row, "approvals": mode}
         finally:
             await agent.close()
 
