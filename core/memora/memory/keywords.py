@@ -210,7 +210,18 @@ class QueryTerm:
 
 
 def query_terms(query: str) -> list[QueryTerm]:
-    """Split a user query into terms; capped in length and count, never raises."""
+    """Split a user query into terms; capped in length and count, never raises.
+
+    English function words (``what``, ``did``, ``the``...) are left out of a query that has other
+    words: asked as a question ("When did Melanie run a charity race?"), they matched every
+    memory that says "did" and pushed the one about the race down (LoCoMo dialog turns, R@5:
+    see bench/bench_recall.py).  A query of function words only is searched as written."""
+    terms = _query_terms(query)
+    content = [t for t in terms if t.text not in _STOP_EN]
+    return content or terms
+
+
+def _query_terms(query: str) -> list[QueryTerm]:
     terms: list[QueryTerm] = []
     seen: set[str] = set()
     for cjk, word in _scan(query[:MAX_QUERY_CHARS]):

@@ -238,6 +238,24 @@ class StorageConformance:
         )
         assert await store.search_by_keyword("tone", limit=0) == [], "limit=0 returns nothing"
 
+    async def test_a_question_finds_its_answer_not_its_function_words(
+        self, store: MemoryStorage
+    ) -> None:
+        """A recall case from LoCoMo (bench/bench_recall.py): asked as a question, the words
+        that carry it win over "when", "did", "you" that every chat line has."""
+        race = await store.add(NewMemory("Melanie: I ran a charity race for mental health"))
+        await store.add_many(
+            [
+                NewMemory("Caroline: did you see it? I did, when you did"),
+                NewMemory("Melanie: when did you get back? did you like it?"),
+                NewMemory("Caroline: what did you do when you were there?"),
+            ]
+        )
+        hits = await store.search_by_keyword("When did Melanie run a charity race?", limit=2)
+        assert hits and hits[0].record.id == race.id, (
+            "a question's content words rank the memory that holds them first"
+        )
+
     async def test_very_long_text_is_found(self, store: MemoryStorage) -> None:
         long_text = ("lorem ipsum 填充文字 " * 20_000) + " needle 关键线索"
         rec = await store.add(NewMemory(long_text))

@@ -1,0 +1,287 @@
+"""Recall on LoCoMo (Maharana et al., ACL 2024): memora's keyword search next to a plain BM25
+over the same documents, computed in the same run, and the paper's dense retriever (DRAGON).
+
+Half of the ten conversations is in ``../shared/data/locomo/locomo_dev.json`` (licence CC BY-NC
+4.0: read from there, never copied into the repository); without it the bench says so and stops.
+
+Two retrieval units, as in the paper's Table 3:
+
+* **dialog turns** — one memory per turn (``speaker: text`` and the photo caption when there is
+  one; the session's date in the memory's name, which the search indexes); a question's recall
+  at k is the share of its evidence turns among the first k hits;
+* **session summaries** — one memory per session summary; a hit is a session holding evidence.
+
+Every question with evidence is searched as written.  R@k per unit, overall and per question
+category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial), and the search
+latency (p50, p95) per backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+KS = (2, 5, 10, 25)
+PAPER = {  # Table 3, DRAGON, recall@k
+    "turns": {5: 56.7, 10: 66.2, 25: 76.7},
+    "sessions": {2: 65.9, 5: 72.1, 10: 84.7},
+}
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def load() -> list[dict[str, Any]]:
+    return list(json.loads(DATA.read_text(encoding="utf-8")))
+
+
+def units(sample: dict[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
+    """``{"turns": [(id, name, content)], "sessions": [...]}`` of one conversation."""
+    conv = sample["conversation"]
+    turns = []
+    n = 1
+    while f"session_{n}" in conv:
+        date = conv.get(f"session_{n}_date_time", "")
+        for turn in conv[f"session_{n}"]:
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" [shares a photo: {turn['blip_caption']}]"
+            turns.append((turn["dia_id"], date, text))
+        n += 1
+    sessions = []
+    for key, summary in (sample.get("session_summary") or {}).items():
+        number = key.removeprefix("session_").removesuffix("_summary")
+        date = conv.get(f"session_{number}_date_time", "")
+        sessions.append((f"S{number}", date, summary))
+    return {"turns": turns, "sessions": sessions}
+
+
+def targets(unit: str, evidence: list[str]) -> set[str]:
+    if unit == "turns":
+        return set(evidence)
+    return {"S" + e.split(":")[0].removeprefix("D") for e in evidence if ":" in e}
+
+
+def recall(ranked: list[str], wanted: set[str], k: int) -> float:
+    return len(wanted & set(ranked[:k])) / len(wanted) if wanted else 0.0
+
+
+# -- memora -------------------------------------------------------------------------------------
+
+
+async def memora_rankings(
+    backend: str, docs: list[tuple[str, str, str]], questions: list[str], root: Path
+) -> tuple[list[list[str]], list[float]]:
+    from memora.memory import InMemoryStorage, NewMemory
+
+    if backend == "sqlite":
+        from memora.memory.sqlite_store import open_sqlite_storage
+
+        store: Any = open_sqlite_storage(root / f"{len(docs)}-{time.perf_counter_ns()}.db")
+    else:
+        store = InMemoryStorage()
+    try:
+        await store.add_many(
+            [
+                NewMemory(content, name=name, id=ident, created_at=1_700_000_000.0 + i)
+                for i, (ident, name, content) in enumerate(docs)
+            ]
+        )
+        ranked, took = [], []
+        for question in questions:
+            started = time.perf_counter()
+            hits = await store.search_by_keyword(question, limit=max(KS))
+            took.append(time.perf_counter() - started)
+            ranked.append([h.record.id for h in hits])
+        return ranked, took
+    finally:
+        await store.close()
+
+
+# -- a textbook BM25 (rank-bm25's Okapi) with a stop-word list -----------------------------------
+
+STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "him",
+        "her",
+        "us",
+        "them",
+        "my",
+        "your",
+        "his",
+        "our",
+        "their",
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "which",
+        "why",
+        "how",
+        "did",
+        "do",
+        "does",
+        "done",
+        "has",
+        "have",
+        "had",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "not",
+        "no",
+        "so",
+        "than",
+        "too",
+        "very",
+        "just",
+        "about",
+        "into",
+        "over",
+        "after",
+        "before",
+    ]
+)
+
+
+def plain_bm25_rankings(docs: list[tuple[str, str, str]], questions: list[str]) -> list[list[str]]:
+    import re
+
+    from rank_bm25 import BM25Okapi
+
+    def tokens(text: str) -> list[str]:
+        return [w for w in re.findall(r"\w+", text.lower()) if w not in STOP]
+
+    bm25 = BM25Okapi([tokens(f"{name} {content}") for _, name, content in docs])
+    ids = [d[0] for d in docs]
+    out = []
+    for question in questions:
+        scores = bm25.get_scores(tokens(question))
+        order = sorted(range(len(ids)), key=lambda i: -scores[i])
+        out.append([ids[i] for i in order[: max(KS)] if scores[i] > 0])
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def table(title: str, rows: dict[str, dict[int, float]], unit: str) -> None:
+    print(f"\n{title}")
+    head = "".join(f"{'R@' + str(k):>8}" for k in KS)
+    print(f"  {'':34}{head}")
+    for name, by_k in rows.items():
+        cells = "".join(f"{by_k[k]:8.1f}" if k in by_k else f"{'—':>8}" for k in KS)
+        print(f"  {name:34}{cells}")
+    cells = "".join(
+        f"{PAPER[unit].get(k, float('nan')):8.1f}" if k in PAPER[unit] else f"{'—':>8}" for k in KS
+    )
+    print(f"  {'DRAGON (paper, Table 3)':34}{cells}")
+
+
+async def main() -> None:
+    if not DATA.is_file():
+        print(f"bench_recall: SKIPPED — {DATA} is not here (LoCoMo's dev half lives in shared/)")
+        return
+    samples = load()
+    backends = ["sqlite", "memory"]
+    results: dict[str, dict[str, list[tuple[int, list[str], set[str]]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    latency: dict[str, list[float]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for sample in samples:
+            qa = [q for q in sample["qa"] if q.get("evidence")]
+            questions = [q["question"] for q in qa]
+            for unit, docs in units(sample).items():
+                for backend in backends:
+                    ranked, took = await memora_rankings(backend, docs, questions, root)
+                    latency[f"{backend} ({unit})"] += took
+                    for q, r in zip(qa, ranked, strict=True):
+                        results[unit][f"memora · {backend}"].append(
+                            (q["category"], r, targets(unit, q["evidence"]))
+                        )
+                for q, r in zip(qa, plain_bm25_rankings(docs, questions), strict=True):
+                    results[unit]["plain BM25 + stop words"].append(
+                        (q["category"], r, targets(unit, q["evidence"]))
+                    )
+    n = sum(len([q for q in s["qa"] if q.get("evidence")]) for s in samples)
+    print(f"LoCoMo dev half: {len(samples)} conversations, {n} questions with evidence")
+    for unit, label in (("turns", "dialog turns"), ("sessions", "session summaries")):
+        rows = {
+            name: {k: 100 * statistics.fmean(recall(r, w, k) for _, r, w in got) for k in KS}
+            for name, got in results[unit].items()
+        }
+        table(f"{label}: R@k (%)", rows, unit)
+        best = f"memora · {backends[0]}"
+        print(f"  per category, {best} vs plain BM25, R@5:")
+        for cat, cname in CATEGORIES.items():
+            mine = [recall(r, w, 5) for c, r, w in results[unit][best] if c == cat]
+            base = [
+                recall(r, w, 5) for c, r, w in results[unit]["plain BM25 + stop words"] if c == cat
+            ]
+            if mine:
+                print(
+                    f"    {cname:12} n={len(mine):4}  memora {100 * statistics.fmean(mine):5.1f}"
+                    f"   BM25 {100 * statistics.fmean(base):5.1f}"
+                )
+    print("\nsearch latency per question (ms):")
+    for name, took in latency.items():
+        ms = sorted(t * 1000 for t in took)
+        print(f"  {name:22} p50 {statistics.median(ms):6.2f}   p95 {ms[int(0.95 * len(ms))]:6.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
