@@ -85,16 +85,31 @@ async def test_manager_events_snapshot_and_round_summary(tmp_path: Path) -> None
     assert empty is None
 
 
-def test_a_question_is_searched_by_its_content_words() -> None:
-    """The LoCoMo lever (bench/bench_recall.py: dialog turns R@5 50.9 -> 55.0): function words
-    are left out of a query that has other words, and kept when it has nothing else."""
+def test_a_question_is_searched_by_its_content_words_and_their_stems() -> None:
+    """The LoCoMo levers (bench/bench_recall.py): function words are left out of a query that
+    has other words (kept when it has nothing else), and a word whose English stem of four or
+    more letters is a prefix of it matches the words that start with the stem."""
     from memora.memory.keywords import query_terms
 
-    assert [t.text for t in query_terms("When did Melanie run the charity race?")] == [
-        "melanie",
-        "run",
-        "charity",
-        "race",
+    terms = query_terms("When did Melanie run the charity race?")
+    assert [(t.text, t.prefix) for t in terms] == [
+        ("melani", True),
+        ("run", False),  # a three-letter stem: the word itself
+        ("charity", False),  # its stem "chariti" is no prefix of it
+        ("race", True),
     ]
     assert [t.text for t in query_terms("who")] == ["who"]
     assert [t.text for t in query_terms("What did 长期记忆 say?")] == ["长期记忆", "say"]
+
+
+async def test_a_stem_finds_the_other_forms_of_a_word_on_every_backend(tmp_path: Path) -> None:
+    from memora.memory import InMemoryStorage, NewMemory
+    from memora.memory.sqlite_store import open_sqlite_storage
+
+    for store in (InMemoryStorage(), open_sqlite_storage(tmp_path / "m.db")):
+        painted = await store.add(NewMemory("Melanie painted a sunset at the lake"))
+        await store.add(NewMemory("Caroline went hiking"))
+        hits = await store.search_by_keyword("Does Melanie like painting?")
+        assert hits and hits[0].record.id == painted.id, type(store).__name__
+        assert await store.search_by_keyword("sql") == []  # short words stay whole
+        await store.close()

@@ -151,7 +151,7 @@ def test_migrations_recorded(tmp_path: Path) -> None:
 
 def test_match_query_is_always_quoted() -> None:
     # an FTS operator a user types is a quoted word, never syntax (NEAR: not a function word)
-    assert build_match_query('alpha" NEAR "beta') == '"alpha" OR "near" OR "beta"'
+    assert build_match_query('alpha" NEAR "beta') == '"alpha"* OR "near"* OR "beta"*'
     # function words ("the", "or") are left out when other words remain
     assert build_match_query('a" OR "b') == '"b"'
     assert build_match_query("长期记忆") == '"长期 期记 记忆"'

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -217,8 +218,46 @@ def query_terms(query: str) -> list[QueryTerm]:
     memory that says "did" and pushed the one about the race down (LoCoMo dialog turns, R@5:
     see bench/bench_recall.py).  A query of function words only is searched as written."""
     terms = _query_terms(query)
-    content = [t for t in terms if t.text not in _STOP_EN]
-    return content or terms
+    content = [t for t in terms if t.text not in _STOP_EN] or terms
+    out: list[QueryTerm] = []
+    seen: set[str] = set()
+    for term in content:
+        term = _stemmed(term)
+        if term.text not in seen:
+            seen.add(term.text)
+            out.append(term)
+    return out
+
+
+MIN_STEM = 4
+"""A Latin query word whose English stem has at least this many letters matches, as a prefix,
+every word that starts with the stem ("races" -> ``race*``: race, races, raced); a shorter
+word matches itself only ("sql" is no hit for "sqlite")."""
+
+
+@functools.cache
+def _stemmer() -> Any:
+    import snowballstemmer  # imported on the first search, not with memora
+
+    return snowballstemmer.stemmer("english")
+
+
+def _stemmed(term: QueryTerm) -> QueryTerm:
+    """``term`` as the prefix of its English stem, where that is what stemming means for it:
+    a word of ASCII letters whose stem is a prefix of it (``happy`` -> ``happi`` is not)."""
+    word = term.text
+    if term.prefix or len(term.tokens) != 1 or not (word.isascii() and word.isalpha()):
+        return term
+    stem = _stem(word)
+    if len(stem) < MIN_STEM or not word.startswith(stem):
+        return term
+    return QueryTerm((stem,), stem, prefix=True)
+
+
+@functools.lru_cache(maxsize=8192)
+def _stem(word: str) -> str:
+    # the Snowball stemmer is pure Python (~15 µs a word): a host's queries repeat their words
+    return str(_stemmer().stemWord(word))
 
 
 def _query_terms(query: str) -> list[QueryTerm]:
