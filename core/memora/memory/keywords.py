@@ -237,7 +237,7 @@ word matches itself only ("sql" is no hit for "sqlite")."""
 
 @functools.cache
 def _stemmer() -> Any:
-    import snowballstemmer  # imported on the first search, not with memora
+    import snowballstemmer  # type: ignore[import-untyped]  # on the first search, not at import
 
     return snowballstemmer.stemmer("english")
 
