@@ -260,7 +260,10 @@ def _term_count(term: QueryTerm, tokens: Counter[str], text: str) -> int:
     if len(term.tokens) == 1 and not term.prefix:
         return tokens.get(term.tokens[0], 0)
     if term.prefix and term.text.isascii():
-        # an English stem: the words that start with it (as FTS5's "stem"* counts them)
+        # an English stem: the words that start with it (as FTS5's "stem"* counts them); the
+        # substring test first skips, in C, the memories that cannot hold one
+        if term.text not in text:
+            return 0
         return sum(n for token, n in tokens.items() if token.startswith(term.text))
     return text.count(term.text)
 
