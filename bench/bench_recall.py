@@ -19,6 +19,7 @@ latency (p50, p95) per backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -77,7 +78,11 @@ def recall(ranked: list[str], wanted: set[str], k: int) -> float:
 
 
 async def memora_rankings(
-    backend: str, docs: list[tuple[str, str, str]], questions: list[str], root: Path
+    backend: str,
+    docs: list[tuple[str, str, str]],
+    questions: list[str],
+    root: Path,
+    dsn: str | None = None,
 ) -> tuple[list[list[str]], list[float]]:
     from memora.memory import InMemoryStorage, NewMemory
 
@@ -85,6 +90,11 @@ async def memora_rankings(
         from memora.memory.sqlite_store import open_sqlite_storage
 
         store: Any = open_sqlite_storage(root / f"{len(docs)}-{time.perf_counter_ns()}.db")
+    elif backend == "postgres":
+        from memora_plugin_postgres.database import Database
+        from memora_plugin_postgres.storage import PostgresStorage
+
+        store = PostgresStorage(Database(str(dsn)), namespace=f"recall-{time.perf_counter_ns()}")
     else:
         store = InMemoryStorage()
     try:
@@ -235,7 +245,26 @@ async def main() -> None:
         print(f"bench_recall: SKIPPED — {DATA} is not here (LoCoMo's dev half lives in shared/)")
         return
     samples = load()
-    backends = ["sqlite", "memory"]
+    with contextlib.ExitStack() as stack:
+        dsn = _postgres(stack)
+        await _run(samples, ["sqlite", "memory", *(["postgres"] if dsn else [])], dsn)
+
+
+def _postgres(stack: contextlib.ExitStack) -> str | None:
+    """A PostgreSQL server of its own (loopback, stopped at the end) when one can be started."""
+    try:
+        from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
+    except ImportError:
+        print("PostgreSQL: skipped (memora-plugin-postgres is not installed)")
+        return None
+    try:
+        return str(stack.enter_context(temporary_cluster()))
+    except ClusterUnavailable as exc:
+        print(f"PostgreSQL: skipped ({exc})")
+        return None
+
+
+async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | None) -> None:
     results: dict[str, dict[str, list[tuple[int, list[str], set[str]]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -247,7 +276,7 @@ async def main() -> None:
             questions = [q["question"] for q in qa]
             for unit, docs in units(sample).items():
                 for backend in backends:
-                    ranked, took = await memora_rankings(backend, docs, questions, root)
+                    ranked, took = await memora_rankings(backend, docs, questions, root, dsn)
                     latency[f"{backend} ({unit})"] += took
                     for q, r in zip(qa, ranked, strict=True):
                         results[unit][f"memora · {backend}"].append(
