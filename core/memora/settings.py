@@ -307,19 +307,30 @@ RuleLookup = Callable[[str, str | None], Rules]
 
 
 def _plugin_lookup(plugins: Plugins | None) -> RuleLookup:
-    """Rules from ``plugins`` (the Agent's own manager), else from a manager made on first use
-    (discovering entry points costs a few hundred ms: only a project that sets plugin options
-    pays it)."""
-    made: list[Plugins] = [plugins] if plugins is not None else []
+    """Rules from ``plugins`` (the Agent's own manager), else from the installed plugins,
+    discovered on first use (only a project that sets plugin options pays for it)."""
 
     def lookup(name: str, kind: str | None) -> Rules:
-        if not made:
-            from .plugins import create_plugin_manager
-
-            made.append(create_plugin_manager())
-        return made[0].project_rules(name, kind)
+        return (plugins or _installed_plugins()).project_rules(name, kind)
 
     return lookup
+
+
+_INSTALLED: dict[tuple[str | None, tuple[str, ...]], Plugins] = {}
+
+
+def _installed_plugins() -> Plugins:
+    """The installed plugins, discovered once per process (and per ``MEMORA_LOAD_PLUGINS`` and
+    ``sys.path``): a command resolves its settings several times, and each discovery costs a
+    few hundred milliseconds.  Only their declared project rules are read from it."""
+    import sys
+
+    key = (os.environ.get("MEMORA_LOAD_PLUGINS"), tuple(sys.path))
+    if key not in _INSTALLED:
+        from .plugins import create_plugin_manager
+
+        _INSTALLED[key] = create_plugin_manager()
+    return _INSTALLED[key]
 
 
 def _split_project_layer(

@@ -157,3 +157,61 @@ def test_a_tool_description_with_escapes_is_listed_clean(bad: str) -> None:
     from memora.cli.common import safe
 
     assert safe(f"reads files{bad}[red]x[/red]") == "reads files\\[red]x\\[/red]"
+
+
+def test_cursor_moves_pass_only_while_a_live_display_runs() -> None:
+    from memora.security.terminal import live_display
+
+    class Sink:
+        def __init__(self) -> None:
+            self.text = ""
+
+        def write(self, s: str) -> int:
+            self.text += s
+            return len(s)
+
+        def flush(self) -> None:
+            pass
+
+    overwrite = "safe line\r\x1b[1A\x1b[2Kfake line\x1b[31m red\x1b[0m"
+    sink = Sink()
+    TerminalGuard(sink).write(overwrite)  # type: ignore[arg-type]
+    assert sink.text == "safe linefake line\x1b[31m red\x1b[0m"  # styles stay, moves do not
+    sink = Sink()
+    with live_display():  # Rich's Live redraws its lines with exactly these
+        TerminalGuard(sink).write(overwrite)  # type: ignore[arg-type]
+    assert sink.text == overwrite
+
+
+def test_memory_search_on_a_terminal_prints_no_sequence_from_a_memory(tmp_path: Path) -> None:
+    import json
+    import os
+
+    pexpect = pytest.importorskip("pexpect")
+    src = tmp_path / "in.jsonl"
+    hostile = (
+        "deploy notes\r\x1b[1A\x1b[2K\x1b]52;c;eA==\x07\x1b]8;;https://evil.invalid/\x1b\\here"
+    )
+    src.write_text(json.dumps({"content": hostile, "name": "n\x1b[2J"}) + "\n", encoding="utf-8")
+    env = {**os.environ, "MEMORA_HOME": str(tmp_path / "home"), "TERM": "xterm"}
+    data = ["--data-dir", str(tmp_path / "d")]
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "memory", "import", str(src), *data],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "memora", "memory", "search", "deploy", *data],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect(pexpect.EOF)
+    seen = child.before
+    assert "deploy notes" in seen and "here" in seen
+    for bad in ("\x1b[1A", "\x1b[2K", "\x1b[2J", "\x1b]52", "\x1b]8"):
+        assert bad not in seen, (bad, seen)

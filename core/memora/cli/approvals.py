@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
@@ -76,14 +75,18 @@ def approval_options(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def effective_mode(flag: str | None, project: Path, config_dir: Path | None) -> ApprovalMode:
-    """The mode a command runs in: the flag, else the configured one, else ``ask``."""
-    if flag is not None:
-        return cast("ApprovalMode", flag)
-    from .common import settings_for
+def agent_mode(flag: str | None) -> dict[str, Any]:
+    """The Agent keyword for a mode flag: ``{"approvals": flag}``, or nothing (the Agent then
+    takes the configured mode, and :func:`apply_default_mode` fills in ``ask``)."""
+    return {"approvals": flag} if flag is not None else {}
 
-    configured = settings_for(project, config_dir).config.approvals
-    return configured or DEFAULT_MODE
+
+def apply_default_mode(agent: Any) -> ApprovalMode:
+    """After ``init()``: a person at the command line gets ``ask`` when neither a flag nor the
+    config chose a mode (a library host's default stays its own choice)."""
+    if agent.approvals is None:
+        agent.approvals = DEFAULT_MODE
+    return cast("ApprovalMode", agent.approvals)
 
 
 def how_to_allow(name: str, mode: str) -> str:

@@ -22,8 +22,8 @@ import click
 
 from ..errors import MemoraError
 from ..security.state import private_file
-from ..security.terminal import clean
-from .approvals import answer_approval, approval_options, effective_mode
+from ..security.terminal import clean, live_display
+from .approvals import agent_mode, answer_approval, apply_default_mode, approval_options
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -91,7 +91,10 @@ class ChatUI:
             text = "".join(answer)
             return Markdown(text) if text.strip() else Spinner("dots", text=" thinking…")
 
-        with Live(view(), console=self.console, refresh_per_second=12, transient=False) as live:
+        with (
+            live_display(),
+            Live(view(), console=self.console, refresh_per_second=12, transient=False) as live,
+        ):
             async for chunk in stream:
                 last = chunk
                 t = chunk.type
@@ -226,7 +229,7 @@ class ChatUI:
         elif name == "roles":
             for meta in agent.role_pack.list_meta():
                 mark = "*" if meta.active else " "
-                out.print(f"{mark} {meta.name}  [dim]{meta.description or ''}[/dim]")
+                out.print(f"{mark} {safe(meta.name)}  [dim]{safe(meta.description or '')}[/dim]")
         elif name == "role":
             if not arg:
                 out.print(f"role pack: {agent.role_pack.active.name}")
@@ -240,7 +243,9 @@ class ChatUI:
         elif name == "sessions":
             for info in await agent.sessions.list():
                 mark = "*" if info.id == agent.session_id else " "
-                out.print(f"{mark} {info.id}  [dim]{info.title or ''}[/dim]", highlight=False)
+                out.print(
+                    f"{mark} {safe(info.id)}  [dim]{safe(info.title or '')}[/dim]", highlight=False
+                )
         elif name == "new":
             out.print(f"session: {await agent.new_session(arg)}")
         elif name == "fork":
@@ -249,16 +254,17 @@ class ChatUI:
             if not arg:
                 out.print("[yellow]/memory QUERY[/yellow]")
             for hit in await agent.memory.search(arg, limit=8) if arg else []:
-                out.print(f"- {hit.record.content}", highlight=False)
+                out.print(f"- {safe(hit.record.content)}", highlight=False)
         elif name == "tasks":
             for item in agent.plan:
-                out.print(f"[{item.status}] {item.id}. {item.description}", highlight=False)
+                out.print(safe(f"[{item.status}] {item.id}. {item.description}"), highlight=False)
             if not agent.plan:
                 out.print("[dim](no plan)[/dim]")
         elif name == "tools":
             await agent.load_capability_tools()  # MCP servers' tools, before the first turn too
             for t in agent.exposed_tools():
-                out.print(f"{t.name}  [dim]{t.description.splitlines()[0]}[/dim]", highlight=False)
+                first = t.description.splitlines()[0] if t.description else ""
+                out.print(f"{safe(t.name)}  [dim]{safe(first)}[/dim]", highlight=False)
             if agent.tools_withheld:
                 out.print(f"[dim](no tools: {agent.tools_withheld})[/dim]", highlight=False)
         else:
@@ -342,12 +348,13 @@ def chat_cmd(
         project_trust=ask_trust,
         role_pack_dirs=list(role_pack_dirs),
         session_id=session,
-        approvals=effective_mode(approvals, project, config_dir),
+        **agent_mode(approvals),
         **explicit,
     )
     ui = ChatUI(agent, console, ask)
     try:
         runner.run(start_agent(agent, role_pack))
+        apply_default_mode(agent)
         console.print(header(agent, project), highlight=False)
         say_small_model(agent)
         while True:

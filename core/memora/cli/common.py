@@ -224,7 +224,9 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
     from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    from ..security.terminal import live_display
+
+    with live_display(), Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
 

@@ -144,7 +144,7 @@ def cli(verbose: int, quiet: bool) -> None:
 @click.option("--check", is_flag=True, help="Exit 1 when any plugin failed to load.")
 def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
     """List installed plugins, what each provides, load failures and name clashes."""
-    from .common import plugin_manager
+    from .common import plugin_manager, safe
 
     plugins = plugin_manager()
     _probe(plugins)  # a plugin whose own imports fail is a failed row, not "ok"
@@ -198,15 +198,27 @@ def plugins_cmd(show_all: bool, as_json: bool, check: bool) -> None:
                 for k, v in sorted(i.registers.items())
             )
             status = "built-in" if i.builtin else "ok"
-            table.add_row(i.name, i.distribution or "-", i.version or "-", provides or "-", status)
+            # names and errors come from third-party packages: no markup, no control sequences
+            table.add_row(
+                safe(i.name),
+                safe(i.distribution or "-"),
+                safe(i.version or "-"),
+                safe(provides or "-"),
+                status,
+            )
         for f in plugins.failures:
             table.add_row(
-                f.name, f.distribution or "?", "-", "-", f"[red]failed ({f.stage}): {f.error}[/red]"
+                safe(f.name),
+                safe(f.distribution or "?"),
+                "-",
+                "-",
+                f"[red]failed ({f.stage}): {safe(f.error)}[/red]",
             )
         console.print(table)
         for c in plugins.clashes:
             console.print(
-                f"[yellow]name clash[/yellow] {c.kind} {c.name!r}: {c.kept!r} kept it, {c.dropped!r} did not"
+                f"[yellow]name clash[/yellow] {c.kind} {safe(repr(c.name))}: "
+                f"{safe(repr(c.kept))} kept it, {safe(repr(c.dropped))} did not"
             )
         if not show_all:
             console.print("[dim]built-in plugins hidden; use --all to show them[/dim]")

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..security.terminal import clean
 from .common import StorageTarget, progress, store_options
 from .main import cli, emit_json
 
@@ -76,8 +77,9 @@ def search_cmd(
     if not hits:
         click.echo("no results")
     for h in hits:
-        click.echo(f"{h.score:7.3f}  {h.record.id}  [{h.record.source}] {h.record.name}")
-        click.echo(f"         {h.record.content[:200]}")
+        # memory text was written by a model or imported from a file: cleaned for the terminal
+        click.echo(clean(f"{h.score:7.3f}  {h.record.id}  [{h.record.source}] {h.record.name}"))
+        click.echo(f"         {clean(h.record.content[:200], newlines=False)}")
 
 
 @memory_group.command("stats")
@@ -115,8 +117,8 @@ def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
         return
     for r in chain:
         mark = "superseded by " + r.superseded_by if r.superseded_by else "current"
-        click.echo(f"{r.id}  ({mark})  session={r.session_id} round={r.round_id}")
-        click.echo(f"    {r.content[:200]}")
+        click.echo(clean(f"{r.id}  ({mark})  session={r.session_id} round={r.round_id}"))
+        click.echo(f"    {clean(r.content[:200], newlines=False)}")
 
 
 @memory_group.command("export")
@@ -286,7 +288,7 @@ def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -
         return
     for i in infos:
         flag = " (archived)" if i.archived else ""
-        click.echo(f"{i.id}  rounds={i.round_count}  {i.title}{flag}")
+        click.echo(clean(f"{i.id}  rounds={i.round_count}  {i.title}{flag}", newlines=False))
 
 
 @sessions_group.command("show")
@@ -303,11 +305,11 @@ def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
     if as_json:
         emit_json({"session": info.to_dict(), "rounds": [r.to_dict() for r in rounds]})
         return
-    click.echo(f"{info.id}: {info.title}")
+    click.echo(clean(f"{info.id}: {info.title}", newlines=False))
     for r in rounds:
-        click.echo(f"-- round {r.round_id} [{r.status}]")
-        click.echo(f"   user: {r.user[:300]}")
-        click.echo(f"   assistant: {r.assistant[:300]}")
+        click.echo(clean(f"-- round {r.round_id} [{r.status}]"))
+        click.echo(f"   user: {clean(r.user[:300], newlines=False)}")
+        click.echo(f"   assistant: {clean(r.assistant[:300], newlines=False)}")
 
 
 @sessions_group.command("fork")

@@ -37,11 +37,11 @@ def _print_reports(reports: list[dict[str, object]], as_json: bool) -> int:
         warnings = r["warnings"]
         assert isinstance(errors, list) and isinstance(warnings, list)
         status = click.style("FAIL", fg="red") if errors else click.style("ok", fg="green")
-        click.echo(f"{status}  {r['name'] or '?'}  ({r['path']})")
+        click.echo(clean(f"{status}  {r['name'] or '?'}  ({r['path']})", newlines=False))
         for issue in errors:
-            click.echo(f"   error    {issue['path']}: {issue['message']}")
+            click.echo(clean(f"   error    {issue['path']}: {issue['message']}"))
         for issue in warnings:
-            click.echo(f"   warning  {issue['path']}: {issue['message']}")
+            click.echo(clean(f"   warning  {issue['path']}: {issue['message']}"))
     return 1 if failed else 0
 
 
@@ -248,7 +248,8 @@ def list_cmd(
     for m in metas:
         chips = ", ".join(f"{k}={v}" for k, v in m.strategy.items() if v is not None)
         origin = "built-in" if m.builtin else m.path
-        click.echo(f"{m.name}  {m.description or ''}\n    {origin}\n    {chips}")
+        click.echo(clean(f"{m.name}  {m.description or ''}", newlines=False))
+        click.echo(clean(f"    {origin}\n    {chips}"))
     click.echo("\nskills every role pack sees (the global pool):")
     for entry in pool:
         where = "built-in" if entry["builtin"] else entry["path"]

@@ -13,8 +13,15 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
+from ..memory.sessions import new_session_id
 from ..security.terminal import clean
-from .approvals import answer_approval, approval_options, effective_mode, how_to_allow
+from .approvals import (
+    agent_mode,
+    answer_approval,
+    apply_default_mode,
+    approval_options,
+    how_to_allow,
+)
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -63,7 +70,7 @@ async def _run(
     continue_last: bool,
     resume: bool,
     tools: bool,
-    approvals: str,
+    approvals: str | None,
 ) -> int:
     from ..agent import Agent
     from ..chunks import AgentChunk
@@ -80,12 +87,15 @@ async def _run(
         config_dir=config_dir,
         project_trust=ask_trust,
         role_pack_dirs=role_pack_dirs,
-        session_id=session,
+        # a new conversation unless told -c or --session: a fresh id, so the most recent session
+        # is never read only to be left
+        session_id=session if session is not None or continue_last or resume else new_session_id(),
         strategy_override=override,
-        approvals=approvals,
+        **agent_mode(approvals),
         **explicit,
     )
     await start_agent(agent, role_pack)
+    approvals = apply_default_mode(agent)
     if events == "text":
         say_small_model(agent)
     import asyncio
@@ -102,8 +112,6 @@ async def _run(
             state_file.unlink(missing_ok=True)
             stream = _after_pause(agent, approvals, interactive, always)
         else:
-            if session is None and not continue_last:
-                await agent.new_session()  # a new conversation unless told -c or --session
             stream = agent.chat(prompt or "")
         while stream is not None:
             last: AgentChunk | None = None
@@ -304,7 +312,7 @@ def run_cmd(
                 continue_last=continue_last,
                 resume=resume,
                 tools=tools,
-                approvals=effective_mode(approvals, project, config_dir),
+                approvals=approvals,
             )
         )
     except MemoraError as exc:

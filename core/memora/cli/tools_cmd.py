@@ -14,7 +14,7 @@ import click
 from ..checks import approval_for
 from ..errors import ErrorCode, MemoraError
 from ..security.terminal import clean
-from .approvals import approval_options, effective_mode
+from .approvals import DEFAULT_MODE, approval_options
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -170,10 +170,10 @@ def list_cmd(
     import asyncio
 
     project = project.resolve()
-    mode = effective_mode(approvals, project, config_dir)
 
     async def run() -> dict[str, Any]:
         agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
+        mode = approvals or agent.approvals or DEFAULT_MODE  # a flag, the config, else ask
         try:
             from ..capabilities import PRIVILEGED
 
@@ -255,10 +255,10 @@ def show_cmd(
     import asyncio
 
     project = project.resolve()
-    mode = effective_mode(approvals, project, config_dir)
 
     async def run() -> dict[str, Any]:
         agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
+        mode = approvals or agent.approvals or DEFAULT_MODE
         try:
             tool = agent.tools.get(name)
             if tool is None:
@@ -284,7 +284,7 @@ def show_cmd(
     click.echo(
         f"writes: {'yes' if info['writes'] else 'no'} · runs code: "
         f"{'yes' if info['runs_code'] else 'no'} · {info['idempotency']} · "
-        f"approval ({mode}): {what[info['approval']]}"
+        f"approval ({info['approvals']}): {what[info['approval']]}"
         + ("" if info["exposed"] else " · not shown to the active role pack")
     )
     params = info["parameters"].get("properties") or {}

@@ -55,10 +55,16 @@ __all__ = [
     "RoundRecord",
     "SessionInfo",
     "lines_until_round",
+    "new_session_id",
 ]
 
 logger = logging.getLogger("memora.sessions")
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def new_session_id() -> str:
+    """A fresh session id: the UTC time it was made and eight random hex digits."""
+    return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -443,7 +449,7 @@ class JsonlSessionStore:
     # -- API -------------------------------------------------------------------------------------
 
     async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
-        sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        sid = session_id or new_session_id()
         folder = self._dir(sid)
         if session_id is not None:  # a host's id: refuse a planted link now, not at the first turn
             check_state_path(folder / "meta.json", self.root.parent)
@@ -603,7 +609,7 @@ class InMemorySessionStore:
         return info
 
     async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
-        sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        sid = session_id or new_session_id()
         if sid in self._meta:
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()

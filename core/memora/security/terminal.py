@@ -8,10 +8,11 @@ overwrite what the user just read.  Two layers keep that from happening:
 - :func:`clean` drops every control character and escape sequence from a string (newlines and
   tabs stay).  Every place that hands outside text to the terminal or to the renderer calls it.
 - :class:`TerminalGuard` wraps the command line's ``stdout``/``stderr``: it lets through only
-  the sequences the renderer (Rich) itself writes — colours and styles (SGR), the cursor steps and
-  line erases of its live displays, show/hide cursor, hyperlinks it renders from Markdown — and
-  drops any other, so a string a code path forgot to clean still cannot reach the terminal as a
-  command.
+  the sequences the renderer (Rich) itself writes — colours and styles (SGR) and the hyperlinks
+  it renders from Markdown always; the cursor steps, line erases, carriage returns and
+  show/hide cursor of a live display only while one runs (:func:`live_display`) — and drops any
+  other, so a string a code path forgot to clean still cannot reach the terminal as a command,
+  nor move the cursor to overwrite what the user read.
 
 Because both drop the introducer (ESC, or a C1 control) wherever it appears, a sequence split
 across two chunks of a stream cannot be reassembled either.
@@ -19,11 +20,13 @@ across two chunks of a stream cannot be reassembled either.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-__all__ = ["TerminalGuard", "clean", "install_guard"]
+__all__ = ["TerminalGuard", "clean", "install_guard", "live_display"]
 
 # C0 controls but \t and \n, DEL, C1 controls (0x80-0x9f, which include the 8-bit CSI/OSC/DCS
 # introducers), and the bidirectional overrides and isolates that reorder what is displayed
@@ -64,10 +67,17 @@ def clean(text: str, *, newlines: bool = True) -> str:
     return out
 
 
-# What the renderer writes itself: SGR styles, cursor up/down/forward/back and to a column, erase
-# in line, show/hide cursor, carriage return (Rich's live displays and progress bars), and OSC 8
-# hyperlinks in the form Rich writes them.
+# What the renderer writes itself: SGR styles and OSC 8 hyperlinks in the form Rich writes them
+# (always); cursor up/down/forward/back and to a column, erase in line, show/hide cursor and a
+# carriage return (Rich's live displays and progress bars: only while one runs).
 _OWN = re.compile(
+    r"""
+    \x1b\[[0-9;:]*m
+  | \x1b\]8;[^\x07\x1b;]*;[^\x07\x1b]*\x1b\\
+    """,
+    re.VERBOSE,
+)
+_OWN_LIVE = re.compile(
     r"""
     \x1b\[[0-9;:]*m
   | \x1b\[[0-9]*[ABCDGK]
@@ -76,22 +86,42 @@ _OWN = re.compile(
     """,
     re.VERBOSE,
 )
+_live = 0
+
+
+@contextlib.contextmanager
+def live_display() -> Iterator[None]:
+    """While a live display (Rich's ``Live``, ``Progress``) runs, the guard also passes its
+    cursor steps, line erases and carriage returns; outside one, they are dropped."""
+    global _live
+    _live += 1
+    try:
+        yield
+    finally:
+        _live -= 1
 
 
 def _guard(text: str) -> str:
     if text.isprintable():
         return text
+    live = _live > 0
+    own = _OWN_LIVE if live else _OWN
+    strip = _strip_live if live else _strip
     out: list[str] = []
     pos = 0
-    for match in _OWN.finditer(text):
-        out.append(_strip(text[pos : match.start()]))
+    for match in own.finditer(text):
+        out.append(strip(text[pos : match.start()]))
         out.append(match.group(0))
         pos = match.end()
-    out.append(_strip(text[pos:]))
+    out.append(strip(text[pos:]))
     return "".join(out)
 
 
 def _strip(text: str) -> str:
+    return _CONTROLS.sub("", _SEQUENCE.sub("", text.replace("\r\n", "\n")))
+
+
+def _strip_live(text: str) -> str:
     return _CONTROLS_BUT_CR.sub("", _SEQUENCE.sub("", text))
 
 
