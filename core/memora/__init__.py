@@ -19,6 +19,8 @@ _LAZY: dict[str, str] = {
     # the agent
     "Agent": "memora.agent",
     "AgentOptions": "memora.agent",
+    "ProjectRuntime": "memora.agent",
+    "PausedTurn": "memora.agent",
     "Messages": "memora.messages",
     "load_config": "memora.config",
     "create_provider_from_config": "memora.config",
@@ -31,6 +33,19 @@ _LAZY: dict[str, str] = {
     "NotAvailableError": "memora.errors",
     "PluginError": "memora.errors",
     "PluginConflictError": "memora.errors",
+    "AbortedError": "memora.errors",
+    "BusyError": "memora.errors",
+    "ConflictError": "memora.errors",
+    "InvalidConfigError": "memora.errors",
+    "InvalidInputError": "memora.errors",
+    "NotFoundError": "memora.errors",
+    "NotInitializedError": "memora.errors",
+    "PauseExpiredError": "memora.errors",
+    "PluginHookError": "memora.errors",
+    "PluginLoadError": "memora.errors",
+    "ProjectLockedError": "memora.errors",
+    "StorageError": "memora.errors",
+    "TurnFailedError": "memora.errors",
     "ToolError": "memora.errors",
     "ToolErrorCode": "memora.errors",
     "is_retryable": "memora.errors",
@@ -65,19 +80,32 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *sorted(_LAZY)]
 
 if TYPE_CHECKING:
-    from .agent import Agent, AgentOptions
+    from .agent import Agent, AgentOptions, PausedTurn, ProjectRuntime
     from .capabilities import CapabilityMap, compute_capability_map
     from .checks import Allow, Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
     from .chunks import AgentChunk, chunk_adapter
     from .config import create_provider_from_config, load_config
     from .errors import (
+        AbortedError,
+        BusyError,
+        ConflictError,
         ErrorCode,
+        InvalidConfigError,
+        InvalidInputError,
         MemoraError,
         NotAvailableError,
+        NotFoundError,
+        NotInitializedError,
+        PauseExpiredError,
         PluginConflictError,
         PluginError,
+        PluginHookError,
+        PluginLoadError,
+        ProjectLockedError,
+        StorageError,
         ToolError,
         ToolErrorCode,
+        TurnFailedError,
         is_retryable,
     )
     from .hookspecs import hookimpl as hookimpl

@@ -10,17 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "RETRYABLE_TOOL_ERRORS",
+    "AbortedError",
+    "BusyError",
+    "ConflictError",
+    "ErrorCategory",
     "ErrorCode",
+    "InvalidConfigError",
+    "InvalidInputError",
     "MemoraError",
     "NotAvailableError",
+    "NotFoundError",
+    "NotInitializedError",
+    "PauseExpiredError",
     "PluginConflictError",
     "PluginError",
+    "PluginHookError",
+    "PluginLoadError",
+    "ProjectLockedError",
+    "ProviderError",
+    "StorageError",
     "ToolError",
     "ToolErrorCode",
+    "TurnFailedError",
     "describe_validation_error",
     "is_retryable",
 ]
@@ -57,16 +72,29 @@ class ErrorCode(StrEnum):
     """The host's check refused a change (a role-pack edit); nothing was changed."""
     PAUSE_EXPIRED = "PAUSE_EXPIRED"
     """A paused turn waited longer than ``pause_timeout``; it was dropped."""
+    TURN_FAILED = "TURN_FAILED"
+    """A turn failed inside memora or a plugin (``chat_text``); ``mark_recovered()`` is needed."""
+    ABORTED = "ABORTED"
+    """A turn was aborted (``chat_text``): by ``abort()``, a stall or a cancellation."""
 
 
 class MemoraError(Exception):
     """Base class of every error memora raises on purpose.
 
     ``code`` is stable and meant for programs; ``message`` is for people; ``context`` holds the
-    details (never secrets).
+    details (never secrets).  Each code has its own subclass (``BusyError`` for ``BUSY``...), so
+    hosts can ``except BusyError:``; ``MemoraError(ErrorCode.BUSY, ...)`` builds a
+    ``BusyError``, and every subclass still carries its ``code``.
     """
 
     code: ErrorCode
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> MemoraError:
+        if args and cls in _BASES:
+            sub = _BY_CODE.get(str(args[0]))
+            if sub is not None and issubclass(sub, cls):
+                cls = sub
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -83,27 +111,180 @@ class MemoraError(Exception):
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.code, self.message, self.context), self.__dict__)
+
     def to_dict(self) -> dict[str, Any]:
         return {"code": str(self.code), "message": self.message, "context": self.context}
 
 
-class NotAvailableError(MemoraError):
-    """Something was asked for by name and nothing provides it; ``context['available']`` lists
-    what does exist."""
+def _rebuild(
+    cls: type[MemoraError], code: str, message: str, context: dict[str, Any]
+) -> MemoraError:
+    error = Exception.__new__(cls)
+    MemoraError.__init__(error, code, message, context=context)
+    return error
 
-    def __init__(self, message: str, *, context: Mapping[str, Any] | None = None) -> None:
-        super().__init__(ErrorCode.NOT_AVAILABLE, message, context=context)
+
+class _CodedError(MemoraError):
+    """A subclass fixed to one code: ``XError(message, context=...)``; the two-argument form
+    ``XError(code, message)`` is accepted too (it is what ``MemoraError(code, ...)`` passes)."""
+
+    default_code: ErrorCode
+
+    def __init__(self, *args: Any, context: Mapping[str, Any] | None = None) -> None:
+        if len(args) == 2:
+            code, message = args
+        elif len(args) == 1:
+            code, message = self.default_code, args[0]
+        else:
+            raise TypeError(f"{type(self).__name__}(message, *, context=None)")
+        super().__init__(code, message, context=context)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "default_code" in cls.__dict__:
+            _BY_CODE[str(cls.default_code)] = cls
+
+
+_BY_CODE: dict[str, type[MemoraError]] = {}
 
 
 class PluginError(MemoraError):
-    """A plugin failed to load or raised inside a hook; ``context['plugin']`` names it."""
+    """A plugin failed to load or raised inside a hook, or two plugins claimed one name;
+    ``context['plugin']`` names it."""
 
 
-class PluginConflictError(PluginError):
-    """Two plugins claimed the same name; ``context['owners']`` names both."""
+class InvalidConfigError(_CodedError):
+    """``INVALID_CONFIG``: a malformed option, manifest or config file; the message names the field."""
 
-    def __init__(self, message: str, *, context: Mapping[str, Any] | None = None) -> None:
-        super().__init__(ErrorCode.PLUGIN_CONFLICT, message, context=context)
+    default_code = ErrorCode.INVALID_CONFIG
+
+
+class NotAvailableError(_CodedError):
+    """``NOT_AVAILABLE``: something was asked for by name and nothing provides it;
+    ``context['available']`` lists what does exist."""
+
+    default_code = ErrorCode.NOT_AVAILABLE
+
+
+class PluginLoadError(_CodedError, PluginError):
+    """``PLUGIN_LOAD_FAILED``: a plugin could not be imported or is blocked."""
+
+    default_code = ErrorCode.PLUGIN_LOAD_FAILED
+
+
+class PluginConflictError(_CodedError, PluginError):
+    """``PLUGIN_CONFLICT``: two plugins claimed the same name; ``context['owners']`` names both."""
+
+    default_code = ErrorCode.PLUGIN_CONFLICT
+
+
+class PluginHookError(_CodedError, PluginError):
+    """``PLUGIN_HOOK_FAILED``: a plugin raised inside one of its hooks."""
+
+    default_code = ErrorCode.PLUGIN_HOOK_FAILED
+
+
+class NotInitializedError(_CodedError):
+    """``NOT_INITIALIZED``: the Agent is not initialised yet, or is closed."""
+
+    default_code = ErrorCode.NOT_INITIALIZED
+
+
+class ProjectLockedError(_CodedError):
+    """``PROJECT_LOCKED``: another process holds the project lock."""
+
+    default_code = ErrorCode.PROJECT_LOCKED
+
+
+class BusyError(_CodedError):
+    """``BUSY``: a turn is running or paused on this Agent, or the session is held elsewhere."""
+
+    default_code = ErrorCode.BUSY
+
+
+class StorageError(_CodedError):
+    """``STORAGE_ERROR``: a storage backend failed to read or write."""
+
+    default_code = ErrorCode.STORAGE_ERROR
+
+
+class InvalidInputError(_CodedError):
+    """``INVALID_INPUT``: a call received an argument outside its legal range."""
+
+    default_code = ErrorCode.INVALID_INPUT
+
+
+class NotFoundError(_CodedError):
+    """``NOT_FOUND``: a named object (session, memory, role pack) does not exist."""
+
+    default_code = ErrorCode.NOT_FOUND
+
+
+class ConflictError(_CodedError):
+    """``CONFLICT``: the host's check refused a change; nothing was changed."""
+
+    default_code = ErrorCode.CONFLICT
+
+
+class PauseExpiredError(_CodedError):
+    """``PAUSE_EXPIRED``: a paused turn waited longer than ``pause_timeout``; it was dropped."""
+
+    default_code = ErrorCode.PAUSE_EXPIRED
+
+
+class TurnFailedError(_CodedError):
+    """``TURN_FAILED``: the turn failed inside memora or a plugin (``chat_text``); the session
+    needs ``mark_recovered()``."""
+
+    default_code = ErrorCode.TURN_FAILED
+
+
+class AbortedError(_CodedError):
+    """``ABORTED``: the turn was aborted (``chat_text``); ``context['stop_reason']`` says why."""
+
+    default_code = ErrorCode.ABORTED
+
+
+ErrorCategory = Literal["connection", "timeout", "unknown"]
+
+
+class ProviderError(MemoraError):
+    """``PROVIDER_ERROR``: an LLM call failed.
+
+    ``retryable`` is true for transient failures (429, 5xx, a dropped connection);
+    ``retry_after`` is the delay the server asked for, in seconds, when it said one.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        category: ErrorCategory = "unknown",
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> None:
+        message = args[-1] if args else ""
+        super().__init__(
+            ErrorCode.PROVIDER_ERROR,
+            message,
+            context={
+                "category": category,
+                "retryable": retryable,
+                "status": status,
+                **(context or {}),
+            },
+        )
+        self.category: ErrorCategory = category
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+
+
+_BY_CODE[str(ErrorCode.PROVIDER_ERROR)] = ProviderError
+_BASES = frozenset({MemoraError, PluginError})
 
 
 class ToolErrorCode(StrEnum):

@@ -9,41 +9,12 @@ a timeout or something else, and ``retryable`` whether trying again may help.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ..errors import ErrorCode, MemoraError
+from ..errors import ErrorCategory, ProviderError
 from .types import Delta, LLMRequest, TextDelta
 
 __all__ = ["ErrorCategory", "Provider", "ProviderError", "complete_text"]
-
-ErrorCategory = Literal["connection", "timeout", "unknown"]
-
-
-class ProviderError(MemoraError):
-    """An LLM call failed.
-
-    ``retryable`` is true for transient failures (429, 5xx, a dropped connection);
-    ``retry_after`` is the delay the server asked for, in seconds, when it said one.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        category: ErrorCategory = "unknown",
-        retryable: bool = False,
-        retry_after: float | None = None,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(
-            ErrorCode.PROVIDER_ERROR,
-            message,
-            context={"category": category, "retryable": retryable, "status": status},
-        )
-        self.category: ErrorCategory = category
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.status = status
 
 
 @runtime_checkable
