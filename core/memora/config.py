@@ -22,6 +22,7 @@ this file.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,17 +146,34 @@ def read_config_file(path: Path) -> MemoraConfig:
     return config
 
 
-def load_config(path: str | Path) -> MemoraConfig:
+def load_config(path: str | Path, *, plugins: Any = None) -> MemoraConfig:
     """Read ``path`` (a ``config.json`` file, or a project folder holding ``.memora/config.json``).
 
     A missing file gives the defaults; a malformed one raises ``INVALID_CONFIG`` naming the field.
+    A project's file (a folder, or a ``.memora/config.json`` outside the user config folder) goes
+    through the same guard as the Agent's settings: only what a project may set is returned, plus
+    the requests the user allowed for that project (``memora trust``); a key that picks where
+    requests go (``base_url``...) is refused with ``INVALID_CONFIG``.  ``plugins``: the plugin
+    manager whose factories' declarations say what a project may set (default: the installed
+    plugins).
     """
+    from .settings import read_project_layer, user_config_dir
+
     p = Path(path)
+    project = p if p.is_dir() else None
     if p.is_dir():
         p = p / ".memora" / "config.json"
+    elif p.name == "config.json" and p.parent.name == ".memora":
+        user_dir = user_config_dir()
+        if os.path.abspath(p.parent) != os.path.abspath(user_dir):
+            project = p.parent.parent
     if not p.exists():
         return MemoraConfig()
-    config = read_config_file(p)
+    if project is not None:
+        layer, _, _ = read_project_layer(project, user_config_dir(), plugins=plugins)
+        config = MemoraConfig.model_validate(layer or {})
+    else:
+        config = read_config_file(p)
     if config.active_provider and config.active_provider not in config.providers:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,

@@ -333,6 +333,46 @@ def _installed_plugins() -> Plugins:
     return _INSTALLED[key]
 
 
+def _keep(
+    options: Mapping[str, Any],
+    rules: Rules,
+    mine: Mapping[str, Any],
+    prefix: str,
+    requests: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``options`` their rules allow (compared with the user's side, ``mine``); the rest go
+    to ``requests`` under ``prefix.key``."""
+    kept: dict[str, Any] = {}
+    for key, value in options.items():
+        rule = rules.get(key)
+        if rule is not None and rule.allows(value, mine.get(key)):
+            kept[key] = value
+        else:
+            requests[f"{prefix}.{key}"] = value
+    return kept
+
+
+def _provider_entry(
+    name: str,
+    entry: Mapping[str, Any],
+    lower: Mapping[str, Any],
+    lookup: RuleLookup,
+    requests: dict[str, Any],
+) -> dict[str, Any]:
+    """A project's provider entry as allowed: its ``type`` and the options its plugin declares
+    safe (each compared with the user's entry of that name, else the plugin's options)."""
+    kind = entry.get("type")
+    if not isinstance(kind, str):
+        rules: Rules = {}
+        defaults: Mapping[str, Any] = {}
+    else:
+        rules = lookup(kind, "provider")
+        defaults = (lower.get("plugins") or {}).get(kind) or {}
+    mine = {**defaults, **((lower.get("providers") or {}).get(name) or {})}
+    body = {k: v for k, v in entry.items() if k != "type"}
+    return {"type": kind, **_keep(body, rules, mine, f"providers.{name}", requests)}
+
+
 def _split_project_layer(
     layer: Mapping[str, Any], lower: Mapping[str, Any], lookup: RuleLookup
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -351,32 +391,14 @@ def _split_project_layer(
     if "options" in layer:  # already checked against CONFIG_OPTIONS
         allowed["options"] = dict(layer["options"])
     lower_plugins = lower.get("plugins") or {}
-    lower_providers = lower.get("providers") or {}
     for name, entry in (layer.get("providers") or {}).items():
-        kind = entry.get("type")
-        rules = lookup(kind, "provider") if isinstance(kind, str) else {}
-        kept: dict[str, Any] = {"type": kind}
-        for key, value in entry.items():
-            if key == "type":
-                continue
-            current = (lower_providers.get(name) or {}).get(
-                key, (lower_plugins.get(kind) or {}).get(key) if isinstance(kind, str) else None
-            )
-            rule = rules.get(key)
-            if rule is not None and rule.allows(value, current):
-                kept[key] = value
-            else:
-                requests[f"providers.{name}.{key}"] = value
-        allowed.setdefault("providers", {})[name] = kept
+        allowed.setdefault("providers", {})[name] = _provider_entry(
+            name, entry, lower, lookup, requests
+        )
     for name, options in (layer.get("plugins") or {}).items():
-        rules = lookup(name, None)
-        kept = {}
-        for key, value in options.items():
-            rule = rules.get(key)
-            if rule is not None and rule.allows(value, (lower_plugins.get(name) or {}).get(key)):
-                kept[key] = value
-            else:
-                requests[f"plugins.{name}.{key}"] = value
+        kept = _keep(
+            options, lookup(name, None), lower_plugins.get(name) or {}, f"plugins.{name}", requests
+        )
         if kept:
             allowed.setdefault("plugins", {})[name] = kept
     return allowed, requests
@@ -402,6 +424,42 @@ def _decide(request: TrustRequest, user_dir: Path, trust: TrustAnswer) -> bool:
             store.record(request.project, request.digest, bool(answer))
             decision = bool(answer)
     return bool(decision)
+
+
+def read_project_layer(
+    project: Path,
+    user_dir: Path,
+    lower: Mapping[str, Any] | None = None,
+    *,
+    plugins: Plugins | None = None,
+    trust: TrustAnswer = None,
+    warn: bool = True,
+) -> tuple[dict[str, Any] | None, TrustRequest | None, bool]:
+    """``(layer, request, trusted)``: what ``<project>/.memora/config.json`` may set — its
+    allow-listed part, plus its requests when ``trust`` (or the user's remembered answer) allows
+    them — or None when the file does not exist.  ``lower``: what the user's side set (the
+    ``AtMost`` rules compare with it).  The one guard every reader of a project's config goes
+    through (:func:`resolve_settings`, :func:`memora.load_config`)."""
+    path = project / ".memora" / "config.json"
+    layer = _read_layer(path, user_dir)
+    if layer is None:
+        return None, None, False
+    allowed, requests = _split_project_layer(layer, lower or {}, _plugin_lookup(plugins))
+    if not requests:
+        return allowed, None, False
+    request = TrustRequest(Path(os.path.abspath(project)), path, requests, request_digest(requests))
+    trusted = _decide(request, user_dir, trust)
+    if warn and not trusted and (path, request.digest) not in _WARNED:
+        _WARNED.add((path, request.digest))  # once per process, not per resolution
+        log.warning(
+            "%s asks for %s, which a project's config cannot set on its own; left "
+            "off (allow it with `memora trust allow --project %s`, or set it in your "
+            "user config)",
+            path,
+            ", ".join(sorted(requests)),
+            request.project,
+        )
+    return (layer if trusted else allowed), request, trusted
 
 
 class _Origins(dict[str, str]):
@@ -471,29 +529,15 @@ def resolve_settings(
     request: TrustRequest | None = None
     trusted = False
     for path, label in layers:
-        layer = _read_layer(path, user_dir if label == "project config" else None)
+        if label == "project config" and project is not None:
+            layer, request, trusted = read_project_layer(
+                Path(project), user_dir, merged, plugins=plugins, trust=trust, warn=warn
+            )
+        else:
+            layer = _read_layer(path)
         if layer is None:
             continue
         files.append(path)
-        if label == "project config" and project is not None:
-            allowed, requests = _split_project_layer(layer, merged, _plugin_lookup(plugins))
-            if requests:
-                request = TrustRequest(
-                    Path(os.path.abspath(project)), path, requests, request_digest(requests)
-                )
-                trusted = _decide(request, user_dir, trust)
-                if warn and not trusted and (path, request.digest) not in _WARNED:
-                    _WARNED.add((path, request.digest))  # once per process, not per resolution
-                    log.warning(
-                        "%s asks for %s, which a project's config cannot set on its own; left "
-                        "off (allow it with `memora trust allow --project %s`, or set it in your "
-                        "user config)",
-                        path,
-                        ", ".join(sorted(requests)),
-                        request.project,
-                    )
-                if not trusted:
-                    layer = allowed
         _merge(merged, origins, layer, f"{label} {path}")
     for var, key in ENVIRONMENT.items():
         value = env.get(var, "").strip()
@@ -527,3 +571,108 @@ def resolve_settings(
     return Settings(
         config, dict(origins), tuple(files), user_dir, request, trusted, dict(origins.shadowed)
     )
+
+
+@dataclass(slots=True)
+class AgentSettings:
+    """The host's Agent options over the resolved :class:`Settings`: the one place their
+    precedence is decided (an option the host set > the environment > the project > the user >
+    the defaults).  Built by :func:`agent_settings`; read by the project runtime."""
+
+    settings: Settings
+    options: Any
+    """The :class:`~memora.agent.AgentOptions` in force: the host's, with the config files'
+    ``options`` filled in where the host set nothing."""
+    explicit: frozenset[str]
+    """The option names the host set."""
+
+    @property
+    def approvals(self) -> Any:
+        """The approval mode: the host's, else the config's (a project only tightens it)."""
+        if "approvals" in self.explicit:
+            return self.options.approvals
+        return self.settings.config.approvals
+
+    def _host(self, name: str) -> Any:
+        """The host's value for ``name``, or None when it set none."""
+        return getattr(self.options, name) if name in self.explicit else None
+
+    def storage(self) -> Any:
+        """A storage backend name, or the host's storage object."""
+        host = self._host("storage")
+        return host if host is not None else self.settings.storage
+
+    def state_store(self, option: str, available: list[str], fallback: str) -> Any:
+        """The session store or project lock: the host's option, else the config's key, else
+        the one a plugin registered under the storage backend's name, else ``fallback``."""
+        host = self._host(option)
+        if host is not None:
+            return host
+        return self.settings.state_store(option, self.storage(), available, fallback)
+
+    def plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
+        ``plugin_options[name]`` < ``extra``."""
+        return {
+            **self.settings.plugin_options(name),
+            **self.options.plugin_options.get(name, {}),
+            **(extra or {}),
+        }
+
+    def provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
+        """The chat (``provider``) or ``background_provider``: ``(name or object, options)``.
+        A host's option wins, then the configured entry (``active_provider`` /
+        ``background_provider``); the chat provider defaults to the embedded ``llamacpp``."""
+        chat = key == "provider"
+        extra = dict(self.options.provider_options) if chat else {}
+        host = self._host(key)
+        if host is not None:
+            return host, extra
+        config = self.settings.config
+        name = config.active_provider if chat else config.background_provider
+        entry = self.settings.provider(name) if name else None
+        if entry is not None:
+            return entry[0], {**entry[1], **extra}
+        return ("llamacpp", extra) if chat else (None, {})
+
+
+def agent_settings(
+    options: Any, *, plugins: Plugins | None = None, warn: bool = True
+) -> AgentSettings:
+    """Resolve the settings for an Agent's ``options`` (:class:`~memora.agent.AgentOptions`):
+    the files, the environment and the host's options, in one precedence.  A bad value in the
+    config's ``options`` raises ``INVALID_CONFIG`` naming the key and its source."""
+    from .agent.options import AgentOptions
+
+    explicit = frozenset(options.model_fields_set)
+    host_storage = options.storage if "storage" in explicit else None
+    settings = resolve_settings(
+        options.project_path,
+        config_dir=options.config_dir,
+        explicit={"storage": host_storage} if isinstance(host_storage, str) else None,
+        explicit_label="Agent option",
+        plugins=plugins,
+        trust=options.project_trust,
+        warn=warn,
+    )
+    updates = {k: v for k, v in settings.config.options.items() if k not in explicit}
+    if updates:
+        current = {name: getattr(options, name) for name in explicit}
+        try:
+            options = AgentOptions.model_validate(
+                {
+                    "project_path": options.project_path,
+                    "data_dir": options.data_dir,
+                    **current,
+                    **updates,
+                }
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = str(first["loc"][0]) if first["loc"] else "?"
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"options.{key} (from {settings.origin('options.' + key)}): {first['msg']}",
+                context={"key": f"options.{key}"},
+            ) from exc
+    return AgentSettings(settings, options, explicit)

@@ -9,6 +9,7 @@ from memora import hookimpl
 from memora.config import create_provider_from_config, load_config
 from memora.errors import ErrorCode, MemoraError
 from memora.plugins import create_plugin_manager
+from memora.security.trust import ANY, project_settable
 
 
 def _write(project: Path, data: object) -> None:
@@ -32,14 +33,18 @@ def test_config_with_providers(tmp_path: Path) -> None:
             },
         },
     )
-    config = load_config(tmp_path)
 
     class Echo:
         @hookimpl
         def register_providers(self, register):  # type: ignore[no-untyped-def]
-            register("echo", lambda options: ("echo", dict(options)))
+            # a project's config may set `greeting` only because the factory declares it safe
+            register(
+                "echo",
+                project_settable(lambda options: ("echo", dict(options)), greeting=ANY),
+            )
 
     pm = create_plugin_manager(load_entrypoints=False, extra=[Echo()])
+    config = load_config(tmp_path, plugins=pm)
     assert create_provider_from_config(None, config, pm) == ("echo", {"greeting": "你好"})
     assert create_provider_from_config("remote", config, pm) == ("echo", {"greeting": "hi"})
     with pytest.raises(MemoraError) as info:
@@ -67,3 +72,38 @@ def test_invalid_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{oops", encoding="utf-8")
     with pytest.raises(MemoraError, match="not valid JSON"):
         load_config(tmp_path / "config.json")
+
+
+def test_a_project_config_cannot_point_a_provider_elsewhere(tmp_path: Path) -> None:
+    """load_config + create_provider_from_config go through the Agent's guard: a cloned
+    project's `base_url` is refused, an undeclared option is left off."""
+    _write(
+        tmp_path,
+        {"active_provider": "x", "providers": {"x": {"type": "openai", "base_url": "http://evil"}}},
+    )
+    with pytest.raises(MemoraError) as info:
+        load_config(tmp_path)
+    assert info.value.code == ErrorCode.INVALID_CONFIG and "base_url" in str(info.value)
+    with pytest.raises(MemoraError):
+        load_config(tmp_path / ".memora" / "config.json")
+    _write(
+        tmp_path, {"active_provider": "x", "providers": {"x": {"type": "echo", "greeting": "hi"}}}
+    )
+
+    class Echo:
+        @hookimpl
+        def register_providers(self, register):  # type: ignore[no-untyped-def]
+            register("echo", lambda options: ("echo", dict(options)))
+
+    pm = create_plugin_manager(load_entrypoints=False, extra=[Echo()])
+    config = load_config(tmp_path, plugins=pm)
+    assert create_provider_from_config(None, config, pm) == ("echo", {})
+
+
+def test_a_user_config_file_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps({"providers": {"x": {"type": "openai", "base_url": "http://127.0.0.1:1"}}}),
+        encoding="utf-8",
+    )
+    assert load_config(path).providers["x"].options()["base_url"] == "http://127.0.0.1:1"

@@ -274,3 +274,42 @@ def test_memora_run_in_a_hostile_project_sends_nothing(tmp_path: Path) -> None:
     )
     assert r.returncode == 1 and "cannot be set in a project's config" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_agent_settings_decide_the_precedence_once(tmp_path: Path) -> None:
+    """A host's provider wins over the config's active one; with no background provider
+    configured the background is the chat provider (not the config's active entry)."""
+    from memora.agent.options import AgentOptions
+    from memora.settings import agent_settings
+
+    project = tmp_path / "p"
+    (project / ".memora").mkdir(parents=True)
+    (project / ".memora" / "config.json").write_text(
+        json.dumps(
+            {
+                "active_provider": "local",
+                "providers": {"local": {"type": "llamacpp"}},
+                "options": {"max_tokens": 77},
+            }
+        ),
+        encoding="utf-8",
+    )
+    host = AgentOptions(
+        project_path=project,
+        data_dir=project / ".memora",
+        config_dir=tmp_path / "home",
+        provider="openai",
+        provider_options={"model": "m"},
+        max_iterations=5,
+    )
+    resolved = agent_settings(host)
+    assert resolved.provider_spec("provider") == ("openai", {"model": "m"})
+    assert resolved.provider_spec("background_provider") == (None, {})
+    assert resolved.options.max_tokens == 77 and resolved.options.max_iterations == 5
+    assert "max_tokens" not in resolved.explicit and "provider" in resolved.explicit
+    assert resolved.storage() == "sqlite"
+    assert resolved.state_store("session_store", [], "jsonl") == "jsonl"
+    without_host = agent_settings(
+        AgentOptions(project_path=project, data_dir=project / ".memora", config_dir=tmp_path / "h")
+    )
+    assert without_host.provider_spec("provider") == ("llamacpp", {})
