@@ -1,4 +1,4 @@
-"""The Agent facade and the turn loop."""
+"""The Agent facade, its project runtime, live session, paused turns and the turn loop."""
 
 from .agent import (
     Agent,
@@ -9,8 +9,11 @@ from .agent import (
     ToolCallResult,
 )
 from .context_window import ContextWindow
+from .exposure import ToolExposure, TurnTools
 from .loop import TurnDeps, TurnEngine, TurnState
 from .options import AgentOptions, TeamConfig
+from .pause import PausedTurn, TurnControl
+from .prompts import Prompts, TurnPrompts
 from .record import (
     ApprovalDecision,
     ApprovalPause,
@@ -21,6 +24,8 @@ from .record import (
     QuestionPause,
     TurnRecord,
 )
+from .runtime import ProjectRuntime
+from .session import LiveSession, SummaryPlan
 from .state import (
     DuplicateCallInterceptor,
     DuplicateCheckContext,
@@ -39,20 +44,29 @@ __all__ = [
     "DuplicateCallInterceptor",
     "DuplicateCheckContext",
     "HostPause",
+    "LiveSession",
     "Outbox",
     "PauseMeta",
+    "PausedTurn",
     "PendingCall",
     "PlanItemOutcome",
     "PolishManager",
+    "ProjectRuntime",
+    "Prompts",
     "QuestionPause",
     "SecurityManager",
     "SessionManager",
     "SessionState",
     "StatusTransition",
+    "SummaryPlan",
     "TeamConfig",
     "ToolCallResult",
+    "ToolExposure",
+    "TurnControl",
     "TurnDeps",
     "TurnEngine",
+    "TurnPrompts",
     "TurnRecord",
     "TurnState",
+    "TurnTools",
 ]

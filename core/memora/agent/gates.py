@@ -139,7 +139,7 @@ def read_only(c: GateCall) -> Verdict | None:
 
 def capability(c: GateCall) -> Verdict | None:
     assert c.tool is not None
-    if not c.deps.visible(c.tool):
+    if not c.deps.exposure.visible(c.tool):
         return _not_available(f"tool {c.name!r} is not enabled for this role")
     return None
 

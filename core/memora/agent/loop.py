@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,7 +60,7 @@ from ..errors import ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
-from ..llm.types import LLMRequest, Message, ToolCallDelta, ToolSpec, clean_delta
+from ..llm.types import LLMRequest, Message, ToolCallDelta, clean_delta
 from ..services import _ROUND
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
@@ -90,6 +90,10 @@ if TYPE_CHECKING:
     from ..tools.context import ToolContext
     from ..tracing import Tracer
     from .context_window import ContextWindow
+    from .exposure import TurnTools
+    from .pause import TurnControl
+    from .prompts import TurnPrompts
+    from .session import LiveSession, SummaryPlan
     from .state import SessionState
 
 __all__ = ["Goto", "Stop", "Suspend", "TurnDeps", "TurnEngine", "TurnState", "is_satisfied"]
@@ -168,15 +172,11 @@ class TurnDeps:
     check: Callable[[ToolCallInfo, CheckContext], CheckOutcome]
     tool_context: ToolContext
     """The turn's base context; each call gets its own copy."""
-    visible: Callable[[Tool], bool]
-    specs: Callable[[bool], list[ToolSpec]]
-    """The tool schemas to send (argument: the question limit is reached)."""
-    spec_tokens: Callable[[bool], int]
-    """What those schemas cost in the context window."""
-    system_prompt: Callable[[], str]
-    prompt_for: Callable[[str], str]
-    """The system prompt of a team member (meetings)."""
-    plan_section: Callable[[], str | None]
+    exposure: TurnTools
+    """Which tools the model sees this turn and their schemas (``visible``, ``specs``,
+    ``spec_tokens``)."""
+    prompts: TurnPrompts
+    """The system prompt, a team member's prompt (meetings), the plan section."""
     window_tokens: int
     output_reserve: int
     max_tokens: int | None
@@ -192,12 +192,13 @@ class TurnDeps:
     """The ``duplicate_interceptor`` option (``check(DuplicateCheckContext)``), or ``None``."""
     max_iterations: int
     stall_timeout: float
-    persist: Callable[[TurnRecord, bool], Awaitable[None]]
-    """Store the round and the turn's messages (one append); ``True``: write its summary."""
-    aborting: Callable[[], bool]
-    """The Agent's own abort was requested (``agent.abort()``)."""
-    pause_requested: Callable[[], str | None]
-    """The host asked the turn to pause (``agent.request_pause(reason)``): the reason."""
+    journal: LiveSession
+    """Where the finished turn is stored (``persist``: the round and the turn's messages in
+    one append)."""
+    summary: SummaryPlan | None
+    """How the round summary is written when the turn asks for one (``None``: never)."""
+    control: TurnControl
+    """The host's abort and pause requests."""
 
 
 class StallWatch:
@@ -297,7 +298,7 @@ class TurnEngine:
                     yield transition.chunk
                 return  # Suspend (or a step that ended the turn itself)
         except asyncio.CancelledError:
-            ours = deps.aborting()
+            ours = deps.control.abort
             task = asyncio.current_task()
             if ours and task is not None:
                 task.uncancel()  # the Agent's own abort ends here; an outside one propagates
@@ -352,7 +353,7 @@ class TurnEngine:
             session.fail(cause or "the turn failed", recovered=not interrupted)
         else:
             session.finish()
-        await self.deps.persist(record, summarise)
+        await self.deps.journal.persist(record, self.deps.summary if summarise else None)
 
     def _keep_partial(self, *, marker: bool = True) -> None:
         """An interrupted LLM call keeps its partial text in history (with the marker)."""
@@ -390,7 +391,7 @@ class TurnEngine:
         deps, record = self.deps, self.record
         rid = record.round_id
         strategy = deps.strategy
-        reason = deps.pause_requested()
+        reason = deps.control.pause_reason
         if reason is not None:
             # the host asked to pause: stop before the next model call, resumable as is
             self._pause(HostPause(reason))
@@ -472,6 +473,11 @@ class TurnEngine:
         speaker: str | None = None,
     ) -> AsyncIterator[AgentChunk | Transition]:
         """One streaming LLM call; ends with a transition only when the turn cannot go on.
+
+        Kept as one function on purpose (radon rates it D): its inner loop runs once per token,
+        and each helper call there would be paid per delta; ``bench/bench_loop.py`` measures
+        that path (first text bytes -> first chunk out: ~15 µs p50).  The branches are the
+        delta kinds and the failure kinds, each a few lines.
         ``messages`` replaces the conversation (a meeting member's own view of it)."""
         deps, record = self.deps, self.record
         rid = record.round_id
@@ -480,11 +486,15 @@ class TurnEngine:
         if messages is not None:
             request_messages = messages
         else:
-            prompt = deps.system_prompt()
+            prompt = deps.prompts.system()
             # the tool schemas go with every request: the history gets what they leave, and
             # 10% stays free for the estimates' error (a local model's window is a hard limit)
-            room = deps.window_tokens * 9 // 10 - (deps.spec_tokens(asks_exhausted) if tools else 0)
-            request_messages = window.wire(prompt, room, deps.output_reserve, deps.plan_section())
+            room = deps.window_tokens * 9 // 10 - (
+                deps.exposure.spec_tokens(asks_exhausted) if tools else 0
+            )
+            request_messages = window.wire(
+                prompt, room, deps.output_reserve, deps.prompts.plan_section()
+            )
             if not record.soft_limit_sent and window.near_soft_limit(
                 prompt, deps.window_tokens, deps.output_reserve
             ):
@@ -494,7 +504,7 @@ class TurnEngine:
                 self._append(Message.user(deps.messages.soft_limit_wrapup))
         request = LLMRequest(
             messages=request_messages,
-            tools=deps.specs(asks_exhausted) if tools else [],
+            tools=deps.exposure.specs(asks_exhausted) if tools else [],
             temperature=deps.strategy.temperature,
             max_tokens=deps.max_tokens,
             history_key=deps.history_key if messages is None else None,
@@ -654,7 +664,7 @@ class TurnEngine:
         )
         conversation = [m for m in deps.window.messages if m.role != "system"]
         messages = [
-            Message.system(deps.prompt_for(speaker)),
+            Message.system(deps.prompts.for_member(speaker)),
             *conversation,
             Message.user(instruction),
         ]

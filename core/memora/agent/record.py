@@ -173,6 +173,45 @@ class ApprovalDecision:
         }
 
 
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    return list(data.get(key) or [])
+
+
+def _dict(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return dict(data.get(key) or {})
+
+
+def _ints(data: dict[str, Any]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in data.items()}
+
+
+def _pending_from(c: dict[str, Any]) -> PendingCall:
+    return PendingCall(str(c["id"]), str(c["name"]), str(c.get("arguments") or ""))
+
+
+def _approval_from(approval: dict[str, Any] | None) -> ApprovalDecision | None:
+    if not approval:
+        return None
+    return ApprovalDecision(
+        str(approval["tool_call_id"]),
+        bool(approval.get("approved")),
+        approval.get("args"),
+        str(approval.get("reason") or ""),
+    )
+
+
+def _outcome_from(o: dict[str, Any]) -> PlanItemOutcome:
+    return PlanItemOutcome(
+        str(o["round_id"]),
+        int(o["iteration"]),
+        o.get("plan_item_id"),
+        tuple(o.get("tools") or ()),
+        bool(o.get("ok")),
+        float(o.get("at") or 0),
+        str(o.get("summary") or ""),
+    )
+
+
 def _pause_from(data: dict[str, Any] | None) -> Pause | None:
     if not data:
         return None
@@ -312,7 +351,6 @@ class TurnRecord:
     ) -> TurnRecord:
         """Rebuild a record; the outbox, interceptor, file stamps and plan are loaded into the
         given objects (the Agent's own, shared across the session's turns) when passed."""
-        approval = data.get("approval")
         record = TurnRecord(
             round_id=str(data["round_id"]),
             user_text=str(data.get("user_text", "")),
@@ -324,56 +362,48 @@ class TurnRecord:
             tool_steps=int(data.get("tool_steps", 0)),
             answer=str(data.get("answer", "")),
             review_text=str(data.get("review_text", "")),
-            events=list(data.get("events") or []),
-            usage={k: int(v) for k, v in (data.get("usage") or {}).items()},
+            events=_list(data, "events"),
+            usage=_ints(_dict(data, "usage")),
             questions_asked=int(data.get("questions_asked", 0)),
-            pending_calls=[
-                PendingCall(str(c["id"]), str(c["name"]), str(c.get("arguments") or ""))
-                for c in data.get("pending_calls") or []
-            ],
+            pending_calls=[_pending_from(c) for c in _list(data, "pending_calls")],
             paused=_pause_from(data.get("paused")),
-            answers={str(k): str(v) for k, v in (data.get("answers") or {}).items()},
-            approval=ApprovalDecision(
-                str(approval["tool_call_id"]),
-                bool(approval.get("approved")),
-                approval.get("args"),
-                str(approval.get("reason") or ""),
-            )
-            if approval
-            else None,
-            messages=list(data.get("messages") or []),
+            answers={str(k): str(v) for k, v in _dict(data, "answers").items()},
+            approval=_approval_from(data.get("approval")),
+            messages=_list(data, "messages"),
             soft_limit_sent=bool(data.get("soft_limit_sent", False)),
             empty_attempts=int(data.get("empty_attempts", 0)),
             status=str(data.get("status", "running")),
-            counters={str(k): int(v) for k, v in (data.get("counters") or {}).items()},
+            counters=_ints(_dict(data, "counters")),
             dup_key=data.get("dup_key"),
             dup_count=int(data.get("dup_count") or 0),
             meeting=data.get("meeting"),
         )
-        record.file_stamps = file_stamps if file_stamps is not None else {}
-        record.file_stamps.update(
-            {str(k): (int(v[0]), int(v[1])) for k, v in (data.get("file_stamps") or {}).items()}
+        record._load_shared(data, outbox, duplicates, file_stamps, plan, plan_log)
+        return record
+
+    def _load_shared(
+        self,
+        data: dict[str, Any],
+        outbox: Outbox | None,
+        duplicates: DuplicateCallInterceptor | None,
+        file_stamps: dict[str, tuple[int, int]] | None,
+        plan: TaskTable | None,
+        plan_log: deque[PlanItemOutcome] | None,
+    ) -> None:
+        """Load what the turn shares with its session into the given objects (new ones when
+        None): the file stamps, outbox, duplicate-call state, plan and its step log."""
+        self.file_stamps = file_stamps if file_stamps is not None else {}
+        self.file_stamps.update(
+            {str(k): (int(v[0]), int(v[1])) for k, v in _dict(data, "file_stamps").items()}
         )
-        record.outbox = outbox if outbox is not None else Outbox()
-        record.outbox.load(list(data.get("outbox") or []))
-        record.duplicates = duplicates if duplicates is not None else DuplicateCallInterceptor()
-        record.duplicates.load(dict(data.get("duplicates") or {}))
-        record.plan = plan if plan is not None else TaskTable()
-        record.plan.update([PlanItem(**i) for i in data.get("plan") or []], replace=True)
-        record.plan_log = plan_log if plan_log is not None else deque(maxlen=PLAN_LOG_SIZE)
-        for o in data.get("plan_log") or []:
-            record.plan_log.append(
-                PlanItemOutcome(
-                    str(o["round_id"]),
-                    int(o["iteration"]),
-                    o.get("plan_item_id"),
-                    tuple(o.get("tools") or ()),
-                    bool(o.get("ok")),
-                    float(o.get("at") or 0),
-                    str(o.get("summary") or ""),
-                )
-            )
+        self.outbox = outbox if outbox is not None else Outbox()
+        self.outbox.load(_list(data, "outbox"))
+        self.duplicates = duplicates if duplicates is not None else DuplicateCallInterceptor()
+        self.duplicates.load(_dict(data, "duplicates"))
+        self.plan = plan if plan is not None else TaskTable()
+        self.plan.update([PlanItem(**i) for i in _list(data, "plan")], replace=True)
+        self.plan_log = plan_log if plan_log is not None else deque(maxlen=PLAN_LOG_SIZE)
+        self.plan_log.extend(_outcome_from(o) for o in _list(data, "plan_log"))
         meta = data.get("pause_meta")
         if meta:
-            record.pause_meta = PauseMeta(str(meta["reason"]), meta["source"], float(meta["at"]))
-        return record
+            self.pause_meta = PauseMeta(str(meta["reason"]), meta["source"], float(meta["at"]))

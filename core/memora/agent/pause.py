@@ -1,0 +1,179 @@
+"""A paused turn as a value, and the signals a host sends a running one.
+
+``agent.paused_turn`` is a :class:`PausedTurn` (as the OpenAI Agents SDK's ``RunState``): what the
+turn waits for (``paused``: a ``QuestionPause``, ``ApprovalPause`` or ``HostPause``) and what can be
+done with it — :meth:`~PausedTurn.approve`, :meth:`~PausedTurn.deny`, :meth:`~PausedTurn.answer`,
+:meth:`~PausedTurn.to_json` (``Agent.resume(state)`` in a new process picks it up),
+:meth:`~PausedTurn.discard`, and :meth:`~PausedTurn.resume` to run the turn on.  The Agent's own
+``approve``/``reject``/``answer_question``/``continue_after_pause``/``pause_state``/
+``discard_paused_turn`` are kept and do the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInputError, PauseExpiredError
+from .record import ApprovalDecision, ApprovalPause, HostPause, QuestionPause, TurnRecord
+
+if TYPE_CHECKING:
+    from ..chunks import AgentChunk
+    from .agent import Agent
+    from .record import Pause, PauseMeta
+
+__all__ = ["PAUSE_STATE_VERSION", "PausedTurn", "TurnControl"]
+
+PAUSE_STATE_VERSION = 2
+
+
+@dataclass(slots=True)
+class TurnControl:
+    """The host's signals to the running turn (``TurnDeps.control``): the engine reads them."""
+
+    abort: bool = False
+    """The Agent's own abort was requested (``agent.abort()``)."""
+    pause_reason: str | None = None
+    """The host asked the turn to pause (``agent.request_pause(reason)``): the reason."""
+
+
+class PausedTurn:
+    """A turn waiting for the host (see the module docstring)."""
+
+    __slots__ = ("_agent", "record")
+
+    def __init__(self, agent: Agent, record: TurnRecord) -> None:
+        self._agent = agent
+        self.record = record
+        """The turn's record (messages, events, pending calls)."""
+
+    def __repr__(self) -> str:
+        return f"PausedTurn({self.kind}, round_id={self.round_id!r})"
+
+    @property
+    def paused(self) -> Pause:
+        """What the turn waits for: ``QuestionPause``, ``ApprovalPause`` or ``HostPause``."""
+        pause = self.record.paused
+        if pause is None:
+            raise InvalidInputError("this turn is no longer paused")
+        return pause
+
+    @property
+    def kind(self) -> str:
+        """``question``, ``approval`` or ``host``."""
+        pause = self.record.paused
+        if isinstance(pause, QuestionPause):
+            return "question"
+        return "approval" if isinstance(pause, ApprovalPause) else "host"
+
+    @property
+    def round_id(self) -> str:
+        return self.record.round_id
+
+    @property
+    def session_id(self) -> str:
+        return self.record.session_id
+
+    @property
+    def pause_meta(self) -> PauseMeta | None:
+        return self.record.pause_meta
+
+    def _live(self) -> None:
+        """Drop the turn with ``PAUSE_EXPIRED`` when it waited past ``pause_timeout``, and
+        refuse a turn that is no longer the Agent's paused one."""
+        agent = self._agent
+        if agent._live.turn is not self.record or self.record.paused is None:
+            raise InvalidInputError("this turn is no longer paused")
+        timeout = agent.options.pause_timeout
+        state = agent.session_state
+        if timeout is not None and state.pause_expired(timeout):
+            waited = time.time() - (state.paused_at or time.time())
+            self.discard()
+            raise PauseExpiredError(
+                f"the paused turn waited {waited:.0f} s, longer than pause_timeout "
+                f"({timeout:g} s); it was dropped — send the request again"
+            )
+
+    def answer(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
+        """Answer a question: ``answer({"slot": "text"})`` or ``answer("slot", "text")``."""
+        self._live()
+        paused = self.record.paused
+        if not isinstance(paused, QuestionPause):
+            raise InvalidInputError("no question is pending")
+        given = {answers: answer or ""} if isinstance(answers, str) else dict(answers)
+        slots = [q.slot for q in paused.questions]
+        unknown = set(given) - set(slots)
+        if unknown:
+            raise InvalidInputError(f"unknown slot(s) {sorted(unknown)}; pending: {slots}")
+        for q in paused.questions:
+            value = given.get(q.slot)
+            if value is not None and q.options and not q.allow_custom and value not in q.options:
+                raise InvalidInputError(f"answer for {q.slot!r} must be one of {q.options}")
+        self.record.answers.update({k: str(v) for k, v in given.items()})
+
+    def _approval(self, tool_call_id: str | None) -> ApprovalPause:
+        self._live()
+        paused = self.record.paused
+        if not isinstance(paused, ApprovalPause):
+            raise InvalidInputError("no approval is pending")
+        if tool_call_id is not None and paused.tool_call_id != tool_call_id:
+            raise InvalidInputError(
+                f"the pending call is {paused.tool_call_id!r}, not {tool_call_id!r}"
+            )
+        return paused
+
+    def approve(
+        self, args: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None
+    ) -> None:
+        """Approve the pending call, optionally with **edited** arguments (re-validated: what
+        runs is exactly what was approved).  ``tool_call_id`` checks it is the call meant."""
+        paused = self._approval(tool_call_id)
+        approved_args = None
+        if args is not None:
+            tool = self._agent.tools.get(paused.name)
+            if tool is None:
+                raise InvalidInputError(f"tool {paused.name!r} is gone")
+            approved_args = tool.parse_args(dict(args))
+        self.record.approval = ApprovalDecision(paused.tool_call_id, True, approved_args)
+
+    def deny(self, reason: str = "", *, tool_call_id: str | None = None) -> None:
+        """Refuse the pending call; the model is told ``reason``."""
+        paused = self._approval(tool_call_id)
+        self.record.approval = ApprovalDecision(paused.tool_call_id, False, None, reason)
+
+    def to_json(self) -> dict[str, Any]:
+        """The paused turn as JSON-able data; ``Agent.resume(state)`` in a new process picks it
+        up.  It holds the whole turn record: the pause, the turn's messages and events, the
+        outbox, the duplicate-call state, the file stamps, the per-turn counters and the plan."""
+        agent = self._agent
+        return {
+            "version": PAUSE_STATE_VERSION,
+            "session_id": self.record.session_id,
+            "role_pack": agent.role_pack.active.name,
+            "turn": self.record.to_dict(),
+            "session_state": agent.session_state.to_dict(),
+        }
+
+    def discard(self) -> None:
+        """Drop the turn without finishing it: its messages leave the live history (they were
+        never stored), so no tool call is left without a result; nothing of it is stored.
+        Calls it already executed stay in the outbox."""
+        self._agent._drop_paused(self.record)
+
+    async def resume(self) -> AsyncIterator[AgentChunk]:
+        """Run the turn on (same round) after answering or approving — or, for a pause the
+        host requested, as it is."""
+        self._live()
+        record = self.record
+        if isinstance(record.paused, HostPause):
+            record.paused = None
+            record.pause_meta = None
+            self._agent._control.pause_reason = None
+        if isinstance(record.paused, QuestionPause) and not record.answers:
+            raise InvalidInputError("answer the pending question first (answer_question)")
+        if isinstance(record.paused, ApprovalPause) and record.approval is None:
+            raise InvalidInputError("approve or reject the pending call first")
+        async for chunk in self._agent._continue(record):
+            yield chunk

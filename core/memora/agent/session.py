@@ -1,0 +1,244 @@
+"""The live session: the conversation one Agent holds, and the journal its turns are written to.
+
+:class:`LiveSession` owns what lives as long as a session is open in an Agent — the context
+window, the session state, the outbox and duplicate-call state, the plan's step log, the ids of
+the stored rounds — and :meth:`LiveSession.persist`, which a finished turn calls (through
+``TurnDeps.journal``) to store its round and messages in one append and start its summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import collections
+import logging
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..events import ArchiveFailed, EventEmitter
+from ..llm.types import Message
+from ..memory.sessions import RoundRecord
+from ..tools.task_table import PlanItem
+from .context_window import ContextWindow
+from .loop import new_round_id
+from .record import PLAN_LOG_SIZE, PlanItemOutcome, TurnRecord
+from .serialize import message_from_dict
+from .state import DuplicateCallInterceptor, Outbox, SessionState
+
+if TYPE_CHECKING:
+    from ..llm.router import ProviderRouter
+    from ..memory.manager import MemoryManager
+    from ..messages import Messages
+    from ..tools.context import ToolContext
+    from .runtime import ProjectRuntime
+
+__all__ = ["LiveSession", "SummaryPlan"]
+
+logger = logging.getLogger("memora.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPlan:
+    """How a finished turn's round summary is written (``None`` in ``TurnDeps``: not at all)."""
+
+    router: ProviderRouter
+    """Asked for the ``summary`` provider when the turn ends."""
+    focus: str | None
+    verbatim_tokens: int
+    messages: Messages
+
+
+class LiveSession:
+    """One open session of an Agent (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: ProjectRuntime,
+        window: ContextWindow,
+        state: SessionState,
+        duplicates: DuplicateCallInterceptor,
+        *,
+        events: EventEmitter,
+    ) -> None:
+        self._runtime = runtime
+        self.window = window
+        self.state = state
+        self.duplicates = duplicates
+        self.outbox = Outbox()
+        self.events = events
+        self.plan_log: collections.deque[PlanItemOutcome] = collections.deque(maxlen=PLAN_LOG_SIZE)
+        self.round_ids: builtins.list[str] = []
+        self.session_id = ""
+        self.turn: TurnRecord | None = None
+        """The running or paused turn."""
+        self.busy = False
+        """A turn (or a direct tool call) is running."""
+        self._tool_context: ToolContext | None = None
+        self._plan_seen: tuple[tuple[Any, ...], ...] = ()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def bind(self, tool_context: ToolContext) -> None:
+        """The tool context whose task table and file stamps are the session's."""
+        self._tool_context = tool_context
+
+    @property
+    def tool_context(self) -> ToolContext:
+        assert self._tool_context is not None, "LiveSession.bind() first"
+        return self._tool_context
+
+    # -- opening -------------------------------------------------------------------------------
+
+    async def open(self, session_id: str | None, holder: object) -> None:
+        """Open ``session_id`` (None: the most recent, else a new one), created if missing; its
+        history, rounds and plan are read back."""
+        store = self._runtime.session_store
+        if session_id is None:
+            existing = await store.list()
+            info = existing[0] if existing else await store.create()
+        elif await store.exists(session_id):
+            info = await store.get(session_id)
+        else:
+            info = await store.create(session_id=session_id)
+        self._runtime.hold(holder, info.id, self.session_id or None)
+        history = [message_from_dict(m) for m in await store.messages(info.id)]
+        round_store = self._runtime.round_store
+        if round_store is not store and not await round_store.exists(info.id):
+            await round_store.create(session_id=info.id)  # a separate round store follows
+        rounds = await round_store.rounds(info.id)
+        plan: builtins.list[dict[str, Any]] = []
+        for r in reversed(rounds):  # the plan as the last round that changed it left it
+            found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
+            if found is not None:
+                plan = list(found.get("items") or [])
+                break
+        self.reset(info.id, history, [r.round_id for r in rounds], plan)
+
+    async def create(self, title: str, holder: object) -> str:
+        runtime = self._runtime
+        info = await runtime.session_store.create(title=title)
+        if runtime.round_store is not runtime.session_store:
+            await runtime.round_store.create(session_id=info.id, title=title)
+        runtime.hold(holder, info.id, self.session_id or None)
+        self.reset(info.id, [], [])  # just created: nothing to read back
+        return str(info.id)
+
+    def reset(
+        self,
+        session_id: str,
+        history: builtins.list[Message],
+        round_ids: builtins.list[str],
+        plan: builtins.list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.window.reset(history)
+        self.round_ids = round_ids
+        self.duplicates.reset()
+        first = next((m.content for m in history if m.role == "user"), None)
+        self.state.reset(session_id, first)
+        table = self.tool_context.task_table
+        table.clear()
+        if plan:
+            table.update([PlanItem(**i) for i in plan])
+        self._plan_seen = self._plan_key()
+
+    def _plan_key(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple(
+            (i.id, i.description, i.status, i.order, i.member)
+            for i in self.tool_context.task_table.items()
+        )
+
+    def new_record(self, text: str) -> TurnRecord:
+        context = self.tool_context
+        return TurnRecord(
+            round_id=new_round_id(),
+            user_text=text,
+            session_id=self.session_id,
+            outbox=self.outbox,
+            duplicates=self.duplicates,
+            file_stamps=context.file_stamps,
+            plan=context.task_table,
+            plan_log=self.plan_log,
+        )
+
+    # -- the journal -----------------------------------------------------------------------------
+
+    async def persist(self, state: TurnRecord, summary: SummaryPlan | None) -> None:
+        """Store the round and its messages (one append, before ``done``: a killed process
+        loses at most the running turn); start the round summary in the background when
+        ``summary`` says how."""
+        self.busy = False
+        self.turn = None
+        plan_key = self._plan_key()
+        if plan_key != self._plan_seen:  # the plan changed: the round carries the new one
+            self._plan_seen = plan_key
+            state.note("plan", items=[i.to_dict() for i in state.plan.items()])
+        record = RoundRecord(
+            round_id=state.round_id,
+            user=state.user_text,
+            assistant=state.answer,
+            events=state.events,
+            status=state.status,
+            started_at=state.started_at,
+            ended_at=time.time(),
+            usage=dict(state.usage),
+        )
+        try:
+            store, rounds = self._runtime.session_store, self._runtime.round_store
+            if rounds is store and hasattr(store, "append_turn"):
+                await store.append_turn(state.session_id, state.messages, record)
+            else:  # a host's store without the one-append method
+                await store.append_messages(state.session_id, state.messages)
+                await rounds.append_round(state.session_id, record)
+            self.round_ids.append(state.round_id)
+        except Exception as exc:
+            logger.exception("persisting round %s failed", state.round_id)
+            self.events.emit(ArchiveFailed(state.session_id, f"{type(exc).__name__}: {exc}"))
+        if summary is None:
+            return
+        tool_notes = [
+            f"{e['name']}: {e.get('summary', '')}"
+            for e in state.events
+            if e.get("type") == "tool_result"
+        ][:20]
+        # The summary is an extra LLM call: `done` does not wait for it.  The session owns
+        # the task; `await agent.idle()` waits for it and `close()` finishes it.
+        self.spawn(
+            self._write_summary(state, tool_notes, summary, self._runtime.memory),
+            name=f"memora-round-summary-{state.round_id}",
+        )
+
+    async def _write_summary(
+        self,
+        state: TurnRecord,
+        tool_notes: builtins.list[str],
+        plan: SummaryPlan,
+        memory: MemoryManager,
+    ) -> None:
+        provider = plan.router.for_task("summary")
+        try:
+            await memory.write_round_summary(
+                provider,
+                user=state.user_text,
+                assistant=state.answer,
+                session_id=state.session_id,
+                round_id=state.round_id,
+                tool_notes=tool_notes,
+                focus=plan.focus,
+                messages=plan.messages,
+                verbatim_tokens=plan.verbatim_tokens,
+            )
+        except Exception as exc:
+            logger.warning("round summary for %s failed: %s", state.round_id, exc)
+            self.events.emit(ArchiveFailed(state.session_id, f"round summary failed: {exc}"))
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> None:
+        """Work after the answer (summaries): ``idle()`` waits for it, ``close()`` finishes it."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def idle(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
