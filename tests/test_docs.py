@@ -178,9 +178,8 @@ def _memora_commands(code: str) -> list[list[str]]:
 def test_shell_blocks_parse(block: Block) -> None:
     import click
 
-    from memora.cli.main import _register_commands, cli
+    from memora.cli.main import cli
 
-    _register_commands()
     if block.marker.startswith("synopsis"):
         return  # usage forms ([--option VALUE]), said so on the block's first line
     packs = {p.name for p in (REPO / "role_packs").iterdir() if p.is_dir()}

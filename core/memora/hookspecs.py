@@ -181,6 +181,19 @@ def register_tool_sources(register: Register) -> None:
 
 
 @hookspec
+def register_commands(cli: Any) -> None:
+    """Add commands to the ``memora`` command line: ``cli`` is a :class:`click.Group`
+    (``@cli.command()``, ``cli.add_command(group)``), as in simonw/llm.
+
+    Called only by the command line, when a name is not a kernel command or the list is shown
+    (so a plugin's imports do not slow ``memora chat``).  Each plugin registers on its own
+    staging group: one that raises loses only its commands (a warning names it), and a command
+    named like a kernel command or an earlier plugin's is left out with a warning.  Returns
+    nothing.
+    """
+
+
+@hookspec
 def pre_execution_check(call: ToolCallInfo, context: CheckContext) -> CheckDecision | None:
     """Decide whether a tool call may run.
 

@@ -354,7 +354,7 @@ def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
             return answer
 
         shim = check_shim
-    else:  # pragma: no cover - every hook of memora is one of the above
+    else:  # register_commands: isolated by Plugins.register_commands itself
         return
     shim._memora_shim = True  # type: ignore[attr-defined]
     # HookImpl.function is a slot pluggy reads on every call; replacing it is how the answer of
@@ -621,6 +621,35 @@ class Plugins:
     def _wrapper_names(self, hook_name: str) -> list[str]:
         impls = getattr(self.pm.hook, hook_name).get_hookimpls()
         return [i.plugin_name for i in impls if i.wrapper or i.hookwrapper]
+
+    def register_commands(self, cli: Any) -> list[PluginFailure]:
+        """Run every plugin's ``register_commands`` hook, each on a staging group of its own,
+        and add what it registered to ``cli`` (a click group).  A plugin that raises loses
+        only its commands; a name ``cli`` already has is not replaced.  Returns the failures
+        (each also logged as a warning and kept in :attr:`failures`)."""
+        import click
+
+        failures: list[PluginFailure] = []
+        for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):  # load order
+            staging = click.Group(name=cli.name)
+            plugin = impl.plugin_name
+            dist = self._meta[plugin].distribution if plugin in self._meta else None
+            try:
+                impl.function(cli=staging)
+            except Exception as exc:
+                error = f"raised in hook register_commands: {type(exc).__name__}: {exc}"
+                logger.warning("plugin %r (%s): its commands are left out: %s", plugin, dist, error)
+                failures.append(PluginFailure(plugin, dist, error, "hook"))
+                continue
+            for name, command in staging.commands.items():
+                if name in cli.commands:
+                    logger.warning(
+                        "plugin %r (%s): command %r is taken; left out", plugin, dist, name
+                    )
+                    continue
+                cli.add_command(command, name)
+        self.failures.extend(failures)
+        return failures
 
     # -- looking things up -------------------------------------------------------------------------
 

@@ -72,9 +72,8 @@ def test_config_loader_only_raises_invalid_config(tmp_path: Path, doc: object) -
 @FAST
 @given(lines=st.lists(st.one_of(json_values.map(json.dumps), st.text(max_size=60)), max_size=6))
 def test_memory_import_only_gives_clean_errors(tmp_path: Path, lines: list[str]) -> None:
-    from memora.cli.main import _register_commands, cli
+    from memora.cli.main import cli
 
-    _register_commands()
     src = tmp_path / "in.jsonl"
     src.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
     data = tmp_path / "data"

@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memora.cli.main import _register_commands, cli
-
-_register_commands()
+from memora.cli.main import cli
 
 
 def test_import_search_stats_export_history(tmp_path: Path) -> None:

@@ -5,12 +5,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from memora.cli.main import _register_commands, cli
+from memora.cli.main import cli
 from tests.conftest import REPO
 
 from .helpers import write_pack
-
-_register_commands()
 
 
 def test_validate_examples_json() -> None:

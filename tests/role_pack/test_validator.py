@@ -388,7 +388,7 @@ def test_a_lone_surrogate_is_an_error_not_a_crash(
 ) -> None:
     from click.testing import CliRunner
 
-    from memora.cli.main import _register_commands, cli
+    from memora.cli.main import cli
     from memora.role_pack.validator import validate
 
     pack = tmp_path / "pack"
@@ -399,7 +399,6 @@ def test_a_lone_surrogate_is_an_error_not_a_crash(
     report = validate(pack)
     assert not report.ok
     assert any(where in i.path and "lone surrogate" in i.message for i in report.errors)
-    _register_commands()
     for args in (
         ["role-pack", "validate", str(pack)],
         ["role-pack", "validate", str(pack), "--json"],

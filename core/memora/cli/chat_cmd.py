@@ -35,7 +35,6 @@ from .common import (
     start_agent,
     storage_option,
 )
-from .main import cli
 from .run_cmd import choose_provider
 from .trust_cmd import ask_trust
 
@@ -78,90 +77,20 @@ class ChatUI:
 
     async def _render(self, stream: AsyncIterator[Any]) -> Any:
         from rich.live import Live
-        from rich.markdown import Markdown
-        from rich.spinner import Spinner
 
-        answer: list[str] = []
-        started: dict[str, tuple[float, str]] = {}
-        thought_chars = 0
+        view = _StreamView(self)
         last: Any = None
-        footer: list[str] = []
-
-        def view() -> Any:
-            text = "".join(answer)
-            return Markdown(text) if text.strip() else Spinner("dots", text=" thinking…")
-
         with (
             live_display(),
-            Live(view(), console=self.console, refresh_per_second=12, transient=False) as live,
+            Live(view.view(), console=self.console, refresh_per_second=12, transient=False) as live,
         ):
+            view.live = live
             async for chunk in stream:
                 last = chunk
-                t = chunk.type
-                if t == "text":
-                    answer.append(clean(chunk.content))
-                    live.update(view())
-                elif t == "meeting_turn":
-                    self._flush(live, answer)
-                    role = " (chair)" if chunk.role == "chair" else ""
-                    live.console.print(f"[bold magenta]{safe(chunk.member)}{role}[/bold magenta]")
-                elif t == "narrate":
-                    text = "".join(answer)
-                    withdrawn = chunk.withdrawn or ""
-                    if withdrawn and text.endswith(withdrawn):
-                        text = text[: len(text) - len(withdrawn)]
-                    answer[:] = [text] if text else []
-                    if chunk.content.strip():
-                        live.console.print(f"[dim]{safe(chunk.content.strip())}[/dim]")
-                    live.update(view())
-                elif t == "thought":
-                    thought_chars += len(chunk.content)
-                elif t == "tool_start":
-                    if thought_chars:
-                        live.console.print(f"[dim]💭 thought ({thought_chars} chars, folded)[/dim]")
-                        thought_chars = 0
-                    started[chunk.tool_call_id] = (time.monotonic(), _brief_args(chunk.args))
-                elif t == "tool_result":
-                    began, sent = started.pop(chunk.tool_call_id, (None, ""))
-                    took = max(0.0, time.monotonic() - began) if began is not None else 0.0
-                    mark, color = (
-                        ("⊘", "yellow")
-                        if chunk.blocked
-                        else ("✓", "green")
-                        if chunk.ok
-                        else ("✗", "red")
-                    )
-                    live.console.print(
-                        f"[{color}]{mark}[/{color}] {safe(chunk.name)}"
-                        f"{' ' + safe(sent) if sent else ''} "
-                        f"[dim]({took * 1000:.0f} ms)[/dim] {safe(chunk.summary)}",
-                        highlight=False,
-                    )
-                elif t == "retry":
-                    live.console.print(
-                        f"[yellow]retrying ({chunk.attempt}): {safe(chunk.error)}[/yellow]"
-                    )
-                elif t == "self_review":
-                    self._flush(live, answer)
-                    live.console.print("[dim]reviewing the answer…[/dim]")
-                elif t in ("done", "aborted"):
-                    if thought_chars:
-                        live.console.print(f"[dim]💭 thought ({thought_chars} chars, folded)[/dim]")
-                    live.update(view() if "".join(answer).strip() else "")
-                    u = chunk.usage
-                    if t == "aborted":
-                        footer.append(f"[yellow]stopped: {safe(chunk.reason)}[/yellow]")
-                    if u is not None and (u.llm_calls or u.input_tokens or u.output_tokens):
-                        footer.append(
-                            f"[dim]{u.input_tokens} in · {u.output_tokens} out · "
-                            f"{u.llm_calls} LLM call(s)[/dim]"
-                        )
-                elif t == "error":
-                    live.update(view() if "".join(answer).strip() else "")
-                    footer.append(f"[red]error: {safe(chunk.message)}[/red]")
-                elif t in ("question_pending", "approval_pending", "paused"):
-                    live.update(view() if "".join(answer).strip() else "")
-        for line in footer:  # below the answer, once it is final
+                handler = view.handlers.get(chunk.type)
+                if handler is not None:
+                    handler(chunk)
+        for line in view.footer:  # below the answer, once it is final
             self.console.print(line)
         return last
 
@@ -220,56 +149,184 @@ class ChatUI:
     async def command(self, line: str) -> bool:
         """Run a slash command; False to leave."""
         name, _, arg = line[1:].partition(" ")
-        arg = arg.strip()
-        agent, out = self.agent, self.console
         if name in ("quit", "exit", "q"):
             return False
-        if name == "help":
-            out.print(HELP, highlight=False)
-        elif name == "roles":
-            for meta in agent.role_pack.list_meta():
-                mark = "*" if meta.active else " "
-                out.print(f"{mark} {safe(meta.name)}  [dim]{safe(meta.description or '')}[/dim]")
-        elif name == "role":
-            if not arg:
-                out.print(f"role pack: {agent.role_pack.active.name}")
-            else:
-                agent.switch_role_pack(arg)
-                out.print(f"role pack: {arg}")
-        elif name == "session":
-            if arg:
-                await agent.switch_session(arg)
-            out.print(f"session: {agent.session_id}")
-        elif name == "sessions":
-            for info in await agent.sessions.list():
-                mark = "*" if info.id == agent.session_id else " "
-                out.print(
-                    f"{mark} {safe(info.id)}  [dim]{safe(info.title or '')}[/dim]", highlight=False
-                )
-        elif name == "new":
-            out.print(f"session: {await agent.new_session(arg)}")
-        elif name == "fork":
-            out.print(f"forked into session {await agent.fork_session()}")
-        elif name == "memory":
-            if not arg:
-                out.print("[yellow]/memory QUERY[/yellow]")
-            for hit in await agent.memory.search(arg, limit=8) if arg else []:
-                out.print(f"- {safe(hit.record.content)}", highlight=False)
-        elif name == "tasks":
-            for item in agent.plan:
-                out.print(safe(f"[{item.status}] {item.id}. {item.description}"), highlight=False)
-            if not agent.plan:
-                out.print("[dim](no plan)[/dim]")
-        elif name == "tools":
-            await agent.load_capability_tools()  # MCP servers' tools, before the first turn too
-            for t in agent.exposed_tools():
-                first = t.description.splitlines()[0] if t.description else ""
-                out.print(f"{safe(t.name)}  [dim]{safe(first)}[/dim]", highlight=False)
-            if agent.tools_withheld:
-                out.print(f"[dim](no tools: {agent.tools_withheld})[/dim]", highlight=False)
+        handler = getattr(self, f"_cmd_{name}", None) if name.isidentifier() else None
+        if handler is None:
+            self.console.print(f"[yellow]unknown command /{name}; /help lists them[/yellow]")
         else:
-            out.print(f"[yellow]unknown command /{name}; /help lists them[/yellow]")
+            await handler(arg.strip())
         return True
+
+    async def _cmd_help(self, arg: str) -> None:
+        self.console.print(HELP, highlight=False)
+
+    async def _cmd_roles(self, arg: str) -> None:
+        for meta in self.agent.role_pack.list_meta():
+            mark = "*" if meta.active else " "
+            self.console.print(
+                f"{mark} {safe(meta.name)}  [dim]{safe(meta.description or '')}[/dim]"
+            )
+
+    async def _cmd_role(self, arg: str) -> None:
+        if arg:
+            self.agent.switch_role_pack(arg)
+        self.console.print(f"role pack: {arg or self.agent.role_pack.active.name}")
+
+    async def _cmd_session(self, arg: str) -> None:
+        if arg:
+            await self.agent.switch_session(arg)
+        self.console.print(f"session: {self.agent.session_id}")
+
+    async def _cmd_sessions(self, arg: str) -> None:
+        agent = self.agent
+        for info in await agent.sessions.list():
+            mark = "*" if info.id == agent.session_id else " "
+            self.console.print(
+                f"{mark} {safe(info.id)}  [dim]{safe(info.title or '')}[/dim]", highlight=False
+            )
+
+    async def _cmd_new(self, arg: str) -> None:
+        self.console.print(f"session: {await self.agent.new_session(arg)}")
+
+    async def _cmd_fork(self, arg: str) -> None:
+        self.console.print(f"forked into session {await self.agent.fork_session()}")
+
+    async def _cmd_memory(self, arg: str) -> None:
+        if not arg:
+            self.console.print("[yellow]/memory QUERY[/yellow]")
+            return
+        for hit in await self.agent.memory.search(arg, limit=8):
+            self.console.print(f"- {safe(hit.record.content)}", highlight=False)
+
+    async def _cmd_tasks(self, arg: str) -> None:
+        plan = self.agent.plan
+        for item in plan:
+            self.console.print(
+                safe(f"[{item.status}] {item.id}. {item.description}"), highlight=False
+            )
+        if not plan:
+            self.console.print("[dim](no plan)[/dim]")
+
+    async def _cmd_tools(self, arg: str) -> None:
+        agent, out = self.agent, self.console
+        await agent.load_capability_tools()  # MCP servers' tools, before the first turn too
+        for t in agent.exposed_tools():
+            first = t.description.splitlines()[0] if t.description else ""
+            out.print(f"{safe(t.name)}  [dim]{safe(first)}[/dim]", highlight=False)
+        if agent.tools_withheld:
+            out.print(f"[dim](no tools: {agent.tools_withheld})[/dim]", highlight=False)
+
+
+class _StreamView:
+    """What one turn's chunks look like in the terminal: the answer as Markdown in a live
+    region, each tool call as one line with its status and duration, thoughts folded, the
+    usage (or the error) below once the answer is final."""
+
+    def __init__(self, ui: ChatUI) -> None:
+        self.ui = ui
+        self.live: Any = None
+        self.answer: list[str] = []
+        self.started: dict[str, tuple[float, str]] = {}
+        self.thought_chars = 0
+        self.footer: list[str] = []
+        self.handlers: dict[str, Any] = {
+            "text": self.text,
+            "meeting_turn": self.meeting_turn,
+            "narrate": self.narrate,
+            "thought": self.thought,
+            "tool_start": self.tool_start,
+            "tool_result": self.tool_result,
+            "retry": self.retry,
+            "self_review": self.self_review,
+            "done": self.end,
+            "aborted": self.end,
+            "error": self.error,
+            "question_pending": self.settle,
+            "approval_pending": self.settle,
+            "paused": self.settle,
+        }
+
+    def view(self) -> Any:
+        from rich.markdown import Markdown
+        from rich.spinner import Spinner
+
+        text = "".join(self.answer)
+        return Markdown(text) if text.strip() else Spinner("dots", text=" thinking…")
+
+    def print(self, line: str, **kwargs: Any) -> None:
+        self.live.console.print(line, **kwargs)
+
+    def settle(self, chunk: Any = None) -> None:
+        """The answer as it stands (nothing when there is none)."""
+        self.live.update(self.view() if "".join(self.answer).strip() else "")
+
+    def fold_thoughts(self) -> None:
+        if self.thought_chars:
+            self.print(f"[dim]💭 thought ({self.thought_chars} chars, folded)[/dim]")
+            self.thought_chars = 0
+
+    def text(self, chunk: Any) -> None:
+        self.answer.append(clean(chunk.content))
+        self.live.update(self.view())
+
+    def meeting_turn(self, chunk: Any) -> None:
+        self.ui._flush(self.live, self.answer)
+        role = " (chair)" if chunk.role == "chair" else ""
+        self.print(f"[bold magenta]{safe(chunk.member)}{role}[/bold magenta]")
+
+    def narrate(self, chunk: Any) -> None:
+        text = "".join(self.answer)
+        withdrawn = chunk.withdrawn or ""
+        if withdrawn and text.endswith(withdrawn):
+            text = text[: len(text) - len(withdrawn)]
+        self.answer[:] = [text] if text else []
+        if chunk.content.strip():
+            self.print(f"[dim]{safe(chunk.content.strip())}[/dim]")
+        self.live.update(self.view())
+
+    def thought(self, chunk: Any) -> None:
+        self.thought_chars += len(chunk.content)
+
+    def tool_start(self, chunk: Any) -> None:
+        self.fold_thoughts()
+        self.started[chunk.tool_call_id] = (time.monotonic(), _brief_args(chunk.args))
+
+    def tool_result(self, chunk: Any) -> None:
+        began, sent = self.started.pop(chunk.tool_call_id, (None, ""))
+        took = max(0.0, time.monotonic() - began) if began is not None else 0.0
+        if chunk.blocked:
+            mark, color = "⊘", "yellow"
+        else:
+            mark, color = ("✓", "green") if chunk.ok else ("✗", "red")
+        self.print(
+            f"[{color}]{mark}[/{color}] {safe(chunk.name)}"
+            f"{' ' + safe(sent) if sent else ''} "
+            f"[dim]({took * 1000:.0f} ms)[/dim] {safe(chunk.summary)}",
+            highlight=False,
+        )
+
+    def retry(self, chunk: Any) -> None:
+        self.print(f"[yellow]retrying ({chunk.attempt}): {safe(chunk.error)}[/yellow]")
+
+    def self_review(self, chunk: Any) -> None:
+        self.ui._flush(self.live, self.answer)
+        self.print("[dim]reviewing the answer…[/dim]")
+
+    def end(self, chunk: Any) -> None:
+        self.fold_thoughts()
+        self.settle()
+        if chunk.type == "aborted":
+            self.footer.append(f"[yellow]stopped: {safe(chunk.reason)}[/yellow]")
+        u = chunk.usage
+        if u is not None and (u.llm_calls or u.input_tokens or u.output_tokens):
+            self.footer.append(
+                f"[dim]{u.input_tokens} in · {u.output_tokens} out · {u.llm_calls} LLM call(s)[/dim]"
+            )
+
+    def error(self, chunk: Any) -> None:
+        self.settle()
+        self.footer.append(f"[red]error: {safe(chunk.message)}[/red]")
 
 
 def _input_with_history(history: Path) -> Any:
@@ -303,7 +360,7 @@ def _input_with_history(history: Path) -> Any:
     return ask
 
 
-@cli.command("chat")
+@click.command("chat")
 @provider_options
 @location_options
 @storage_option

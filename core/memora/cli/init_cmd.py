@@ -12,7 +12,6 @@ import click
 
 from ..errors import ErrorCode, MemoraError
 from .common import find_project_root
-from .main import cli
 
 CONFIG_TEMPLATE = """{{
   // memora project configuration (JSON with comments). Values here are overridden by
@@ -138,7 +137,7 @@ def _manifest(name: str) -> dict[str, Any]:
     }
 
 
-@cli.command("init")
+@click.command("init")
 @click.argument(
     "directory", required=False, default=None, type=click.Path(path_type=Path, file_okay=False)
 )

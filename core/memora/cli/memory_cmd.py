@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from ..security.terminal import clean
+from .base import emit_json
 from .common import StorageTarget, progress, store_options
-from .main import cli, emit_json
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ def _run(
         raise click.ClickException(str(exc)) from exc
 
 
-@cli.group("memory")
+@click.group("memory")
 def memory_group() -> None:
     """Search, count, export and import memories."""
 
@@ -248,7 +248,7 @@ def _parse_line(file: Path, n: int, chunk: bytes, items: list[Any]) -> None:
         raise click.ClickException(f"{file} line {n}: {why}; nothing was imported") from exc
 
 
-@cli.group("sessions")
+@click.group("sessions")
 def sessions_group() -> None:
     """List, show and fork sessions."""
 

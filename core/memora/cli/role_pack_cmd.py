@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ..security.terminal import clean
+from .base import emit_json
 from .common import project_option
-from .main import cli, emit_json
 
 
 def _pack_folders(path: Path) -> list[Path]:
@@ -45,7 +45,7 @@ def _print_reports(reports: list[dict[str, object]], as_json: bool) -> int:
     return 1 if failed else 0
 
 
-@cli.group("role-pack")
+@click.group("role-pack")
 def role_pack_group() -> None:
     """Validate, check and scaffold role packs."""
 

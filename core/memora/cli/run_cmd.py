@@ -32,7 +32,6 @@ from .common import (
     start_agent,
     storage_option,
 )
-from .main import cli
 from .trust_cmd import ask_trust
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
@@ -238,7 +237,7 @@ def _emit(chunk: Any, events: str) -> None:
         sys.stdout.write("\n")
 
 
-@cli.command("run")
+@click.command("run")
 @click.argument("prompt", required=False)
 @click.option(
     "--events",

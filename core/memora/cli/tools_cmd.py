@@ -24,7 +24,6 @@ from .common import (
     start_agent,
     storage_option,
 )
-from .main import cli
 from .trust_cmd import ask_trust
 
 EXIT_OK, EXIT_FAILED, EXIT_NEEDS_APPROVAL = 0, 1, 3
@@ -142,7 +141,7 @@ def _capability_of(tool: Any) -> str:
     return str(tool.capability) if tool.capability else "resident"
 
 
-@cli.group("tools")
+@click.group("tools")
 def tools_group() -> None:
     """List the tools the model would see, or run one through the loop's gates."""
 

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ..security.terminal import clean
+from .base import emit_json
 from .common import config_dir_option, project_option
-from .main import cli, emit_json
 
 
 def _describe(request: Any) -> str:
@@ -41,7 +41,7 @@ def _request(project: Path, config_dir: Path | None) -> Any:
     return settings, settings.trust
 
 
-@cli.group("trust")
+@click.group("trust")
 def trust_group() -> None:
     """Review and answer what a project's config asks for (MCP servers to start, a sandbox
     that runs as your user, options no plugin declared safe for a project)."""

@@ -2,8 +2,9 @@
 
 - **client** (:mod:`memora_plugin_mcp.client`): the tools of MCP servers configured under
   ``plugins.mcp.servers`` become agent tools under the capability ``mcp:<server>``.
-- **server** (:mod:`memora_plugin_mcp.server`): ``memora mcp serve`` exposes a project's memory
-  read-only.
+- **server** (:mod:`memora_plugin_mcp.server`): ``memora mcp serve`` (added to the ``memora``
+  command through ``register_commands``, :mod:`memora_plugin_mcp.cli`) exposes a project's
+  memory read-only.
 
 The entry point only registers a factory: the SDK is imported when a server is first used.
 """
@@ -19,7 +20,7 @@ from memora.security.trust import AtMost
 if TYPE_CHECKING:
     from .client import McpToolSource
 
-__all__ = ["McpToolSource", "register_tool_sources"]
+__all__ = ["McpToolSource", "register_commands", "register_tool_sources"]
 
 OPTIONS = frozenset(["allow", "log_dir", "max_result_chars", "servers", "timeout"])
 
@@ -43,3 +44,10 @@ def __getattr__(name: str) -> Any:
 @hookimpl
 def register_tool_sources(register: Any) -> None:
     register("mcp", checked_factory("mcp", OPTIONS, _load, project=PROJECT))
+
+
+@hookimpl
+def register_commands(cli: Any) -> None:
+    from .cli import mcp_group
+
+    cli.add_command(mcp_group)
