@@ -86,33 +86,41 @@ class KeySpec:
 
     def check(self, value: Any) -> str | None:
         """``None`` when ``value`` is legal, else an error message naming the legal range."""
-        shown = _show(value)
-        if self.kind == "enum":
-            if not isinstance(value, str) or value not in self.choices:
-                return f"{self.path} = {shown} is not one of {self.legal_text()}"
-            return None
-        if self.kind in ("int", "number"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return (
-                    f"{self.path} = {shown} must be a number in the legal range {self.legal_text()}"
-                )
-            if isinstance(value, float) and not math.isfinite(value):
-                return f"{self.path} = {shown} is outside the legal range {self.legal_text()}"
-            if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
-                return f"{self.path} = {shown} must be an integer in the legal range {self.legal_text()}"
-            if not any(lo <= value <= hi for lo, hi in self.ranges):
-                return f"{self.path} = {shown} is outside the legal range {self.legal_text()}"
-            return None
-        if self.kind == "string":
-            if not isinstance(value, str):
-                return f"{self.path} = {shown} must be a string of {self.legal_text()}"
-            assert self.length is not None
-            if not self.length[0] <= len(value.strip()) <= self.length[1]:
-                return (
-                    f"{self.path} has {len(value.strip())} characters; legal: {self.legal_text()}"
-                )
-            return None
-        # list of enum values
+        checker = {
+            "enum": self._check_enum,
+            "int": self._check_number,
+            "number": self._check_number,
+            "string": self._check_string,
+        }.get(self.kind, self._check_list)  # else a list of enum values
+        return checker(value, _show(value))
+
+    def _check_enum(self, value: Any, shown: str) -> str | None:
+        if not isinstance(value, str) or value not in self.choices:
+            return f"{self.path} = {shown} is not one of {self.legal_text()}"
+        return None
+
+    def _check_number(self, value: Any, shown: str) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{self.path} = {shown} must be a number in the legal range {self.legal_text()}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{self.path} = {shown} is outside the legal range {self.legal_text()}"
+        if self.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
+            return (
+                f"{self.path} = {shown} must be an integer in the legal range {self.legal_text()}"
+            )
+        if not any(lo <= value <= hi for lo, hi in self.ranges):
+            return f"{self.path} = {shown} is outside the legal range {self.legal_text()}"
+        return None
+
+    def _check_string(self, value: Any, shown: str) -> str | None:
+        if not isinstance(value, str):
+            return f"{self.path} = {shown} must be a string of {self.legal_text()}"
+        assert self.length is not None
+        if not self.length[0] <= len(value.strip()) <= self.length[1]:
+            return f"{self.path} has {len(value.strip())} characters; legal: {self.legal_text()}"
+        return None
+
+    def _check_list(self, value: Any, shown: str) -> str | None:
         assert self.length is not None
         if not isinstance(value, list):
             return f"{self.path} = {shown} must be a list of {self.legal_text()}"

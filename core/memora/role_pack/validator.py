@@ -256,7 +256,20 @@ def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) 
                 f"unknown top-level key {str(key)!r} is ignored; legal keys: "
                 + ", ".join(TOP_LEVEL_KEYS),
             )
+    _check_name_and_meta(data, report)
+    _check_versions(data, report)
+    interaction = data.get("interactionType", "tool_assistant")
+    _check_interaction(data, interaction, report)
+    _check_handoff(data, report)
+    _check_skills_list(data.get("skills"), "skills" in data, report, folder)
+    _check_capabilities(data.get("capabilities"), "capabilities" in data, report)
+    if "strategy" in data:
+        _check_strategy(data["strategy"], report)
+    if interaction == "companion":
+        _check_companion(data, report)
 
+
+def _check_name_and_meta(data: dict[str, Any], report: Report) -> None:
     name = data.get("name")
     if "name" not in data:
         report.error("name", "is missing; it is required (the pack's unique id, ≤200 characters)")
@@ -271,6 +284,8 @@ def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) 
         elif isinstance(value, str) and len(value) > LIMITS.meta_string:
             report.error(key, f"has {len(value)} characters; the limit is {LIMITS.meta_string}")
 
+
+def _check_versions(data: dict[str, Any], report: Report) -> None:
     if "version" in data:
         v = data["version"]
         if not isinstance(v, str):
@@ -282,7 +297,8 @@ def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) 
         if not isinstance(fv, str) or not SEMVER.match(fv):
             report.error("formatVersion", f"{fv!r} is not a semver string such as 1.0.0")
 
-    interaction = data.get("interactionType", "tool_assistant")
+
+def _check_interaction(data: dict[str, Any], interaction: Any, report: Report) -> None:
     if interaction not in ("tool_assistant", "companion"):
         report.error("interactionType", f"{interaction!r} is not one of tool_assistant / companion")
     if "aiIdentityDisclosure" in data and not isinstance(data["aiIdentityDisclosure"], bool):
@@ -293,40 +309,39 @@ def validate_manifest(data: Any, report: Report, *, folder: Path | None = None) 
             f"{data['minorProtection']!r} is not legal; the only value is 'required'",
         )
 
-    handoff = data.get("handoffPrompt")
-    if "handoffPrompt" in data:
-        if not isinstance(handoff, str):
-            # the seed: the kernel passes it through; a wrong type does not block loading
-            report.warn(
-                "handoffPrompt", f"should be a string, not {_type_name(handoff)}; it is ignored"
-            )
-        elif len(handoff) > LIMITS.handoff_prompt:
-            report.error(
-                "handoffPrompt",
-                f"has {len(handoff)} characters; the limit is {LIMITS.handoff_prompt} "
-                "(it is truncated at runtime)",
-            )
 
-    _check_skills_list(data.get("skills"), "skills" in data, report, folder)
-    _check_capabilities(data.get("capabilities"), "capabilities" in data, report)
-    if "strategy" in data:
-        _check_strategy(data["strategy"], report)
+def _check_handoff(data: dict[str, Any], report: Report) -> None:
+    if "handoffPrompt" not in data:
+        return
+    handoff = data["handoffPrompt"]
+    if not isinstance(handoff, str):
+        # the seed: the kernel passes it through; a wrong type does not block loading
+        report.warn(
+            "handoffPrompt", f"should be a string, not {_type_name(handoff)}; it is ignored"
+        )
+    elif len(handoff) > LIMITS.handoff_prompt:
+        report.error(
+            "handoffPrompt",
+            f"has {len(handoff)} characters; the limit is {LIMITS.handoff_prompt} "
+            "(it is truncated at runtime)",
+        )
 
-    if interaction == "companion":
-        if data.get("aiIdentityDisclosure") is not True:
-            report.error(
-                "aiIdentityDisclosure",
-                "a companion pack must declare aiIdentityDisclosure: true explicitly",
-            )
-        if data.get("minorProtection") != "required":
-            report.error(
-                "minorProtection",
-                "a companion pack must declare minorProtection: 'required' explicitly",
-            )
-        for key in ("displayName", "description", "handoffPrompt"):
-            value = data.get(key)
-            if isinstance(value, str):
-                _red_lines(value, key, report)
+
+def _check_companion(data: dict[str, Any], report: Report) -> None:
+    if data.get("aiIdentityDisclosure") is not True:
+        report.error(
+            "aiIdentityDisclosure",
+            "a companion pack must declare aiIdentityDisclosure: true explicitly",
+        )
+    if data.get("minorProtection") != "required":
+        report.error(
+            "minorProtection",
+            "a companion pack must declare minorProtection: 'required' explicitly",
+        )
+    for key in ("displayName", "description", "handoffPrompt"):
+        value = data.get(key)
+        if isinstance(value, str):
+            _red_lines(value, key, report)
 
 
 def _red_lines(text: str, path: str, report: Report) -> None:
