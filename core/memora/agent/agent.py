@@ -18,9 +18,9 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..capabilities import CapabilityMap
 from ..checks import ApprovalMode
@@ -665,7 +665,8 @@ class Agent:
         ``ProviderError`` (the model's provider failed), ``TurnFailedError`` (memora or a
         plugin failed), ``AbortedError``, ``BusyError`` (the turn paused) — each a
         ``MemoraError`` with its code."""
-        async with contextlib.aclosing(self.chat(text)) as stream:
+        turn = cast(AsyncGenerator[AgentChunk, None], self.chat(text))
+        async with contextlib.aclosing(turn) as stream:
             async for chunk in stream:
                 if isinstance(chunk, DoneChunk):
                     return chunk.answer or ""
