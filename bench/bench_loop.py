@@ -226,7 +226,7 @@ def main() -> None:
                         "parameters": t.parameters,
                     },
                 }
-                for t in a._visible_specs()
+                for t in (tool.spec() for tool in a.exposed_tools())
             ]
             prompt = a.role_pack.system_prompt()
             await a.close()
