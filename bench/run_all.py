@@ -13,6 +13,7 @@ def main() -> None:
         if only and not any(o in path.stem for o in only):
             continue
         print(f"== {path.stem}", flush=True)
+        sys.argv = [str(path)]  # the names picked here are not the script's own arguments
         runpy.run_path(str(path), run_name="__main__")
         print(flush=True)
 
