@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from .base import _console, emit_json
-from .common import project_option
+from .common import config_dir_option, project_option
 
 
 @click.command("plugins")
@@ -158,12 +158,7 @@ def config_group() -> None:
 
 @config_group.command("show")
 @project_option
-@click.option(
-    "--config-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="The user config folder (default: $MEMORA_HOME, else ~/.config/memora).",
-)
+@config_dir_option
 @click.option("--storage", default=None, help="As on other commands: shows its effect.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def config_show(project: Path, config_dir: Path | None, storage: str | None, as_json: bool) -> None:

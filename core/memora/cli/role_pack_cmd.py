@@ -11,7 +11,7 @@ import click
 
 from ..security.terminal import clean
 from .base import emit_json
-from .common import project_option
+from .common import config_dir_option, project_option
 
 
 def _pack_folders(path: Path) -> list[Path]:
@@ -205,12 +205,7 @@ def new_cmd(name: str, directory: Path) -> None:
 
 @role_pack_group.command("list")
 @project_option
-@click.option(
-    "--config-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="The user config folder (default: $MEMORA_HOME, else ~/.config/memora).",
-)
+@config_dir_option
 @click.option(
     "--role-pack-dir",
     "role_pack_dirs",
