@@ -127,7 +127,7 @@ async def test_step_budget_and_tool_step_limit(make_agent: Any) -> None:
     assert chunks[-1].type == "done"
     agent2_provider = ScriptedProvider(default=loop_call)
     agent.duplicate_interceptor.threshold = 100
-    agent.role_pack._override = {"act": {"toolStepLimit": 0}, "global": {"stepBudget": 10}}
+    agent.role_pack.strategy_override = {"act": {"toolStepLimit": 0}, "global": {"stepBudget": 10}}
     agent.role_pack.activate("test")
     agent.set_provider(agent2_provider)
     chunks = await collect(agent.chat("loop again"))

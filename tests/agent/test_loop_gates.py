@@ -308,7 +308,7 @@ async def test_ask_limit_and_silent_mode(make_agent: Any) -> None:
 
     silent = ScriptedProvider([tool_call(("ask_user", q)), text("ok")])
     agent2 = agent
-    agent2.role_pack._override = {"reflect": {"userFollowup": "silent"}}
+    agent2.role_pack.strategy_override = {"reflect": {"userFollowup": "silent"}}
     agent2.role_pack.activate("test")
     agent2.set_provider(silent)
     (r,) = results(await collect(agent2.chat("y")))

@@ -313,3 +313,99 @@ def test_the_agent_settings_decide_the_precedence_once(tmp_path: Path) -> None:
         AgentOptions(project_path=project, data_dir=project / ".memora", config_dir=tmp_path / "h")
     )
     assert without_host.provider_spec("provider") == ("llamacpp", {})
+
+
+def test_the_default_config_folder_follows_xdg_then_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without MEMORA_HOME (the suite sets it for every other test): $XDG_CONFIG_HOME/memora,
+    else ~/.config/memora — and the user config found there is the one applied."""
+    from memora.settings import user_config_dir
+
+    home = tmp_path / "home"
+    monkeypatch.delenv("MEMORA_HOME", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    assert user_config_dir() == home / ".config" / "memora"
+    _write(home / ".config" / "memora" / "config.json", {"storage": "json"})
+    settings = resolve_settings(None)
+    assert settings.storage == "json"
+    assert (
+        settings.origin("storage") == f"user config {home / '.config' / 'memora' / 'config.json'}"
+    )
+    xdg = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert user_config_dir() == xdg / "memora"
+    assert resolve_settings(None).storage == "sqlite"  # the XDG folder holds no config
+    _write(xdg / "memora" / "config.json", {"storage": "memory"})
+    assert resolve_settings(None).storage == "memory"
+    monkeypatch.setenv("MEMORA_HOME", str(tmp_path / "mh"))
+    assert user_config_dir() == tmp_path / "mh"
+    assert user_config_dir(tmp_path / "given") == tmp_path / "given"
+
+
+def test_a_project_setting_only_options_keeps_the_users_storage(dirs: tuple[Path, Path]) -> None:
+    project, user = dirs
+    _write(user / "config.json", {"storage": "json", "session_store": "memory"})
+    _write(project / ".memora" / "config.json", {"options": {"max_tokens": 99}})
+    settings = resolve_settings(project, config_dir=user)
+    assert settings.storage == "json"
+    assert settings.origin("storage").startswith("user config")
+    assert settings.config.options == {"max_tokens": 99}
+    assert settings.origin("options.max_tokens").startswith("project config")
+    assert settings.state_store("session_store", "json", ["json"], "jsonl") == "memory"
+    assert settings.state_store("project_lock", "json", ["json"], "file") == "json"
+    assert settings.state_store("project_lock", "sqlite", ["json"], "file") == "file"
+
+
+async def test_a_configured_session_store_is_the_one_the_agent_uses(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    project, user = dirs
+    _write(user / "config.json", {"session_store": "memory"})
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=user,
+        provider=ScriptedProvider(default=text("ok")),
+        load_entrypoints=False,
+    ) as agent:
+        await agent.chat_text("remember nothing on disk")
+        assert type(agent.runtime.session_store).__name__ == "InMemorySessionStore"
+    assert not (tmp_path / "data" / "sessions").exists()
+
+
+def test_settings_rows_and_json_say_where_each_value_came_from(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, user = dirs
+    _write(
+        user / "config.json",
+        {
+            "storage": "json",
+            "providers": {"p": {"type": "openai", "model": "m"}},
+            "plugins": {"fetch": {"timeout": 5}},
+        },
+    )
+    _write(project / ".memora" / "config.json", {"storage": "sqlite", "options": {"max_tokens": 7}})
+    monkeypatch.setenv("MEMORA_PROVIDER", "p")
+    settings = resolve_settings(project, config_dir=user)
+    rows = {key: (value, origin) for key, value, origin in settings.rows()}
+    assert rows["storage"][0] == "sqlite"
+    assert "project config" in rows["storage"][1] and "shadows user config" in rows["storage"][1]
+    assert rows["active_provider"] == ("p", "environment MEMORA_PROVIDER")
+    assert (
+        rows["plugins.fetch.timeout"][0] == 5 and "user config" in rows["plugins.fetch.timeout"][1]
+    )
+    assert rows["options.max_tokens"][0] == 7
+    assert rows["providers.p"][0]["type"] == "openai"
+    doc = settings.to_json()
+    assert doc["origins"]["storage"].startswith("project config")
+    assert doc["files"] == [str(user / "config.json"), str(project / ".memora" / "config.json")]
+    assert doc["user_config_dir"] == str(user)
+    assert doc["project_requests"] == {"requests": {}, "applied": False, "digest": None}
+    assert settings.provider() == ("openai", {"model": "m"})
+    assert settings.provider("p") == ("openai", {"model": "m"})
+    with pytest.raises(MemoraError) as info:
+        settings.provider("ghost")
+    assert "ghost" in str(info.value) and "configured: p" in str(info.value)

@@ -123,10 +123,13 @@ async def test_read_only_view_has_no_write_methods(tmp_path: Path) -> None:
         for name in ("add", "add_many", "update", "delete", "supersede"):
             assert not hasattr(view, name)
         assert [h.record.content for h in await view.search_by_keyword("大纲")] == ["大纲 outline"]
-        # even the underlying connection refuses writes
-        inner = view._inner  # type: ignore[attr-defined]
-        with pytest.raises(MemoraError):
-            await inner.add(NewMemory("sneaky"))
+        # even the store under the view (opened read-only) refuses writes
+        inner = SqliteStorage(db, read_only=True)
+        try:
+            with pytest.raises(MemoraError):
+                await inner.add(NewMemory("sneaky"))
+        finally:
+            await inner.close()
     finally:
         await view.close()
         await writer.close()

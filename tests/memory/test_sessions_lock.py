@@ -74,10 +74,12 @@ async def test_list_archive_and_bad_ids(tmp_path: Path) -> None:
     assert [i.id for i in await store.list()] == ["b"]
     assert {i.id for i in await store.list(include_archived=True)} == {"a", "b"}
     for bad in ("../escape", "a/b", "..", "x" * 200):
-        with pytest.raises(MemoraError):
+        with pytest.raises(MemoraError) as info:
             await store.create(session_id=bad)
-    with pytest.raises(MemoraError):
+        assert info.value.code == ErrorCode.INVALID_INPUT and "letters, digits" in str(info.value)
+    with pytest.raises(MemoraError) as info:
         await store.rounds("missing")
+    assert info.value.code == ErrorCode.NOT_FOUND and "missing" in str(info.value)
 
 
 def test_project_lock_second_holder_gets_clear_error(tmp_path: Path) -> None:

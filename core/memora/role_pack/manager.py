@@ -573,6 +573,17 @@ class RolePackManager:
                 logger.warning("%s %r does not exist; trying the next fallback", label, candidate)
         return self._set_active(self.get(BUILTIN_FALLBACK))
 
+    @property
+    def strategy_override(self) -> Mapping[str, Any] | None:
+        """The host's strategy override (the ``strategy_override`` Agent option): it beats every
+        pack's own strategy.  Setting it applies from the next :meth:`activate` on (activate the
+        current pack again to apply it at once)."""
+        return self._override
+
+    @strategy_override.setter
+    def strategy_override(self, value: Mapping[str, Any] | None) -> None:
+        self._override = value
+
     def activate(self, name: str) -> RolePack:
         """Switch the active pack (emits ``RolePackSwitched``)."""
         previous = self._active.name if self._active else None

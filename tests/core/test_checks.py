@@ -1,0 +1,126 @@
+"""How the answers of several pre-execution checks combine, whatever order the plugins load in,
+and what each approval mode does with each kind of call."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from memora.checks import (
+    APPROVAL_MODES,
+    Allow,
+    Ask,
+    CheckDecision,
+    Deny,
+    Rewrite,
+    Skip,
+    ToolCallInfo,
+    approval_for,
+    combine_decisions,
+    stricter,
+)
+
+BY_STRENGTH: list[CheckDecision] = [
+    Deny("no"),
+    Ask("sure?"),
+    Skip("cached"),
+    Rewrite({"path": "safe.txt"}),
+    Allow(),
+]
+
+
+@pytest.mark.parametrize(
+    ("strong", "weak"), list(itertools.combinations(range(len(BY_STRENGTH)), 2))
+)
+def test_the_stronger_answer_wins_in_either_plugin_order(strong: int, weak: int) -> None:
+    """A caching plugin's Skip never bypasses a guard's Ask (or Deny) because it loaded first."""
+    a, b = BY_STRENGTH[strong], BY_STRENGTH[weak]
+    first = combine_decisions([("guard", a), ("other", b)])
+    second = combine_decisions([("other", b), ("guard", a)])
+    for outcome in (first, second):
+        assert outcome.decision == a
+    if not isinstance(a, Allow):
+        assert first.plugin == second.plugin == "guard"
+
+
+def test_no_opinion_at_all_allows_and_names_nobody() -> None:
+    outcome = combine_decisions([("a", None), ("b", None)])
+    assert outcome.decision == Allow() and outcome.plugin is None
+    assert combine_decisions([]).decision == Allow()
+    assert combine_decisions([("a", None), ("b", Allow())]).decision == Allow()
+
+
+def test_two_equal_answers_keep_the_first_plugins() -> None:
+    outcome = combine_decisions([("first", Ask("one")), ("second", Ask("two"))])
+    assert outcome.decision == Ask("one") and outcome.plugin == "first"
+
+
+def test_rewrites_agree_or_the_call_is_denied_naming_both_plugins() -> None:
+    same = combine_decisions(
+        [("a", Rewrite({"path": "x"})), ("b", Rewrite({"path": "x"}, reason="also"))]
+    )
+    assert isinstance(same.decision, Rewrite) and same.plugin == "a"
+    clash = combine_decisions([("a", Rewrite({"path": "x"})), ("b", Rewrite({"path": "y"}))])
+    assert isinstance(clash.decision, Deny) and clash.plugin == "b"
+    assert "'a'" in clash.decision.reason and "'b'" in clash.decision.reason
+    # a conflict is a denial even when an Ask came first
+    asked = combine_decisions([("g", Ask("?")), ("a", Rewrite({"p": 1})), ("b", Rewrite({"p": 2}))])
+    assert isinstance(asked.decision, Deny)
+
+
+WRITE = {"writes": True, "runs_code": False}
+RUN = {"writes": True, "runs_code": True}
+READ = {"writes": False, "runs_code": False}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (None, {"read_file": "runs", "write_file": "runs", "run_command": "runs", "mcp_x": "runs"}),
+        (
+            "full-auto",
+            {"read_file": "runs", "write_file": "runs", "run_command": "runs", "mcp_x": "runs"},
+        ),
+        (
+            "auto-edit",
+            {"read_file": "runs", "write_file": "runs", "run_command": "asks", "mcp_x": "asks"},
+        ),
+        (
+            "ask",
+            {"read_file": "runs", "write_file": "asks", "run_command": "asks", "mcp_x": "asks"},
+        ),
+        (
+            "read-only",
+            {
+                "read_file": "runs",
+                "write_file": "refused",
+                "run_command": "refused",
+                "mcp_x": "refused",
+            },
+        ),
+    ],
+)
+def test_what_each_approval_mode_does(mode: str | None, expected: dict[str, str]) -> None:
+    kinds = {"read_file": READ, "write_file": WRITE, "run_command": RUN, "mcp_x": WRITE}
+    got = {name: approval_for(mode, name, **kinds[name]) for name in expected}  # type: ignore[arg-type]
+    assert got == expected
+    # edit_file is a file edit like write_file; one that also runs code is not
+    assert approval_for("auto-edit", "edit_file", writes=True, runs_code=False) == "runs"  # type: ignore[arg-type]
+    assert approval_for("auto-edit", "write_file", writes=True, runs_code=True) == "asks"  # type: ignore[arg-type]
+    assert approval_for("auto-edit", "run_code", writes=False, runs_code=True) == "asks"  # type: ignore[arg-type]
+
+
+def test_the_stricter_mode_of_two() -> None:
+    for a, b in itertools.product(APPROVAL_MODES, repeat=2):
+        got = stricter(a, b)
+        assert got == max(a, b, key=APPROVAL_MODES.index)
+        assert stricter(b, a) == got
+    assert stricter(None, "ask") == "ask" and stricter("auto-edit", None) == "auto-edit"
+    assert stricter(None, None) is None
+
+
+def test_a_call_changes_things_when_it_writes_or_runs() -> None:
+    assert not ToolCallInfo("1", "read_file", {}).changes_things
+    assert ToolCallInfo("1", "write_file", {}, writes=True).changes_things
+    assert ToolCallInfo("1", "run_code", {}, runs_code=True).changes_things
