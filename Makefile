@@ -14,7 +14,7 @@ export UV_PYTHON ?= $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 export UV_LINK_MODE := copy
 RUN := $(UV) run --no-sync
 
-.PHONY: help install demo test pytest lint typecheck bench format clean
+.PHONY: help install demo test pytest lint typecheck bench mutation format clean
 
 help:
 	@echo "make demo       install and run the demo on embedded defaults"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint       ruff check + format check"
 	@echo "make typecheck  mypy --strict over core/ and plugins/"
 	@echo "make bench      run the benchmarks in bench/ (prints ratios)"
+	@echo "make mutation   mutation score of the modules in scripts/mutation.py (slow; not in make test)"
 
 $(CURDIR)/.tools/bin/uv:
 	$(PYTHON) -m venv $(CURDIR)/.tools
@@ -53,6 +54,9 @@ typecheck:
 
 bench: install
 	$(RUN) python bench/run_all.py
+
+mutation: install
+	$(RUN) python scripts/mutation.py --list-survivors $(MODULES)
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .benchmarks

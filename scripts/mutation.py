@@ -5,29 +5,30 @@ For each module it enumerates mutants from the module's AST — the operators of
 comparison swaps, ``and``/``or`` and ``True``/``False`` swaps, ``any``/``all``, a dropped
 ``not``, an integer constant ±1, ``return X`` → ``return None``, a statement deleted (``raise``
 → nothing, ``os.close(fd)`` → nothing), an ``os.O_*`` flag dropped from a ``|`` chain — and runs
-the module's tests against each one, in a copy of the package put first on ``PYTHONPATH`` (the
-working tree is never touched; subprocesses the tests start import the copy too).  A mutant is
-*killed* when the tests fail, *survives* when they pass, *timeout* counts as killed.
+the module's tests against each one: a child forked from a parent that imported pytest and
+the heavy libraries once, with a copy of the package first on ``sys.path`` and ``PYTHONPATH``
+holding the mutant (the working tree is never touched; subprocesses the tests start import the
+copy too).  A mutant is *killed* when the tests fail, *survives* when they pass; a *timeout*
+(three times the unmutated run) counts as killed.
 
 Score = killed / mutants tried.  Survivors that cannot change behaviour (equivalent mutants) are
 listed in docs/mutation.md with the reason, and shown by ``--list-survivors``.
 
 Why not mutmut or cosmic-ray: both want to own the package layout (mutmut 3 copies the project
 into ``mutants/`` and rewrites imports with a trampoline; the kernel is ``core/memora`` inside a
-uv workspace whose plugins import it by name), so a runner of ~300 lines that mutates a copy on
-``PYTHONPATH`` is simpler to trust.
+uv workspace whose plugins import it by name), so a runner of ~350 lines that mutates a copy on
+``sys.path`` is simpler to trust.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures
+import contextlib
 import copy
 import dataclasses
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,7 +99,7 @@ class Outcome:
     seconds: float
 
 
-def _is_docstring(node: ast.AST, parent: ast.AST | None) -> bool:
+def _is_docstring(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Constant)
@@ -128,7 +129,11 @@ def _points(tree: ast.Module) -> Iterator[tuple[ast.AST, str, str]]:
             yield node, "int-1", f"{node.value} -> {node.value - 1}"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("any", "all"):
-                yield node, "anyall", f"{node.func.id} -> {'all' if node.func.id == 'any' else 'any'}"
+                yield (
+                    node,
+                    "anyall",
+                    f"{node.func.id} -> {'all' if node.func.id == 'any' else 'any'}",
+                )
         elif isinstance(node, ast.Return) and node.value is not None:
             if not (isinstance(node.value, ast.Constant) and node.value.value is None):
                 yield node, "return", "return X -> return None"
@@ -142,7 +147,7 @@ def _points(tree: ast.Module) -> Iterator[tuple[ast.AST, str, str]]:
             if not isinstance(stmts, list):
                 continue
             for i, stmt in enumerate(stmts):
-                if not isinstance(stmt, ast.stmt) or _is_docstring(stmt, node):
+                if not isinstance(stmt, ast.stmt) or _is_docstring(stmt):
                     continue
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     continue
@@ -153,14 +158,10 @@ def _points(tree: ast.Module) -> Iterator[tuple[ast.AST, str, str]]:
 
 def mutants(source: str) -> list[Mutant]:
     tree = ast.parse(source)
-    out = []
-    for i, (node, _op, what) in enumerate(_points(tree)):
-        line = getattr(node, "lineno", 0)
-        if what.startswith("delete"):
-            out.append(Mutant(i, line, what))
-        else:
-            out.append(Mutant(i, line, what))
-    return out
+    return [
+        Mutant(i, getattr(node, "lineno", 0), what)
+        for i, (node, _op, what) in enumerate(_points(tree))
+    ]
 
 
 def mutate(source: str, index: int) -> str:
@@ -217,82 +218,129 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                         return
 
 
-def _run_tests(workdir: Path, tests: list[str], timeout: float) -> tuple[str, float]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(workdir) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    started = time.monotonic()
+PRELOAD = (
+    "pytest",
+    "_pytest.python",
+    "pydantic",
+    "pydantic_core",
+    "httpx2",
+    "click",
+    "rich.console",
+    "pluggy",
+    "hypothesis",
+    "sqlite3",
+    "asyncio",
+)
+"""Imported once by the parent: each mutant's child is forked with them in memory, and imports
+only memora (from its mutated copy) and the tests."""
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    assert not any(m == "memora" or m.startswith("memora.") for m in sys.modules), (
+        "memora must not be imported before forking"
+    )
+
+
+def _child(workdir: Path, module: str, source: str, index: int | None, tests: list[str]) -> None:
+    """In the forked child: put the mutant in place, run the tests, exit with pytest's code."""
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - started
-    took = time.monotonic() - started
-    if proc.returncode == 0:
-        return "survived", took
-    if proc.returncode in (1, 3):  # tests failed (1), or an internal error while collecting (3)
-        return "killed", took
-    return "error", took
+        target = workdir / "memora" / module
+        target.write_text(source if index is None else mutate(source, index), encoding="utf-8")
+        os.environ["PYTHONPATH"] = str(workdir) + os.pathsep + os.environ.get("PYTHONPATH", "")
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        sys.dont_write_bytecode = True
+        sys.path.insert(0, str(workdir))
+        os.chdir(REPO)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        import pytest
+
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests])
+        os._exit(int(code))
+    except BaseException:
+        os._exit(99)
 
 
-class Worker:
-    """A private copy of the package to mutate, one per parallel job."""
+@dataclasses.dataclass(slots=True)
+class _Running:
+    pid: int
+    mutant: Mutant | None
+    started: float
+    slot: Path
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="memora-mutation-"))
-        shutil.copytree(PACKAGE, self.root / "memora", ignore=shutil.ignore_patterns("__pycache__"))
 
-    def run(self, module: str, source: str, mutant: Mutant, timeout: float) -> Outcome:
-        target = self.root / "memora" / module
-        try:
-            target.write_text(mutate(source, mutant.index), encoding="utf-8")
-            status, took = _run_tests(self.root, MODULES[module], timeout)
-        finally:
-            target.write_text(source, encoding="utf-8")
-        return Outcome(mutant, status, took)
+def _reap(running: dict[int, _Running], timeout: float) -> list[tuple[_Running, str]]:
+    """Wait until at least one child ended (or timed out); their outcomes."""
+    while True:
+        done: list[tuple[_Running, str]] = []
+        for pid, job in list(running.items()):
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got == 0:
+                if time.monotonic() - job.started > timeout:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    done.append((job, "timeout"))
+                    del running[pid]
+                continue
+            del running[pid]
+            code = os.waitstatus_to_exitcode(status)
+            if code == 0:
+                done.append((job, "survived"))
+            elif code in (1, 2, 3, 4):  # failed, interrupted (-x), internal error, usage
+                done.append((job, "killed"))
+            else:
+                done.append((job, "error"))
+        if done:
+            return done
+        time.sleep(0.02)
 
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+
+def _slot() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="memora-mutation-"))
+    shutil.copytree(PACKAGE, root / "memora", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 def score(module: str, jobs: int) -> list[Outcome]:
     source = (PACKAGE / module).read_text(encoding="utf-8")
     found = mutants(source)
-    baseline_worker = Worker()
+    tests = [t for t in MODULES[module] if (REPO / t).exists()]  # an older checkout lacks some
+    slots = [_slot() for _ in range(jobs)]
     try:
-        status, took = _run_tests(baseline_worker.root, MODULES[module], timeout=1800)
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _child(slots[0], module, source, None, tests)
+        base = _reap({pid: _Running(pid, None, started, slots[0])}, 1800)[0][1]
+        took = time.monotonic() - started
+        if base != "survived":
+            raise SystemExit(f"{module}: the tests fail without any mutation ({base}); fix them")
+        timeout = max(20.0, took * 3)
+        print(f"{module}: {len(found)} mutants; tests take {took:.1f} s unmutated", flush=True)
+        outcomes: list[Outcome] = []
+        queue = list(found)
+        free = list(slots)
+        running: dict[int, _Running] = {}
+        while queue or running:
+            while queue and free:
+                mutant, slot = queue.pop(0), free.pop()
+                pid = os.fork()
+                if pid == 0:
+                    _child(slot, module, source, mutant.index, tests)
+                running[pid] = _Running(pid, mutant, time.monotonic(), slot)
+            for job, status in _reap(running, timeout):
+                free.append(job.slot)
+                assert job.mutant is not None
+                outcomes.append(Outcome(job.mutant, status, time.monotonic() - job.started))
     finally:
-        baseline_worker.close()
-    if status != "survived":
-        raise SystemExit(f"{module}: the tests fail without any mutation ({status}); fix them first")
-    timeout = max(30.0, took * 3)
-    print(f"{module}: {len(found)} mutants; tests take {took:.1f} s unmutated", flush=True)
-    workers = [Worker() for _ in range(jobs)]
-    free = list(workers)
-    outcomes: list[Outcome] = []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            pending: dict[concurrent.futures.Future[Outcome], Worker] = {}
-            queue = list(found)
-            while queue or pending:
-                while queue and free:
-                    worker = free.pop()
-                    fut = pool.submit(worker.run, module, source, queue.pop(0), timeout)
-                    pending[fut] = worker
-                done, _ = concurrent.futures.wait(
-                    pending, return_when=concurrent.futures.FIRST_COMPLETED
-                )
-                for fut in done:
-                    free.append(pending.pop(fut))
-                    outcomes.append(fut.result())
-    finally:
-        for worker in workers:
-            worker.close()
+        for slot in slots:
+            shutil.rmtree(slot, ignore_errors=True)
     outcomes.sort(key=lambda o: o.mutant.index)
     return outcomes
 
@@ -303,6 +351,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     parser.add_argument("--list-survivors", action="store_true")
     args = parser.parse_args()
+    _preload()
     chosen = args.modules or list(MODULES)
     rows = []
     for module in chosen:
@@ -313,7 +362,9 @@ def main() -> None:
         errors = [o for o in outcomes if o.status == "error"]
         total = len(outcomes)
         rows.append((module, killed, total))
-        print(f"{module}: {killed}/{total} killed = {100 * killed / max(total, 1):.0f}%", flush=True)
+        print(
+            f"{module}: {killed}/{total} killed = {100 * killed / max(total, 1):.0f}%", flush=True
+        )
         survivors = [o for o in outcomes if o.status == "survived"]
         if args.list_survivors:
             for o in survivors + errors:
