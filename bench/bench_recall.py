@@ -313,4 +313,4 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    asyncio.run(main())

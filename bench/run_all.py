@@ -14,7 +14,11 @@ def main() -> None:
             continue
         print(f"== {path.stem}", flush=True)
         sys.argv = [str(path)]  # the names picked here are not the script's own arguments
-        runpy.run_path(str(path), run_name="__main__")
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exc:  # a script that exits ends itself, not the whole run
+            if exc.code not in (None, 0):
+                print(f"{path.stem} exited with {exc.code}", flush=True)
         print(flush=True)
 
 
