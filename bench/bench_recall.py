@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
