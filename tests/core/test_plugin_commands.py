@@ -85,3 +85,31 @@ def test_a_missing_plugins_command_says_what_to_install() -> None:
     result = CliRunner().invoke(group, ["mcp", "serve"])
     assert result.exit_code == 2
     assert "memora install memora-plugin-mcp" in result.output
+
+
+def test_the_command_list_comes_from_a_cache_until_something_is_installed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`memora --help` lists plugin commands without importing a plugin once it has seen them;
+    running one loads the plugins for real."""
+    pytest.importorskip("memora_plugin_mcp")
+    import memora.plugins
+
+    monkeypatch.setenv("MEMORA_HOME", str(tmp_path / "home"))  # no cache yet
+    made: list[int] = []
+    real = memora.plugins.create_plugin_manager
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(memora.plugins, "create_plugin_manager", counting)
+    first = CliRunner().invoke(build_cli(), ["--help"])
+    assert first.exit_code == 0 and "mcp" in first.output and len(made) == 1
+    second = CliRunner().invoke(build_cli(), ["--help"])
+    assert second.exit_code == 0 and len(made) == 1  # from the cache
+    assert "mcp" in second.output and "Model Context Protocol" in second.output
+    kernel = CliRunner().invoke(build_cli(), ["trust", "--help"])
+    assert kernel.exit_code == 0 and len(made) == 1  # a kernel command loads no plugin
+    ran = CliRunner().invoke(build_cli(), ["mcp", "serve", "--help"])
+    assert ran.exit_code == 0 and "read-only over MCP" in ran.output and len(made) == 2

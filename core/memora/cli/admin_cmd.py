@@ -117,24 +117,12 @@ def _probe(plugins: Any) -> None:
     """``plugins.probe()``, remembered while the installed distributions stay the same (the
     probe imports every plugin's implementation, ~1 s; the check whether anything changed reads
     package metadata only)."""
-    import hashlib
-    import os
-
     from ..plugins import PluginFailure
     from ..security.atomic import atomic_write_text
     from ..settings import user_config_dir
+    from .base import installed_key
 
-    # what is installed, by the metadata folders' names (name-version.dist-info): a listing,
-    # not a read of every METADATA file
-    installed: list[str] = []
-    for entry in sys.path:
-        with contextlib.suppress(OSError), os.scandir(entry or ".") as it:
-            installed += sorted(
-                f"{entry}/{e.name}:{e.stat().st_mtime_ns}"
-                for e in it
-                if e.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth"))
-            )
-    key = hashlib.sha256("\n".join([sys.version, *installed]).encode()).hexdigest()
+    key = installed_key()
     cache = user_config_dir() / "cache" / "plugin-probe.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         saved = json.loads(cache.read_text(encoding="utf-8"))

@@ -4,6 +4,7 @@ JSON printer, the logging set-up.  Command modules import from here (never from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -69,21 +70,83 @@ PLUGIN_COMMANDS = {"mcp": "memora-plugin-mcp", "serve": "memora-plugin-server"}
 """Commands that memora's own plugins add, and the distribution to install for each."""
 
 
+def installed_key() -> str:
+    """A key that changes when a distribution is installed, removed or upgraded (the metadata
+    folders' names and times: a listing, not a read of every METADATA file), or when
+    ``MEMORA_LOAD_PLUGINS`` picks other plugins."""
+    import hashlib
+    import os
+
+    installed: list[str] = []
+    for entry in sys.path:
+        with contextlib.suppress(OSError), os.scandir(entry or ".") as it:
+            installed += sorted(
+                f"{entry}/{e.name}:{e.stat().st_mtime_ns}"
+                for e in it
+                if e.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth"))
+            )
+    extra = [sys.version, os.environ.get("MEMORA_LOAD_PLUGINS", "")]
+    return hashlib.sha256("\n".join([*extra, *installed]).encode()).hexdigest()
+
+
+def _listing_cache() -> Any:
+    from ..settings import user_config_dir
+
+    return user_config_dir() / "cache" / "plugin-commands.json"
+
+
 class MemoraGroup(click.Group):
     """Turns every :class:`memora.MemoraError` and command error into one line on stderr and
-    exit code 1 (usage errors stay click's, exit code 2).  ``plugin_loader``, when set, adds the
-    plugins' commands the first time a name is not found or the list is shown."""
+    exit code 1 (usage errors stay click's, exit code 2).
+
+    ``plugin_loader``, when set, adds the plugins' commands the first time a name is not
+    found.  The command list (``memora --help``) comes from a cache of the plugin commands'
+    names and one-line help, kept while the installed distributions stay the same, so showing
+    it imports no plugin; running a plugin command loads the plugins for real."""
 
     plugin_loader: Callable[[click.Group], None] | None = None
+    cache_listing: bool = False
+    _placeholders: dict[str, str] | None = None
 
     def _load_plugins(self) -> None:
         loader, self.plugin_loader = self.plugin_loader, None
-        if loader is not None:
-            loader(self)
+        self._placeholders = None
+        if loader is None:
+            return
+        kernel = set(self.commands)
+        loader(self)
+        if self.cache_listing:
+            listing = {
+                name: cmd.get_short_help_str(60)
+                for name, cmd in self.commands.items()
+                if name not in kernel and not cmd.hidden
+            }
+            with contextlib.suppress(OSError):
+                from ..security.atomic import atomic_write_text
+
+                path = _listing_cache()
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                atomic_write_text(path, json.dumps({"key": installed_key(), "commands": listing}))
+
+    def _cached_listing(self) -> dict[str, str] | None:
+        if self._placeholders is None and self.cache_listing and self.plugin_loader is not None:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                saved = json.loads(_listing_cache().read_text(encoding="utf-8"))
+                if saved["key"] == installed_key():
+                    self._placeholders = {
+                        str(k): str(v)
+                        for k, v in dict(saved["commands"]).items()
+                        if k not in self.commands
+                    }
+        return self._placeholders
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is None and self.plugin_loader is not None:
+            listed = self._cached_listing()
+            if listed is not None and cmd_name in listed:
+                # for the command list only: resolve_command loads the real one to run it
+                return click.Command(cmd_name, help=listed[cmd_name], short_help=listed[cmd_name])
             self._load_plugins()
             command = super().get_command(ctx, cmd_name)
         if command is None and cmd_name in PLUGIN_COMMANDS and ctx.parent is None:
@@ -95,9 +158,19 @@ class MemoraGroup(click.Group):
             )
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and self.plugin_loader is not None:
+            self._load_plugins()  # a plugin command is about to run: the real one
+        return super().resolve_command(ctx, args)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        self._load_plugins()
-        return super().list_commands(ctx)
+        listed = self._cached_listing()
+        if listed is None:
+            self._load_plugins()
+            return super().list_commands(ctx)
+        return sorted({*self.commands, *listed})
 
     def main(
         self,

@@ -101,6 +101,7 @@ def build_cli(*, plugins: Any = None, plugin_commands: bool = True) -> click.Gro
         group.add_command(command)
     if plugin_commands:
         group.plugin_loader = _plugin_commands(plugins)
+        group.cache_listing = plugins is None  # the installed plugins' commands, remembered
     return group
 
 
