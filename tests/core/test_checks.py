@@ -4,6 +4,7 @@ and what each approval mode does with each kind of call."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,28 @@ def test_a_call_changes_things_when_it_writes_or_runs() -> None:
     assert not ToolCallInfo("1", "read_file", {}).changes_things
     assert ToolCallInfo("1", "write_file", {}, writes=True).changes_things
     assert ToolCallInfo("1", "run_code", {}, runs_code=True).changes_things
+
+
+def test_a_check_cannot_change_the_call_or_a_decision_others_see(tmp_path: Path) -> None:
+    """Every check gets the same call and context: they are values a plugin cannot modify."""
+    import dataclasses
+
+    from memora.checks import CheckContext
+
+    call = ToolCallInfo("1", "write_file", {"path": "a"}, writes=True)
+    context = CheckContext(project_path=tmp_path)
+    values = [call, context, Allow(), Deny("no"), Ask("?"), Skip("r"), Rewrite({"p": 1})]
+    for value in values:
+        field = dataclasses.fields(value)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
+    outcome = combine_decisions([("a", Deny("no"))])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.plugin = "someone else"  # type: ignore[misc]
+    # a context nobody configured asks for nothing
+    assert (context.confirm_writes, context.confirm_scripts, context.approvals) == (
+        False,
+        False,
+        None,
+    )
+    assert context.permission == "owner" and context.previous_result is None
