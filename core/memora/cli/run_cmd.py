@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
-from ..memory.sessions import new_session_id
 from ..security.terminal import clean
 from .approvals import (
     agent_mode,
@@ -73,6 +72,7 @@ async def _run(
 ) -> int:
     from ..agent import Agent
     from ..chunks import AgentChunk
+    from ..memory.sessions import new_session_id
 
     override = None if tools else {"act": {"toolMode": "block"}}
     explicit = agent_arguments(
