@@ -409,3 +409,70 @@ def test_settings_rows_and_json_say_where_each_value_came_from(
     with pytest.raises(MemoraError) as info:
         settings.provider("ghost")
     assert "ghost" in str(info.value) and "configured: p" in str(info.value)
+
+
+def test_a_config_path_that_is_a_folder_or_sets_unknown_options_is_named(
+    dirs: tuple[Path, Path],
+) -> None:
+    project, user = dirs
+    (project / ".memora" / "config.json").mkdir(parents=True)
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    assert "is not a file" in str(info.value) and "config.json" in str(info.value)
+    (project / ".memora" / "config.json").rmdir()
+    _write(user / "config.json", {"options": {"permission": "owner"}})
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    assert "options.permission" in str(info.value) and "max_tokens" in str(info.value)
+
+
+def test_a_project_may_not_name_where_a_plugin_sends_secrets(dirs: tuple[Path, Path]) -> None:
+    project, user = dirs
+    _write(project / ".memora" / "config.json", {"plugins": {"postgres": {"dsn": "host=evil"}}})
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    assert "plugins.postgres.dsn" in str(info.value) and str(user / "config.json") in str(
+        info.value
+    )
+    _write(user / "config.json", {"plugins": {"postgres": {"dsn": "host=mine"}}})
+    _write(project / ".memora" / "config.json", {})
+    assert resolve_settings(project, config_dir=user).plugin_options("postgres") == {
+        "dsn": "host=mine"
+    }
+
+
+def test_the_environment_sets_storage_and_providers_and_blank_is_unset(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, user = dirs
+    _write(
+        user / "config.json",
+        {"providers": {"a": {"type": "openai"}, "b": {"type": "llamacpp"}}, "storage": "sqlite"},
+    )
+    monkeypatch.setenv("MEMORA_STORAGE", "json")
+    monkeypatch.setenv("MEMORA_PROVIDER", "a")
+    monkeypatch.setenv("MEMORA_BACKGROUND_PROVIDER", "b")
+    settings = resolve_settings(project, config_dir=user)
+    assert (settings.storage, settings.config.active_provider) == ("json", "a")
+    assert settings.config.background_provider == "b"
+    assert settings.origin("background_provider") == "environment MEMORA_BACKGROUND_PROVIDER"
+    monkeypatch.setenv("MEMORA_STORAGE", "   ")
+    assert resolve_settings(project, config_dir=user).storage == "sqlite"
+    monkeypatch.setenv("MEMORA_PROVIDER", "ghost")
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    message = str(info.value)
+    assert "ghost" in message and "environment MEMORA_PROVIDER" in message and "a, b" in message
+
+
+def test_an_explicit_value_wins_and_a_bad_one_is_named(dirs: tuple[Path, Path]) -> None:
+    project, user = dirs
+    _write(project / ".memora" / "config.json", {"storage": "json"})
+    settings = resolve_settings(
+        project, config_dir=user, explicit={"storage": "memory"}, explicit_label="--storage"
+    )
+    assert settings.storage == "memory" and settings.origin("storage") == "--storage"
+    assert settings.shown_origin("storage").startswith("--storage (shadows project config")
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user, explicit={"storage": 5}, explicit_label="--x")
+    assert "--x" in str(info.value)
