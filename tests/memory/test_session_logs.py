@@ -201,3 +201,64 @@ async def test_a_log_file_in_another_name_is_not_a_session(tmp_path: Path) -> No
     os.makedirs(tmp_path / "sessions" / "real")
     (tmp_path / "sessions" / "real" / "2026-01-02.jsonl").write_text("", encoding="utf-8")
     assert [i.id for i in await store.list()] == ["real"]
+
+
+async def test_a_session_spanning_days_reads_back_in_order(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(session_id="days")
+    await store.append_turn(s.id, [{"role": "user", "content": "today"}], _round("r2"))
+    folder = tmp_path / "sessions" / "days"
+    older = {"kind": "round", "round_id": "r1", "user": "yesterday", "ended_at": 1.0}
+    message = {"kind": "message", "role": "user", "content": "yesterday"}
+    (folder / "2000-01-01.jsonl").write_text(
+        json.dumps(message) + "\n" + json.dumps(older) + "\n", encoding="utf-8"
+    )
+    again = JsonlSessionStore(tmp_path)
+    assert [r.round_id for r in await again.rounds("days")] == ["r1", "r2"]
+    assert [m["content"] for m in await again.messages("days")] == ["yesterday", "today"]
+    assert (await again.get("days")).round_count == 2
+
+
+async def test_a_left_behind_folder_or_a_removed_sessions_folder_still_takes_turns(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sessions" / "kept").mkdir(parents=True)  # an empty folder from before
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="kept")
+    await store.append_turn("kept", [], _round("r1"))
+    assert [r.round_id for r in await store.rounds("kept")] == ["r1"]
+    import shutil
+
+    shutil.rmtree(tmp_path / "sessions")  # removed while the store is in use
+    s = await store.create()
+    await store.append_turn(s.id, [], _round("r9"))
+    assert [r.round_id for r in await JsonlSessionStore(tmp_path).rounds(s.id)] == ["r9"]
+
+
+async def test_a_fork_is_named_after_its_source(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    long_id = "s" * 128
+    await store.create(title="Plan", session_id=long_id)
+    await store.append_turn(long_id, [], _round("r1"))
+    fork, copied = await store.fork(long_id)
+    assert copied == 1 and fork.title == "Plan (fork)" and fork.parent_id == long_id
+    assert fork.id.startswith("s" * 100 + "-fork-") and len(fork.id) <= 128
+    assert fork.round_count == 1 and (await store.get(fork.id)).round_count == 1
+    assert [r.round_id for r in await store.rounds(fork.id)] == ["r1"]
+    with pytest.raises(MemoraError) as info:
+        await store.get(5)  # type: ignore[arg-type]
+    assert info.value.code == ErrorCode.INVALID_INPUT
+
+
+async def test_an_unwritten_session_is_known_but_holds_nothing(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create(title="fresh", session_id="fresh")
+    assert await store.exists("fresh") and (await store.get("fresh")).title == "fresh"
+    assert not (tmp_path / "sessions" / "fresh").exists()  # nothing on disk before a turn
+    assert await store.messages("fresh") == [] and await store.rounds("fresh") == []
+    assert [i.id for i in await store.list()] == [s.id]
+    await store.append_messages("fresh", [{"role": "system", "content": "note"}])
+    assert (tmp_path / "sessions" / "fresh").is_dir()
+    again = JsonlSessionStore(tmp_path)
+    assert (await again.get("fresh")).title == "fresh"
+    assert [m["content"] for m in await again.messages("fresh")] == ["note"]

@@ -179,7 +179,7 @@ def test_reading_special_files_never_blocks_and_large_files_can_be_skipped(
     (project / "loop").symlink_to(project / "loop")
     with pytest.raises(ToolError) as info:
         guard.open_read("loop")
-    assert "loops back" in str(info.value) or info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    assert info.value.code == ToolErrorCode.INVALID_ARGS and "loops back" in str(info.value)
 
 
 def test_a_descriptor_that_is_not_the_checked_file_is_refused_everywhere(
@@ -207,3 +207,36 @@ def test_a_descriptor_that_is_not_the_checked_file_is_refused_everywhere(
             os.close(own)
     finally:
         os.close(fd)
+
+
+def test_a_socket_a_swapped_link_and_a_file_in_the_way_are_refused_by_name(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    guard = PathGuard(project)
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(project / "app.sock"))
+        with pytest.raises(ToolError) as info:
+            guard.open_read("app.sock")
+        assert info.value.code == ToolErrorCode.INVALID_ARGS and "socket" in str(info.value)
+    finally:
+        sock.close()
+    real = project / "real.txt"
+    real.write_text("x", encoding="utf-8")
+    (project / "swapped").symlink_to(real)
+    # the path was checked as a plain file; a link appears before it is opened
+    monkeypatch.setattr(guard, "resolve", lambda path, purpose="": project / "swapped")
+    with pytest.raises(ToolError) as info:
+        guard.open_read("swapped")
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    assert "became a symbolic link" in str(info.value)
+    monkeypatch.undo()
+    (project / "notes.txt").write_text("a file, not a folder", encoding="utf-8")
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("notes.txt/child.txt", b"x")
+    assert info.value.code in (ToolErrorCode.PATH_NOT_ALLOWED, ToolErrorCode.FILE_NOT_FOUND)
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "a file, not a folder"
+    made = guard.write_atomic("new/deeper/still/x.txt", b"made")
+    assert made.read_bytes() == b"made" and stat.S_IMODE(made.parent.stat().st_mode) & 0o700
