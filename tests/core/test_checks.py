@@ -70,46 +70,14 @@ def test_rewrites_agree_or_the_call_is_denied_naming_both_plugins() -> None:
     assert isinstance(asked.decision, Deny)
 
 
-WRITE = {"writes": True, "runs_code": False}
-RUN = {"writes": True, "runs_code": True}
-READ = {"writes": False, "runs_code": False}
-
-
-@pytest.mark.parametrize(
-    ("mode", "expected"),
-    [
-        (None, {"read_file": "runs", "write_file": "runs", "run_command": "runs", "mcp_x": "runs"}),
-        (
-            "full-auto",
-            {"read_file": "runs", "write_file": "runs", "run_command": "runs", "mcp_x": "runs"},
-        ),
-        (
-            "auto-edit",
-            {"read_file": "runs", "write_file": "runs", "run_command": "asks", "mcp_x": "asks"},
-        ),
-        (
-            "ask",
-            {"read_file": "runs", "write_file": "asks", "run_command": "asks", "mcp_x": "asks"},
-        ),
-        (
-            "read-only",
-            {
-                "read_file": "runs",
-                "write_file": "refused",
-                "run_command": "refused",
-                "mcp_x": "refused",
-            },
-        ),
-    ],
-)
-def test_what_each_approval_mode_does(mode: str | None, expected: dict[str, str]) -> None:
-    kinds = {"read_file": READ, "write_file": WRITE, "run_command": RUN, "mcp_x": WRITE}
-    got = {name: approval_for(mode, name, **kinds[name]) for name in expected}  # type: ignore[arg-type]
-    assert got == expected
-    # edit_file is a file edit like write_file; one that also runs code is not
-    assert approval_for("auto-edit", "edit_file", writes=True, runs_code=False) == "runs"  # type: ignore[arg-type]
-    assert approval_for("auto-edit", "write_file", writes=True, runs_code=True) == "asks"  # type: ignore[arg-type]
-    assert approval_for("auto-edit", "run_code", writes=False, runs_code=True) == "asks"  # type: ignore[arg-type]
+def test_a_file_edit_that_also_runs_code_is_not_a_plain_edit() -> None:
+    """auto-edit lets the kernel's file edits run; anything that runs code asks (the mode table
+    itself is tests/core/test_approvals.py::test_what_each_mode_does)."""
+    assert approval_for("auto-edit", "edit_file", writes=True, runs_code=False) == "runs"
+    assert approval_for("auto-edit", "write_file", writes=True, runs_code=True) == "asks"
+    assert approval_for("auto-edit", "run_code", writes=False, runs_code=True) == "asks"
+    assert approval_for("read-only", "read_file", writes=False, runs_code=False) == "runs"
+    assert approval_for(None, "run_command", writes=True, runs_code=True) == "runs"
 
 
 def test_the_stricter_mode_of_two() -> None:

@@ -240,3 +240,144 @@ def test_a_socket_a_swapped_link_and_a_file_in_the_way_are_refused_by_name(
     assert (project / "notes.txt").read_text(encoding="utf-8") == "a file, not a folder"
     made = guard.write_atomic("new/deeper/still/x.txt", b"made")
     assert made.read_bytes() == b"made" and stat.S_IMODE(made.parent.stat().st_mode) & 0o700
+
+
+def test_a_read_of_more_than_one_chunk_returns_exactly_the_limit(project: Path) -> None:
+    big = project / "big.bin"
+    big.write_bytes(b"b" * ((1 << 20) * 2 + 10))
+    limit = (1 << 20) * 2 + 1
+    assert len(read_regular(big, limit) or b"") == limit
+
+
+def _swap_parent_for_a_link(
+    project: Path, monkeypatch: pytest.MonkeyPatch, guard: PathGuard
+) -> Path:
+    """The folder the guard resolved is swapped for a link to outside before it is used: the
+    re-check through the open descriptor must catch it."""
+    outside = project.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside", encoding="utf-8")
+    (project / "sub").symlink_to(outside)
+    resolved = project / "sub" / "secret.txt"
+    monkeypatch.setattr(guard, "resolve", lambda path, purpose="": resolved)
+    return outside
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_refused(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = PathGuard(project)
+    outside = _swap_parent_for_a_link(project, monkeypatch, guard)
+    with pytest.raises(ToolError) as info:
+        guard.open_read("sub/secret.txt")
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("sub/secret.txt", b"overwritten", create_dirs=False)
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    assert (outside / "secret.txt").read_text(encoding="utf-8") == "outside"
+    # a missing folder under a swapped one is not made outside either
+    monkeypatch.setattr(guard, "resolve", lambda path, purpose="": project / "sub" / "new" / "x")
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("sub/new/x", b"x")
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    assert not (outside / "new").exists()
+
+
+def test_the_portable_recheck_does_not_follow_a_link_to_the_same_file(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = project / "real.txt"
+    real.write_text("x", encoding="utf-8")
+    (project / "alias.txt").symlink_to(real)
+    guard = PathGuard(project)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    fd = os.open(real, os.O_RDONLY)
+    try:
+        with pytest.raises(ToolError) as info:  # the name is a link now, not the file opened
+            guard.check_fd(fd, project / "alias.txt")
+        assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    finally:
+        os.close(fd)
+
+
+@needs_proc
+def test_refused_opens_leak_no_descriptor(project: Path) -> None:
+    guard = PathGuard(project)
+    os.mkfifo(project / "pipe")
+    before = _open_fds()
+    for _ in range(50):
+        for name in ("src", "pipe"):
+            with pytest.raises(ToolError):
+                guard.open_read(name)
+    assert _open_fds() == before
+
+
+def test_unusable_names_and_parents_are_refused_by_name(project: Path) -> None:
+    guard = PathGuard(project)
+    with pytest.raises(ToolError) as info:
+        guard.open_read("n" * 300)
+    assert info.value.code == ToolErrorCode.PERMISSION_DENIED and "cannot open" in str(info.value)
+    (project / "notes.txt").write_text("a file", encoding="utf-8")
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("notes.txt/sub/child.txt", b"x")
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED and "cannot use folder" in str(
+        info.value
+    )
+
+
+def test_new_folders_get_the_usual_mode(project: Path) -> None:
+    made = PathGuard(project).write_atomic("a/b/c.txt", b"x")
+    expected = 0o755 & ~_umask()
+    assert stat.S_IMODE(made.parent.stat().st_mode) == expected
+    assert stat.S_IMODE(made.parent.parent.stat().st_mode) == expected
+
+
+def test_a_folder_that_turns_into_a_link_while_being_made_is_refused(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = project.parent / "away"
+    outside.mkdir()
+    real_mkdir = os.mkdir
+
+    def planted(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        os.symlink(outside, name, dir_fd=dir_fd)  # someone put a link there first
+
+    monkeypatch.setattr(os, "mkdir", planted)
+    with pytest.raises(ToolError) as info:
+        PathGuard(project).write_atomic("made/x.txt", b"x")
+    monkeypatch.setattr(os, "mkdir", real_mkdir)
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED and "changed" in str(info.value)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_write_is_on_disk_before_it_replaces_the_file(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durability: the new content is flushed and synced before the rename, the folder after."""
+    synced: list[tuple[bool, int]] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((stat.S_ISDIR(st.st_mode), st.st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    PathGuard(project).write_atomic("durable.txt", b"12345")
+    assert synced[0] == (False, 5)  # the temp file, whole
+    assert any(is_dir for is_dir, _ in synced[1:])  # then its folder
+
+
+def test_a_leftover_temp_file_never_corrupts_a_write(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import secrets
+
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "fixed")
+    (project / ".target.txt.fixed.tmp").write_bytes(b"a much longer leftover from a crash")
+    try:
+        PathGuard(project).write_atomic("target.txt", b"short")
+    except OSError:
+        assert not (project / "target.txt").exists()  # refused: nothing half-written
+    else:
+        assert (project / "target.txt").read_bytes() == b"short"
