@@ -262,3 +262,172 @@ async def test_an_unwritten_session_is_known_but_holds_nothing(tmp_path: Path) -
     again = JsonlSessionStore(tmp_path)
     assert (await again.get("fresh")).title == "fresh"
     assert [m["content"] for m in await again.messages("fresh")] == ["note"]
+
+
+async def test_the_most_recently_active_session_is_listed_first(store: Any) -> None:
+    await store.create(session_id="older")
+    await store.create(session_id="newer")
+    await store.append_turn("older", [], _round("r1", "back to it", ended=time.time() + 100))
+    assert [i.id for i in await store.list()] == ["older", "newer"]
+    assert (await store.get("older")).updated_at >= time.time() + 99
+    await store.append_turn("newer", [], _round("r1", "and this", ended=time.time() + 200))
+    assert [i.id for i in await store.list()] == ["newer", "older"]
+
+
+async def test_an_unknown_session_is_not_found_everywhere(store: Any) -> None:
+    for call in (
+        store.messages("nope"),
+        store.rounds("nope"),
+        store.append_messages("nope", [{"role": "user", "content": "x"}]),
+        store.append_turn("nope", [], _round("r1")),
+        store.archive("nope"),
+        store.fork("nope"),
+    ):
+        with pytest.raises(MemoraError) as info:
+            await call
+        assert info.value.code == ErrorCode.NOT_FOUND
+
+
+async def test_titles_ids_and_counts_as_documented(store: Any) -> None:
+    import re
+
+    from memora.memory.sessions import new_session_id
+
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", new_session_id())
+    fresh = await store.create()
+    assert fresh.round_count == 0 and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", fresh.id)
+    long_question = "q" * 100
+    await store.append_turn(fresh.id, [], _round("r1", long_question))
+    assert (await store.get(fresh.id)).title == "q" * 80
+    await store.create(title="t" * 1500, session_id="titled")
+    await store.append_turn("titled", [], _round("r1"))
+    if isinstance(store, JsonlSessionStore):  # what meta.json gives back is capped
+        assert (await JsonlSessionStore(store.root.parent).get("titled")).title == "t" * 1000
+
+
+async def test_an_empty_append_writes_nothing(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="quiet")
+    await store.append_messages("quiet", [])
+    assert not (tmp_path / "sessions" / "quiet").exists()
+
+
+async def test_odd_lines_of_a_log_cost_only_themselves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="odd")
+    await store.append_turn("odd", [], _round("r1"))
+    log = next((tmp_path / "sessions" / "odd").glob("*.jsonl"))
+    with log.open("ab") as fh:
+        fh.write(b"\n   \n")  # blank lines: nothing to report
+        fh.write(json.dumps({"kind": "round", "user": "no id"}).encode() + b"\n")
+        fh.write(
+            json.dumps({"kind": "round", "round_id": "bad", "started_at": "x"}).encode() + b"\n"
+        )
+        fh.write(
+            json.dumps({"kind": "round", "round_id": "r2", "user": "no times"}).encode() + b"\n"
+        )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memora.sessions"):
+        rounds = await store.rounds("odd")
+    assert [r.round_id for r in rounds] == ["r1", "r2"]
+    assert rounds[1].ended_at == 0.0 and rounds[1].started_at == 0.0
+    warnings = [r.getMessage() for r in caplog.records]
+    assert not any("torn or corrupt" in w for w in warnings)  # blank lines are not damage
+    assert any("malformed round skipped" in w for w in warnings)
+    assert (await store.get("odd")).round_count == 4  # the index counts round lines
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"size": -1},
+        {"rounds": -5},
+        {"rounds": True},
+        {"size": 1.5},
+        {"first_user": 7},
+        {"last_ended": float("nan")},
+        {"last_ended": "later"},
+    ],
+)
+async def test_a_damaged_index_entry_is_rebuilt_not_trusted(
+    tmp_path: Path, broken: dict[str, Any]
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="ix")
+    await store.append_turn("ix", [], _round("r1", ended=1000.0))
+    folder = tmp_path / "sessions" / "ix"
+    log = next(folder.glob("*.jsonl"))
+    entry = {"size": log.stat().st_size, "rounds": 1, "first_user": "hi", "last_ended": 1000.0}
+    entry.update(broken)
+    (folder / "index.json").write_text(json.dumps({log.name: entry}), encoding="utf-8")
+    info = await JsonlSessionStore(tmp_path).get("ix")
+    assert info.round_count == 1 and info.title == "hi"
+
+
+async def test_an_index_of_the_wrong_shape_or_a_broken_meta_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="m")
+    await store.append_turn("m", [], _round("r1"))
+    folder = tmp_path / "sessions" / "m"
+    (folder / "index.json").write_text("[1, 2]", encoding="utf-8")
+    assert (await store.get("m")).round_count == 1
+    (folder / "meta.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(MemoraError) as info:
+        await store.get("m")
+    assert info.value.code == ErrorCode.STORAGE_ERROR and "meta.json" in str(info.value)
+    with caplog.at_level(logging.WARNING, logger="memora.sessions"):
+        assert await store.list() == []
+    assert any("session m skipped" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_log_only_session_is_read_from_its_first_day(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions" / "lo"
+    folder.mkdir(parents=True)
+    head = {"kind": "session", "id": "lo", "title": "from the header", "created_at": 5.0}
+    (folder / "2000-01-01.jsonl").write_text(json.dumps(head) + "\n", encoding="utf-8")
+    (folder / "2000-01-02.jsonl").write_text(
+        json.dumps({"kind": "round", "round_id": "r1", "user": "u", "ended_at": 6.0}) + "\n",
+        encoding="utf-8",
+    )
+    info = await JsonlSessionStore(tmp_path).get("lo")
+    assert info.title == "from the header" and info.created_at == 5.0
+    bad = dict(head, title=5)
+    (folder / "2000-01-01.jsonl").write_text(json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(MemoraError) as err:
+        await JsonlSessionStore(tmp_path).get("lo")
+    assert "2000-01-01.jsonl" in str(err.value) and "title" in str(err.value)
+
+
+async def test_appends_are_synced_and_leak_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="d")
+    await store.append_turn("d", [], _round("r0"))
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    log = next((tmp_path / "sessions" / "d").glob("*.jsonl"))
+    await store.append_turn("d", [], _round("r1"))
+    assert log.stat().st_size in synced  # the turn is on disk before append_turn returns
+    synced.clear()
+    await store.archive("d")
+    assert synced  # meta.json too
+    monkeypatch.undo()
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for n in range(100):
+        await store.append_turn("d", [], _round(f"x{n}"))
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) <= fds
+    fork, _ = await store.fork("d")
+    mode = (tmp_path / "sessions" / fork.id).stat().st_mode
+    assert mode & 0o077 == 0  # a fork's folder is private like any session's

@@ -381,3 +381,25 @@ def test_a_leftover_temp_file_never_corrupts_a_write(
         assert not (project / "target.txt").exists()  # refused: nothing half-written
     else:
         assert (project / "target.txt").read_bytes() == b"short"
+
+
+def test_a_folder_above_swapped_for_a_link_is_caught_by_the_recheck(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link two levels up is followed by the open (only the last name is not followed): the
+    check of the open folder's real path is what refuses it."""
+    outside = project.parent / "far"
+    (outside / "dir").mkdir(parents=True)
+    (project / "up").symlink_to(outside)
+    guard = PathGuard(project)
+    monkeypatch.setattr(guard, "resolve", lambda path, purpose="": project / "up" / "dir" / "f")
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("up/dir/f", b"x", create_dirs=False)
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    monkeypatch.setattr(
+        guard, "resolve", lambda path, purpose="": project / "up" / "dir" / "new" / "f"
+    )
+    with pytest.raises(ToolError) as info:
+        guard.write_atomic("up/dir/new/f", b"x")
+    assert info.value.code == ToolErrorCode.PATH_NOT_ALLOWED
+    assert sorted(p.name for p in (outside / "dir").iterdir()) == []
