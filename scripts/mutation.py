@@ -50,6 +50,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "settings.py": [
         "tests/core/test_settings.py",
+        "tests/core/test_settings_layers.py",
         "tests/core/test_config.py",
         "tests/core/test_project_trust.py",
     ],
