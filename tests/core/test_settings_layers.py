@@ -113,3 +113,74 @@ def test_each_origin_remembers_what_it_replaced(
     assert settings.shown_origin("plugins.fetch.timeout") == f"user config {user / 'config.json'}"
     monkeypatch.delenv("MEMORA_STORAGE")
     assert resolve_settings(None, config_dir=user).shadowed == {}  # one source: nothing hidden
+
+
+def test_trust_is_only_what_was_given(dirs: tuple[Path, Path]) -> None:
+    import dataclasses
+
+    from memora.config import MemoraConfig
+    from memora.settings import Settings
+
+    project, user = dirs
+    assert not resolve_settings(None, config_dir=user).trusted
+    assert not resolve_settings(project, config_dir=user).trusted  # no project file at all
+    bare = Settings(MemoraConfig())
+    assert not bare.trusted and bare.requests == {} and bare.ignored == {}
+    assert bare.provider() is None  # no active provider: none, not an error
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bare.trusted = True  # type: ignore[misc]
+
+
+def test_the_first_bad_option_is_the_one_named(dirs: tuple[Path, Path]) -> None:
+    from memora.errors import MemoraError
+
+    project, user = dirs
+    _write(user / "config.json", {"options": {"zeta": 1, "alpha": 2}})
+    with pytest.raises(MemoraError) as info:
+        resolve_settings(project, config_dir=user)
+    assert "options.alpha" in str(info.value) and info.value.context["key"] == "alpha"
+
+
+async def test_a_bad_option_value_names_the_first_field(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from memora.agent.options import AgentOptions
+    from memora.errors import MemoraError
+    from memora.settings import agent_settings
+
+    project, user = dirs
+    _write(user / "config.json", {"options": {"max_tokens": "many", "max_iterations": "lots"}})
+    opts = AgentOptions(project_path=project, data_dir=tmp_path / "d", config_dir=user)
+    with pytest.raises(MemoraError) as info:
+        agent_settings(opts)
+    assert "options.max_tokens" in str(info.value)
+
+
+def test_the_hosts_options_win_over_the_files(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    from memora.agent.options import AgentOptions
+    from memora.settings import agent_settings
+
+    project, user = dirs
+    _write(user / "config.json", {"approvals": "full-auto", "session_store": "jsonl"})
+    base = {"project_path": project, "data_dir": tmp_path / "d", "config_dir": user}
+    plain = agent_settings(AgentOptions(**base))
+    assert plain.approvals == "full-auto"
+    assert plain.state_store("session_store", [], "jsonl") == "jsonl"
+    host = agent_settings(AgentOptions(**base, approvals="ask", session_store="memory"))
+    assert host.approvals == "ask"
+    assert host.state_store("session_store", [], "jsonl") == "memory"
+    none = agent_settings(AgentOptions(**base, approvals=None))
+    assert none.approvals is None  # the host said "no mode" explicitly
+
+
+def test_load_config_warns_about_a_left_off_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memora.config import load_config
+
+    project = tmp_path / "warned"
+    _write(project / ".memora" / "config.json", {"plugins": {"mcp": {"servers": {"q": {}}}}})
+    with caplog.at_level(logging.WARNING, logger="memora"):
+        config = load_config(project)
+    assert "mcp" not in config.plugins
+    assert any("plugins.mcp.servers" in r.getMessage() for r in caplog.records)
