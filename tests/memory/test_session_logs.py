@@ -192,11 +192,15 @@ async def test_both_stores_answer_alike(store: Any) -> None:
     assert info.value.code == ErrorCode.NOT_FOUND
 
 
-async def test_a_log_file_in_another_name_is_not_a_session(tmp_path: Path) -> None:
+async def test_a_log_file_in_another_name_is_not_a_session(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "sessions" / "junk").mkdir(parents=True)
     (tmp_path / "sessions" / "junk" / "notes.txt").write_text("x", encoding="utf-8")
     store = JsonlSessionStore(tmp_path)
-    assert await store.list() == []
+    with caplog.at_level(logging.WARNING, logger="memora.sessions"):
+        assert await store.list() == []
+    assert caplog.records == []  # not a session, and not a damaged one either
     assert not await store.exists("junk")
     os.makedirs(tmp_path / "sessions" / "real")
     (tmp_path / "sessions" / "real" / "2026-01-02.jsonl").write_text("", encoding="utf-8")
@@ -431,3 +435,15 @@ async def test_appends_are_synced_and_leak_nothing(
     fork, _ = await store.fork("d")
     mode = (tmp_path / "sessions" / fork.id).stat().st_mode
     assert mode & 0o077 == 0  # a fork's folder is private like any session's
+
+
+async def test_a_bare_json_value_in_a_log_is_skipped(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="bare")
+    await store.append_turn("bare", [], _round("r1"))
+    log = next((tmp_path / "sessions" / "bare").glob("*.jsonl"))
+    with log.open("ab") as fh:
+        fh.write(b'"a string that says round"\n[1, "round"]\n')
+    again = JsonlSessionStore(tmp_path)
+    assert (await again.get("bare")).round_count == 1
+    assert [r.round_id for r in await again.rounds("bare")] == ["r1"]
