@@ -12,6 +12,7 @@ servers are then shared, and each session is held by one Agent at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -384,16 +385,10 @@ class ProjectRuntime:
         self._unlisten()
         for agent in list(self._agents):
             await agent.close()  # type: ignore[attr-defined]
-        with _suppress():
+        with contextlib.suppress(Exception):
             await self.background.close()
         if self.session_store not in self._owned:  # a host's object: closed as before
-            with _suppress():
+            with contextlib.suppress(Exception):
                 await self.session_store.close()
         await self._release_owned()
         await maybe_await(self.security.lock.release())
-
-
-def _suppress() -> Any:
-    import contextlib
-
-    return contextlib.suppress(Exception)
