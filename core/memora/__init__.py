@@ -79,41 +79,67 @@ _LAZY: dict[str, str] = {
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
-if TYPE_CHECKING:
-    from .agent import Agent, AgentOptions, PausedTurn, ProjectRuntime
-    from .capabilities import CapabilityMap, compute_capability_map
-    from .checks import Allow, Ask, CheckContext, Deny, Rewrite, Skip, ToolCallInfo
-    from .chunks import AgentChunk, chunk_adapter
-    from .config import create_provider_from_config, load_config
+if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Agent` type-checks
+    from .agent import (
+        Agent as Agent,
+        AgentOptions as AgentOptions,
+        PausedTurn as PausedTurn,
+        ProjectRuntime as ProjectRuntime,
+    )
+    from .capabilities import (
+        CapabilityMap as CapabilityMap,
+        compute_capability_map as compute_capability_map,
+    )
+    from .checks import (
+        Allow as Allow,
+        Ask as Ask,
+        CheckContext as CheckContext,
+        Deny as Deny,
+        Rewrite as Rewrite,
+        Skip as Skip,
+        ToolCallInfo as ToolCallInfo,
+    )
+    from .chunks import AgentChunk as AgentChunk, chunk_adapter as chunk_adapter
+    from .config import (
+        create_provider_from_config as create_provider_from_config,
+        load_config as load_config,
+    )
     from .errors import (
-        AbortedError,
-        BusyError,
-        ConflictError,
-        ErrorCode,
-        InvalidConfigError,
-        InvalidInputError,
-        MemoraError,
-        NotAvailableError,
-        NotFoundError,
-        NotInitializedError,
-        PauseExpiredError,
-        PluginConflictError,
-        PluginError,
-        PluginHookError,
-        PluginLoadError,
-        ProjectLockedError,
-        StorageError,
-        ToolError,
-        ToolErrorCode,
-        TurnFailedError,
-        is_retryable,
+        AbortedError as AbortedError,
+        BusyError as BusyError,
+        ConflictError as ConflictError,
+        ErrorCode as ErrorCode,
+        InvalidConfigError as InvalidConfigError,
+        InvalidInputError as InvalidInputError,
+        MemoraError as MemoraError,
+        NotAvailableError as NotAvailableError,
+        NotFoundError as NotFoundError,
+        NotInitializedError as NotInitializedError,
+        PauseExpiredError as PauseExpiredError,
+        PluginConflictError as PluginConflictError,
+        PluginError as PluginError,
+        PluginHookError as PluginHookError,
+        PluginLoadError as PluginLoadError,
+        ProjectLockedError as ProjectLockedError,
+        StorageError as StorageError,
+        ToolError as ToolError,
+        ToolErrorCode as ToolErrorCode,
+        TurnFailedError as TurnFailedError,
+        is_retryable as is_retryable,
     )
     from .hookspecs import hookimpl as hookimpl
-    from .llm import LLMRequest, Message, Provider, ProviderError, ProviderRouter, ToolSpec
-    from .messages import Messages
-    from .plugins import Plugins, create_plugin_manager
-    from .tools import Tool, ToolContext, tool
-    from .tracing import Span, Tracer
+    from .llm import (
+        LLMRequest as LLMRequest,
+        Message as Message,
+        Provider as Provider,
+        ProviderError as ProviderError,
+        ProviderRouter as ProviderRouter,
+        ToolSpec as ToolSpec,
+    )
+    from .messages import Messages as Messages
+    from .plugins import Plugins as Plugins, create_plugin_manager as create_plugin_manager
+    from .tools import Tool as Tool, ToolContext as ToolContext, tool as tool
+    from .tracing import Span as Span, Tracer as Tracer
 
 
 def __getattr__(name: str) -> Any:

@@ -66,7 +66,11 @@ class CommandError(click.ClickException):
         click.echo(f"memora: error: {clean(self.format_message())}", err=True)
 
 
-PLUGIN_COMMANDS = {"mcp": "memora-plugin-mcp", "serve": "memora-plugin-server"}
+PLUGIN_COMMANDS = {
+    "mcp": "memora-plugin-mcp",
+    "serve": "memora-plugin-server",
+    "serve-tokens": "memora-plugin-server",
+}
 """Commands that memora's own plugins add, and the distribution to install for each."""
 
 

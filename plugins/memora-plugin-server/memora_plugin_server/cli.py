@@ -1,0 +1,131 @@
+"""``memora serve`` and ``memora serve-tokens``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+
+from memora.cli.approvals import approval_options
+from memora.cli.common import config_dir_option, find_project_root
+from memora.settings import user_config_dir
+
+from .config import add_token, describe, load_server_settings, revoke_token, settings_path
+
+logger = logging.getLogger("memora.server")
+
+
+@click.command("serve")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A project folder to serve (repeat for several; named after the folder in URLs). "
+    "Default: the project of the working folder.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--idle-seconds",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(1.0),
+    help="Close a session's Agent after this long without a request (never mid-turn or paused).",
+)
+@approval_options
+@config_dir_option
+def serve_cmd(
+    projects: tuple[Path, ...],
+    host: str,
+    port: int,
+    idle_seconds: float,
+    approvals: str | None,
+    config_dir: Path | None,
+) -> None:
+    """Serve projects over HTTP: a REST + server-sent-events API (OpenAPI at /openapi.json).
+    Tokens come from the user's server.json (memora serve-tokens add NAME); with none, only
+    this machine may call."""
+    import uvicorn
+
+    from .app import _is_loopback, create_app
+
+    user_dir = user_config_dir(config_dir)
+    settings = load_server_settings(user_dir)
+    folders = list(projects) or [find_project_root(Path.cwd())]
+    if not settings.tokens and not _is_loopback(host):
+        click.echo(
+            f"warning: no token is configured ({settings_path(user_dir)}): the server listens on "
+            f"{host} but answers only this machine; add one with `memora serve-tokens add NAME`",
+            err=True,
+        )
+    options: dict[str, Any] = {}
+    if config_dir is not None:
+        options["config_dir"] = config_dir
+    app = create_app(
+        folders,
+        settings=settings,
+        approvals=approvals or "ask",
+        idle_seconds=idle_seconds,
+        **options,
+    )
+    click.echo(
+        f"memora serving {', '.join(str(f) for f in folders)} on http://{host}:{port}", err=True
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+
+
+@click.group("serve-tokens")
+def tokens_group() -> None:
+    """Bearer tokens for `memora serve` (kept hashed in the user's server.json)."""
+
+
+@tokens_group.command("add")
+@click.argument("name")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    help="A project name the token may use (repeat; default: every project).",
+)
+@click.option("--read-only", is_flag=True, help="The token may read, not send or change anything.")
+@config_dir_option
+def add_cmd(name: str, projects: tuple[str, ...], read_only: bool, config_dir: Path | None) -> None:
+    """Create a token: printed once on stdout, stored only as its hash."""
+    access: Literal["read", "full"] = "read" if read_only else "full"
+    token, path = add_token(
+        user_config_dir(config_dir), name, projects=list(projects), access=access
+    )
+    click.echo(
+        f"token {name!r} ({access}) stored hashed in {path}; it is shown only now:", err=True
+    )
+    sys.stdout.write(token + "\n")
+
+
+@tokens_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@config_dir_option
+def list_cmd(as_json: bool, config_dir: Path | None) -> None:
+    """The tokens: names, projects, access (never the tokens)."""
+    rows = describe(load_server_settings(user_config_dir(config_dir)))
+    if as_json:
+        sys.stdout.write(json.dumps({"tokens": rows}, ensure_ascii=False) + "\n")
+        return
+    if not rows:
+        click.echo("no tokens: `memora serve` answers only this machine")
+    for row in rows:
+        click.echo(f"{row['name']}\t{row['access']}\t{','.join(row['projects'])}")
+
+
+@tokens_group.command("revoke")
+@click.argument("name")
+@config_dir_option
+def revoke_cmd(name: str, config_dir: Path | None) -> None:
+    """Remove a token (a running server reads tokens at start: restart it)."""
+    if not revoke_token(user_config_dir(config_dir), name):
+        raise click.ClickException(f"no token named {name!r}")
+    click.echo(f"token {name!r} revoked")
