@@ -14,7 +14,7 @@ export UV_PYTHON ?= $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 export UV_LINK_MODE := copy
 RUN := $(UV) run --no-sync
 
-.PHONY: help install demo test pytest lint typecheck bench mutation format clean
+.PHONY: help install browser demo test pytest lint typecheck bench mutation format clean
 
 help:
 	@echo "make demo       install and run the demo on embedded defaults"
@@ -34,7 +34,17 @@ install: $(UV)
 demo: install
 	$(RUN) python -m memora.cli.demo
 
-test: install lint typecheck pytest
+# the web page of memora-plugin-server is tested in Debian's chromium (Playwright's own browser
+# download cannot be reached here); installed when missing and this user may use apt-get
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	else echo "chromium is missing and apt-get needs root: the browser tests will be skipped" >&2; exit 0; fi; \
+	echo "installing chromium (apt-get) for the browser tests" >&2; \
+	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser lint typecheck pytest
 
 pytest:
 	@$(RUN) pytest $(PYTEST_ARGS); rc=$$?; \

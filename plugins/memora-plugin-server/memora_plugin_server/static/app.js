@@ -1,0 +1,394 @@
+// memora's web page: plain JavaScript modules, no build step, nothing from a CDN.  Everything
+// from the server (model text, tool output, names) goes into the page as text or through the
+// escaping Markdown renderer, never as raw HTML.
+import { renderMarkdown } from "./markdown.js";
+
+const $ = (id) => document.getElementById(id);
+const state = { project: null, session: null, token: sessionStorage.getItem("memora-token") || "", busy: false };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function notice(text) {
+  const box = $("notice");
+  box.textContent = text || "";
+  box.hidden = !text;
+}
+
+function headers(json) {
+  const h = {};
+  if (json) h["Content-Type"] = "application/json";
+  if (state.token) h["Authorization"] = "Bearer " + state.token;
+  return h;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: { ...headers(options.body !== undefined), ...(options.headers || {}) } });
+  if (response.status === 401) $("token-form").hidden = false;
+  if (!response.ok) {
+    let message = response.status + " " + response.statusText;
+    try {
+      const body = await response.json();
+      message = body.error.code + ": " + body.error.message;
+    } catch (_) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return response;
+}
+
+const getJSON = async (path) => (await api(path)).json();
+const postJSON = (path, body) => api(path, { method: "POST", body: JSON.stringify(body || {}) });
+const base = () => "/v1/projects/" + encodeURIComponent(state.project);
+const sessionBase = () => base() + "/sessions/" + encodeURIComponent(state.session);
+
+// -- server-sent events over fetch (a turn starts with a POST, which EventSource cannot send) --
+
+async function* sseEvents(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let id = null;
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("id: ")) id = line.slice(4);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+      }
+      if (data.length) yield { id, chunk: JSON.parse(data.join("\n")) };
+    }
+  }
+}
+
+const END = new Set(["done", "aborted", "paused", "error"]);
+
+// Reads a turn's stream into `view`; when the connection drops before the turn ended, follows
+// it again from the last event seen (Last-Event-ID), so nothing is missed.
+async function follow(response, view) {
+  const turn = response.headers.get("X-Memora-Turn");
+  let last = null;
+  let ended = false;
+  setBusy(true);
+  try {
+    for (let attempt = 0; attempt < 5 && !ended; attempt += 1) {
+      try {
+        for await (const { id, chunk } of sseEvents(response)) {
+          last = id || last;
+          view.handle(chunk);
+          if (END.has(chunk.type)) ended = true;
+        }
+      } catch (err) {
+        view.status("connection lost; reconnecting…");
+      }
+      if (!ended && turn) {
+        response = await api(sessionBase() + "/turns/" + turn + "/events", { headers: last ? { "Last-Event-ID": last } : {} });
+      }
+    }
+  } finally {
+    setBusy(false);
+    refreshSide();
+  }
+}
+
+function setBusy(busy) {
+  state.busy = busy;
+  $("abort").disabled = !busy;
+  $("send").disabled = busy;
+}
+
+// -- one assistant answer being streamed ------------------------------------------------------
+
+class TurnView {
+  constructor(container) {
+    this.root = el("div", { class: "msg assistant" });
+    this.md = el("div", { class: "md" });
+    this.root.append(this.md);
+    container.append(this.root);
+    this.answer = "";
+    this.tools = new Map();
+    this.thought = null;
+    this.pending = false;
+  }
+
+  scroll() { $("log").scrollTop = $("log").scrollHeight; }
+
+  renderAnswer() {
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.md.innerHTML = renderMarkdown(this.answer); // escaped by the renderer
+      this.scroll();
+    });
+  }
+
+  status(text, cls = "status-line") {
+    this.root.append(el("div", { class: cls }, text));
+    this.scroll();
+  }
+
+  tool(id, name) {
+    let box = this.tools.get(id);
+    if (!box) {
+      box = el("div", { class: "tool running", "data-tool-call": id || "" });
+      box.append(el("span", { class: "name" }, name), " ", el("span", { class: "status" }, "preparing"), el("div", { class: "detail" }));
+      this.root.insertBefore(box, this.md);
+      this.tools.set(id, box);
+    }
+    return box;
+  }
+
+  handle(c) {
+    switch (c.type) {
+      case "text":
+        if (c.stage === "meeting" && c.speaker && !this.answer.endsWith(c.speaker + ": ")) this.answer += "\n\n**" + c.speaker + "**: ";
+        this.answer += c.content;
+        this.renderAnswer();
+        break;
+      case "narrate":
+        if (c.withdrawn && this.answer.endsWith(c.withdrawn)) this.answer = this.answer.slice(0, -c.withdrawn.length);
+        this.renderAnswer();
+        this.root.insertBefore(el("div", { class: "narrate" }, c.content), this.md);
+        break;
+      case "thought":
+        if (!this.thought) {
+          this.thought = el("details", { class: "thought" }, el("summary", {}, "Thoughts"));
+          this.root.insertBefore(this.thought, this.md);
+        }
+        this.thought.append(c.content);
+        break;
+      case "tool_pending":
+        this.tool(c.tool_call_id, c.name);
+        break;
+      case "tool_start": {
+        const box = this.tool(c.tool_call_id, c.name);
+        box.querySelector(".status").textContent = "running";
+        box.querySelector(".detail").textContent = JSON.stringify(c.args);
+        break;
+      }
+      case "tool_progress":
+        this.tool(c.tool_call_id, c.name).querySelector(".detail").textContent = c.content;
+        break;
+      case "tool_result": {
+        const box = this.tool(c.tool_call_id, c.name);
+        box.className = "tool " + (c.blocked ? "blocked" : c.ok ? "ok" : "failed");
+        box.querySelector(".status").textContent = c.blocked ? "refused" : c.ok ? "done" : "failed";
+        box.querySelector(".detail").textContent = c.summary || "";
+        break;
+      }
+      case "approval_pending":
+        this.tool(c.tool_call_id, c.name).querySelector(".status").textContent = "waiting for approval";
+        this.approval(c);
+        break;
+      case "question_pending":
+        this.questions(c);
+        break;
+      case "retry":
+        this.status("retrying (" + c.attempt + "/" + c.max_attempts + "): " + c.error);
+        break;
+      case "done":
+        if (c.answer && c.answer !== this.answer) { this.answer = c.answer; this.renderAnswer(); }
+        if (c.usage) this.status(c.usage.input_tokens + " in · " + c.usage.output_tokens + " out");
+        break;
+      case "aborted":
+        this.status("stopped: " + c.reason, "status-line error");
+        break;
+      case "error":
+        this.status(c.message, "status-line error");
+        break;
+      default:
+        break;
+    }
+  }
+
+  approval(c) {
+    const args = el("textarea", { rows: "4", "aria-label": "Arguments" });
+    args.value = JSON.stringify(c.args, null, 2);
+    const box = el("div", { class: "pause approval", "data-tool-call": c.tool_call_id });
+    const decide = async (decision) => {
+      box.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+      const body = { decision };
+      if (decision === "approve" && args.value !== JSON.stringify(c.args, null, 2)) {
+        try { body.args = JSON.parse(args.value); } catch (err) { notice("the arguments are not JSON: " + err.message); box.querySelectorAll("button").forEach((b) => { b.disabled = false; }); return; }
+      }
+      try {
+        const response = await postJSON(sessionBase() + "/approvals/" + encodeURIComponent(c.tool_call_id), body);
+        box.replaceWith(el("div", { class: "status-line" }, decision === "approve" ? "approved" : "denied"));
+        await follow(response, this);
+      } catch (err) { notice(err.message); }
+    };
+    box.append(
+      el("div", {}, "Run ", el("strong", {}, c.name), "?", c.reason ? " — " + c.reason : ""),
+      args,
+      el("div", { class: "buttons" },
+        el("button", { type: "button", class: "approve", onclick: () => decide("approve") }, "Approve"),
+        el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny")),
+    );
+    this.root.insertBefore(box, this.md);
+    this.scroll();
+  }
+
+  questions(c) {
+    const form = el("form", { class: "pause questions" });
+    for (const q of c.questions) {
+      const field = el("fieldset", {}, el("legend", {}, q.question));
+      if (q.options && q.options.length) {
+        for (const option of q.options) {
+          field.append(el("label", {}, el("input", { type: "radio", name: q.slot, value: option }), " " + option), el("br"));
+        }
+      }
+      if (!q.options || !q.options.length || q.allow_custom) field.append(el("input", { type: "text", name: q.slot + "__text", "aria-label": q.question }));
+      form.append(field);
+    }
+    form.append(el("div", { class: "buttons" }, el("button", { type: "submit" }, "Answer")));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const answers = {};
+      for (const q of c.questions) {
+        const typed = form.querySelector('input[name="' + CSS.escape(q.slot + "__text") + '"]');
+        const picked = form.querySelector('input[name="' + CSS.escape(q.slot) + '"]:checked');
+        answers[q.slot] = (typed && typed.value) || (picked && picked.value) || "";
+      }
+      try {
+        const response = await postJSON(sessionBase() + "/answers", { answers });
+        form.replaceWith(el("div", { class: "status-line" }, "answered"));
+        await follow(response, this);
+      } catch (err) { notice(err.message); }
+    });
+    this.root.insertBefore(form, this.md);
+    this.scroll();
+  }
+}
+
+// -- the side panel -----------------------------------------------------------------------------
+
+async function loadProjects() {
+  const { projects } = await getJSON("/v1/projects");
+  const select = $("project");
+  select.replaceChildren(...projects.map((p) => el("option", { value: p.name }, p.name)));
+  state.project = projects.length ? projects[0].name : null;
+  if (state.project) await loadSessions(true);
+}
+
+async function loadSessions(pickFirst = false) {
+  const { sessions } = await getJSON(base() + "/sessions");
+  const list = $("sessions");
+  list.replaceChildren(...sessions.map((s) => {
+    const item = el("li", { "data-session": s.id, title: s.id }, s.title || s.id);
+    if (s.id === state.session) item.classList.add("active");
+    item.addEventListener("click", () => openSession(s.id));
+    return item;
+  }));
+  if (pickFirst) {
+    if (sessions.length) await openSession(sessions[0].id);
+    else await newSession();
+  }
+}
+
+async function newSession() {
+  const info = await (await postJSON(base() + "/sessions", {})).json();
+  await openSession(info.id);
+}
+
+async function openSession(id) {
+  state.session = id;
+  const session = await getJSON(sessionBase());
+  const log = $("log");
+  log.replaceChildren();
+  for (const round of session.rounds) {
+    log.append(el("div", { class: "msg user" }, round.user));
+    const view = new TurnView(log);
+    view.answer = round.assistant;
+    view.md.innerHTML = renderMarkdown(round.assistant);
+    if (round.status !== "done") view.status(round.status);
+  }
+  if (session.pause) {
+    const view = new TurnView(log);
+    if (session.pause.kind === "approval") view.approval(session.pause);
+    else if (session.pause.kind === "question") view.questions(session.pause);
+  } else if (session.running_turn) {
+    const view = new TurnView(log);
+    follow(await api(sessionBase() + "/turns/" + session.running_turn + "/events"), view);
+  }
+  log.scrollTop = log.scrollHeight;
+  refreshSide();
+}
+
+async function refreshSide() {
+  if (!state.project || !state.session) return;
+  try {
+    await loadSessions();
+    const { role_packs: packs } = await getJSON(base() + "/role-packs?session=" + encodeURIComponent(state.session));
+    const select = $("role-pack");
+    select.replaceChildren(...packs.map((p) => {
+      const option = el("option", { value: p.name }, p.display_name || p.name);
+      if (p.active) option.selected = true;
+      return option;
+    }));
+    const active = packs.find((p) => p.active);
+    $("chips").replaceChildren(...Object.entries((active && active.strategy) || {}).map(([k, v]) => el("span", {}, k + ": " + v)));
+    const { tasks } = await getJSON(sessionBase() + "/tasks");
+    $("tasks").replaceChildren(...tasks.map((t) => el("li", { "data-status": t.status }, "[" + t.status + "] " + t.description)));
+  } catch (err) { notice(err.message); }
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+
+async function send(event) {
+  event.preventDefault();
+  const box = $("message");
+  const text = box.value.trim();
+  if (!text || state.busy) return;
+  box.value = "";
+  notice("");
+  const log = $("log");
+  log.append(el("div", { class: "msg user" }, text));
+  const view = new TurnView(log);
+  try {
+    await follow(await postJSON(sessionBase() + "/turns", { text }), view);
+  } catch (err) { view.status(err.message, "status-line error"); }
+}
+
+function wire() {
+  $("composer").addEventListener("submit", send);
+  $("message").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) send(event);
+  });
+  $("abort").addEventListener("click", () => postJSON(sessionBase() + "/abort").catch((err) => notice(err.message)));
+  $("new-session").addEventListener("click", () => newSession().catch((err) => notice(err.message)));
+  $("project").addEventListener("change", (event) => { state.project = event.target.value; state.session = null; loadSessions(true).catch((err) => notice(err.message)); });
+  $("role-pack").addEventListener("change", (event) => postJSON(sessionBase() + "/role-pack", { name: event.target.value }).then(refreshSide).catch((err) => notice(err.message)));
+  $("memory-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const q = $("memory-q").value.trim();
+    if (!q) return;
+    try {
+      const { hits } = await getJSON(base() + "/memory/search?q=" + encodeURIComponent(q));
+      $("memory-hits").replaceChildren(...(hits.length ? hits.map((h) => el("li", {}, h.name ? h.name + " — " + h.content : h.content)) : [el("li", {}, "nothing found")]));
+    } catch (err) { notice(err.message); }
+  });
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem("memora-token", state.token);
+    $("token-form").hidden = true;
+    loadProjects().catch((err) => notice(err.message));
+  });
+}
+
+wire();
+loadProjects().catch((err) => notice(err.message));

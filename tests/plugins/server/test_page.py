@@ -1,0 +1,122 @@
+"""The web page of `memora serve` in headless Chromium (Debian's package, driven by Playwright's
+Python API with ``executable_path``; `make test` installs it): a scripted model streams an answer
+with a tool call that needs approval; the test clicks Approve and reads the answer from the page.
+A screenshot is saved next to the test's temporary files when it fails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memora.testing import ScriptedProvider, reasoning, text, tool_call
+
+from .conftest import project_dir, serve
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+NO_BROWSER = "no chromium on PATH: `make test` installs Debian's package (apt-get install chromium)"
+
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):  # in CI the browser tests must run, not pass by skipping
+            pytest.fail(NO_BROWSER)
+        pytest.skip(NO_BROWSER)
+
+
+@contextlib.asynccontextmanager
+async def browser_page(tmp_path: Path) -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        page = await browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            yield page
+            assert errors == [], errors
+        except BaseException:
+            shot = tmp_path / "failure.png"
+            with contextlib.suppress(Exception):
+                await page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot of the page: {shot}")
+            raise
+        finally:
+            await browser.close()
+
+
+async def test_a_conversation_with_an_approval_in_the_browser(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    write = ("write_file", {"path": "notes.md", "content": "# hi"}, "w1")
+    provider = ScriptedProvider(
+        [
+            tool_call(write, preface="Let me write it."),
+            reasoning("the file is written; say so", "**Written**: `notes.md` 你好 <img src=x>"),
+        ]
+    )
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, **options) as srv, browser_page(tmp_path) as page:
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")  # a first session was made
+        await page.fill("#message", "write notes.md")
+        await page.press("#message", "Enter")
+
+        approve = page.locator(".pause.approval button.approve")
+        await approve.wait_for(timeout=15_000)
+        assert "notes.md" in await page.locator(".pause.approval textarea").input_value()
+        assert "write_file" in await page.locator(".pause.approval").inner_text()
+        assert not (project / "notes.md").exists()
+        await approve.click()
+
+        answer = page.locator(".msg.assistant .md strong", has_text="Written")
+        await answer.wait_for(timeout=15_000)
+        md = page.locator(".msg.assistant .md").last
+        assert "notes.md 你好 <img src=x>" in await md.inner_text()  # shown as text
+        assert await page.locator(".msg.assistant img").count() == 0  # never as HTML
+        tool = page.locator('.tool[data-tool-call="w1"]')
+        assert await tool.locator(".status").inner_text() == "done"
+        thoughts = page.locator("details.thought").last
+        assert await thoughts.get_attribute("open") is None  # folded
+        assert (project / "notes.md").read_text() == "# hi"
+
+        # the conversation is there after a reload (read back from the server)
+        await page.reload()
+        await page.locator(".msg.user", has_text="write notes.md").wait_for()
+        await page.locator(".msg.assistant .md strong", has_text="Written").wait_for()
+
+
+async def test_memory_search_and_role_pack_switch_in_the_browser(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    packs = project / ".memora" / "role-packs" / "reviewer"
+    packs.mkdir(parents=True)
+    (packs / "manifest.json").write_text('{"name": "reviewer", "formatVersion": "1.0.0"}')
+    provider = ScriptedProvider([], default=text("The capital of France is Paris."))
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, **options) as srv, browser_page(tmp_path) as page:
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")
+        await page.fill("#message", "France?")
+        await page.press("#message", "Enter")
+        await page.locator(".msg.assistant .md", has_text="Paris").wait_for()
+
+        await page.select_option("#role-pack", "reviewer")
+        await page.wait_for_function(
+            "document.querySelector('#role-pack').selectedOptions[0].value === 'reviewer'"
+        )
+        for _ in range(50):  # the round summary is written just after the answer
+            await page.fill("#memory-q", "capital")
+            await page.press("#memory-q", "Enter")
+            with contextlib.suppress(Exception):
+                await page.locator("#memory-hits li", has_text="Paris").wait_for(timeout=200)
+                break
+        assert "Paris" in await page.locator("#memory-hits").inner_text()
