@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ag_ui.core import RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -325,6 +326,17 @@ async def memory_stats(call: Call) -> Response:
     return JSONResponse(snapshot.to_dict())
 
 
+async def agui_run(call: Call) -> Response:
+    from .agui import encode, run
+
+    log, translator = await run(call.hub, call.param("project"), call.body)
+    return StreamingResponse(
+        encode(log, translator),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Memora-Turn": log.id},
+    )
+
+
 async def openapi(call: Call) -> Response:
     return JSONResponse(openapi_document())
 
@@ -417,6 +429,16 @@ API: tuple[Api, ...] = (
         memory_search,
     ),
     Api("GET", "/v1/projects/{project}/memory/stats", "read", "Memories by source.", memory_stats),
+    Api(
+        "POST",
+        "/v1/projects/{project}/ag-ui",
+        "write",
+        "AG-UI: run a turn from a RunAgentInput (threadId = session); AG-UI events as "
+        "server-sent events.",
+        agui_run,
+        RunAgentInput,
+        stream=True,
+    ),
 )
 
 

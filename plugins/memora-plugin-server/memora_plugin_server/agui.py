@@ -1,0 +1,254 @@
+"""AG-UI: memora's turns as Agent User Interaction Protocol events (``ag-ui-protocol``).
+
+``POST /v1/projects/{project}/ag-ui`` takes a ``RunAgentInput``: ``threadId`` is the memora
+session (created on first use), the last user message is the turn's text — memora keeps the
+conversation itself, so earlier messages the client sends are not replayed.  An approval or a
+question ends the run with an ``interrupt`` outcome; the next run answers it with ``resume``
+entries (``payload``: ``{"decision": "approve" | "deny", "args": {...}, "reason": "..."}`` for an
+approval, ``{"slot": "answer", ...}`` for questions; ``status: "cancelled"`` denies).
+
+The turn runs in the hub like any other (one per session, a client that goes away does not stop
+it); only the encoding differs.  Every event is built with the package's own models.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    Interrupt,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from pydantic import ValidationError
+
+from memora.errors import ErrorCode, InvalidInputError
+
+from .hub import Hub, TurnLog
+
+__all__ = ["AguiTranslator", "parse_input", "run"]
+
+QUESTIONS_PREFIX = "questions:"
+
+
+def parse_input(data: Any) -> RunAgentInput:
+    try:
+        return RunAgentInput.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        raise InvalidInputError(f"RunAgentInput {where}: {err['msg']}") from None
+
+
+def _last_user_text(run_input: RunAgentInput) -> str:
+    last = next(
+        (m for m in reversed(run_input.messages) if getattr(m, "role", None) == "user"), None
+    )
+    content = getattr(last, "content", None)
+    if isinstance(content, list):
+        content = "\n".join(
+            str(getattr(p, "text", "")) for p in content if getattr(p, "text", None)
+        )
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInputError("RunAgentInput messages: the last user message has no text")
+    return content
+
+
+async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog, AguiTranslator]:
+    """Start the run's turn (or answer the interrupt and continue it) in the hub."""
+    session = run_input.thread_id
+    if run_input.resume:
+        entry = run_input.resume[0]
+        payload = entry.payload if isinstance(entry.payload, dict) else {}
+        if entry.interrupt_id.startswith(QUESTIONS_PREFIX):
+            answers = {str(k): str(v) for k, v in payload.items()}
+            log = await hub.continue_turn(project, session, answers=answers)
+        elif entry.status == "cancelled" or payload.get("decision") == "deny":
+            reason = str(payload.get("reason") or "denied")
+            log = await hub.continue_turn(project, session, deny=(entry.interrupt_id, reason))
+        else:
+            args = payload.get("args")
+            log = await hub.continue_turn(
+                project,
+                session,
+                approve=(entry.interrupt_id, args if isinstance(args, dict) else None),
+            )
+    else:
+        log = await hub.start_turn(project, session, _last_user_text(run_input))
+    return log, AguiTranslator(run_input.thread_id, run_input.run_id)
+
+
+class AguiTranslator:
+    """memora chunks (as the hub logs them, JSON) -> AG-UI events, keeping the open text or
+    reasoning message and the pending interrupts between chunks."""
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self._n = 0
+        self._text: str | None = None
+        self._reasoning: str | None = None
+        self._interrupts: list[Interrupt] = []
+        self._announced: set[str] = set()
+
+    def _id(self, kind: str) -> str:
+        self._n += 1
+        return f"{self.run_id}-{kind}{self._n}"
+
+    def start(self) -> BaseEvent:
+        return RunStartedEvent(
+            thread_id=self.thread_id, run_id=self.run_id, timestamp=int(time.time() * 1000)
+        )
+
+    def _close_text(self) -> Iterator[BaseEvent]:
+        if self._text is not None:
+            yield TextMessageEndEvent(message_id=self._text)
+            self._text = None
+
+    def _close_reasoning(self) -> Iterator[BaseEvent]:
+        if self._reasoning is not None:
+            yield ReasoningMessageEndEvent(message_id=self._reasoning)
+            yield ReasoningEndEvent(message_id=self._reasoning)
+            self._reasoning = None
+
+    def _close(self) -> Iterator[BaseEvent]:
+        yield from self._close_reasoning()
+        yield from self._close_text()
+
+    def _tool_call(self, call_id: str, name: str, args: Any) -> Iterator[BaseEvent]:
+        if call_id in self._announced:
+            return
+        self._announced.add(call_id)
+        yield from self._close()
+        yield ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name)
+        yield ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, ensure_ascii=False))
+        yield ToolCallEndEvent(tool_call_id=call_id)
+
+    def translate(self, chunk: dict[str, Any]) -> Iterator[BaseEvent]:
+        kind = chunk.get("type")
+        if kind == "text" and chunk.get("content"):
+            yield from self._close_reasoning()
+            if self._text is None:
+                self._text = self._id("m")
+                yield TextMessageStartEvent(message_id=self._text, name=chunk.get("speaker"))
+            yield TextMessageContentEvent(message_id=self._text, delta=chunk["content"])
+        elif kind == "thought" and chunk.get("content"):
+            yield from self._close_text()
+            if self._reasoning is None:
+                self._reasoning = self._id("r")
+                yield ReasoningStartEvent(message_id=self._reasoning)
+                yield ReasoningMessageStartEvent(message_id=self._reasoning, role="reasoning")
+            yield ReasoningMessageContentEvent(message_id=self._reasoning, delta=chunk["content"])
+        elif kind == "tool_start":
+            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], chunk.get("args", {}))
+        elif kind == "tool_result":
+            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], {})
+            yield ToolCallResultEvent(
+                message_id=self._id("t"),
+                tool_call_id=chunk["tool_call_id"],
+                content=chunk.get("summary") or ("done" if chunk.get("ok") else "failed"),
+                role="tool",
+            )
+        elif kind == "approval_pending":
+            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], chunk.get("args", {}))
+            self._interrupts.append(
+                Interrupt(
+                    id=chunk["tool_call_id"],
+                    reason="approval",
+                    message=f"run {chunk['name']}? {chunk.get('reason', '')}".strip(),
+                    tool_call_id=chunk["tool_call_id"],
+                    response_schema=_APPROVAL_SCHEMA,
+                )
+            )
+        elif kind == "question_pending":
+            questions = chunk.get("questions", [])
+            self._interrupts.append(
+                Interrupt(
+                    id=QUESTIONS_PREFIX + self.run_id,
+                    reason="question",
+                    message="\n".join(q.get("question", "") for q in questions),
+                    response_schema=_questions_schema(questions),
+                )
+            )
+        elif kind == "paused":
+            yield from self._close()
+            yield RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                outcome=RunFinishedInterruptOutcome(interrupts=self._interrupts),
+            )
+        elif kind == "done":
+            yield from self._close()
+            yield RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                result=chunk.get("answer"),
+                outcome=RunFinishedSuccessOutcome(),
+            )
+        elif kind == "aborted":
+            yield from self._close()
+            yield RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                outcome=RunFinishedCancelledOutcome(),
+            )
+        elif kind == "error":
+            yield from self._close()
+            yield RunErrorEvent(
+                message=str(chunk.get("message", "")),
+                code=chunk.get("code") or ErrorCode.TURN_FAILED.value,
+            )
+
+
+_APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"enum": ["approve", "deny"]},
+        "args": {"type": "object", "description": "edited arguments (approve only)"},
+        "reason": {"type": "string"},
+    },
+    "required": ["decision"],
+}
+
+
+def _questions_schema(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for q in questions:
+        prop: dict[str, Any] = {"type": "string", "description": q.get("question", "")}
+        if q.get("options") and not q.get("allow_custom"):
+            prop["enum"] = list(q["options"])
+        properties[str(q.get("slot", "ask"))] = prop
+    return {"type": "object", "properties": properties, "required": sorted(properties)}
+
+
+async def encode(log: TurnLog, translator: AguiTranslator) -> AsyncIterator[bytes]:
+    """The run as ``text/event-stream`` (``data:`` lines of camelCase JSON, as AG-UI's encoder)."""
+    yield _sse(translator.start())
+    async for _, data in log.follow(0):
+        for event in translator.translate(json.loads(data)):
+            yield _sse(event)
+
+
+def _sse(event: BaseEvent) -> bytes:
+    return f"data: {event.model_dump_json(by_alias=True, exclude_none=True)}\n\n".encode()
