@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,7 +27,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from memora.errors import ErrorCode, MemoraError
 
@@ -564,9 +564,23 @@ class _Guard:
         self.buckets = _Buckets(settings.rate_limit_per_minute)
 
     def check(self, request: Request, api: Api) -> TokenEntry | None:
+        project = request.path_params.get("project")
+        return self.check_access(request, api.access, str(project) if project else None)
+
+    async def refusal(self, request: Request, access: str, project: str) -> Response | None:
+        """For routes outside :data:`API` (A2A): the refusal as a response, or None."""
+        try:
+            self.check_access(request, cast("Access", access), project)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return None
+
+    def check_access(
+        self, request: Request, access: Access, project: str | None
+    ) -> TokenEntry | None:
         client = request.client.host if request.client else None
         self._check_origin(request)
-        if api.access == "public":
+        if access == "public":
             return None
         token: TokenEntry | None = None
         if self.settings.tokens:
@@ -591,9 +605,8 @@ class _Guard:
                 f"more than {self.settings.rate_limit_per_minute} requests a minute",
                 {"Retry-After": str(math.ceil(wait))},
             )
-        project = request.path_params.get("project")
         if token is not None:
-            if api.access == "write" and token.access != "full":
+            if access == "write" and token.access != "full":
                 raise ApiError(403, "FORBIDDEN", f"token {token.name!r} is read-only")
             if project is not None and not token.allows(str(project), write=False):
                 raise ApiError(
@@ -763,8 +776,13 @@ def create_app(
                 expose_headers=["X-Memora-Turn", "Content-Location"],
             )
         )
-    routes = [Route(api.path, _endpoint(api, hub, guard), methods=[api.method]) for api in API]
+    routes: list[BaseRoute] = [
+        Route(api.path, _endpoint(api, hub, guard), methods=[api.method]) for api in API
+    ]
     routes += [Route("/", page), Route("/static/{name}", static_file)]
+    from .a2a import a2a_routes
+
+    routes += a2a_routes(hub, secured=bool(settings.tokens), guard=guard.refusal)
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.hub = hub
     return app

@@ -1,0 +1,280 @@
+"""A2A: each served project as an Agent2Agent agent, built with ``a2a-sdk`` (protocol 1.0).
+
+- the agent card at ``/.well-known/agent-card.json`` (the first project) and at
+  ``/a2a/{project}/.well-known/agent-card.json``, naming this server's own URL as the request
+  reached it;
+- JSON-RPC at ``/a2a/{project}``: ``SendMessage`` (``message/send``) and ``SendStreamingMessage``
+  (``message/stream``), ``GetTask``, ``CancelTask``.
+
+An A2A context is a memora session (``a2a-<contextId>``); a message starts a turn, whose text
+streams as one ``answer`` artifact and whose tool results arrive as ``working`` status messages.
+A tool call that needs approval, or a question, puts the task in ``input-required``: the next
+message on the same task answers it — ``approve`` / ``yes`` or ``deny`` / ``no`` (anything else
+is the reason of a denial), or a data part ``{"decision": ..., "args": {...}}``; for questions,
+the text answers a single question and a data part ``{"slot": "answer"}`` several.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from a2a.helpers.proto_helpers import get_data_parts, new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
+from a2a.server.tasks import TaskUpdater
+from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    Part,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    TaskState,
+)
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from memora.errors import MemoraError
+
+from .hub import Hub
+
+__all__ = ["MemoraExecutor", "a2a_routes", "agent_card", "session_for"]
+
+_YES = {"approve", "approved", "yes", "y", "ok", "allow"}
+_NO = {"deny", "denied", "no", "n", "reject"}
+
+
+def session_for(context_id: str) -> str:
+    """The memora session of an A2A context (ids limited to what a session id may hold)."""
+    return "a2a-" + re.sub(r"[^A-Za-z0-9._-]", "_", context_id)[:120]
+
+
+def agent_card(hub: Hub, project: str, base_url: str, *, secured: bool) -> AgentCard:
+    packs = hub.role_packs(project).list_meta()
+    card = AgentCard(
+        name=f"memora: {project}",
+        description=f"memora agent for the project {project!r}: tools, sessions and memory.",
+        version=_version(),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id=p.name,
+                name=p.display_name or p.name,
+                description=p.description or f"role pack {p.name}",
+                tags=list(p.capabilities) or ["chat"],
+            )
+            for p in packs
+            if p.active
+        ]
+        or [AgentSkill(id="chat", name="chat", description="Talk to memora.", tags=["chat"])],
+        supported_interfaces=[
+            AgentInterface(
+                protocol_binding="JSONRPC",
+                protocol_version="1.0",
+                url=f"{base_url.rstrip('/')}/a2a/{project}",
+            )
+        ],
+    )
+    if secured:
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
+        )
+        card.security_requirements.append(
+            SecurityRequirement(schemes={"bearer": StringList(list=[])})
+        )
+    return card
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class MemoraExecutor(AgentExecutor):
+    """Runs A2A messages as turns of a project's sessions in the :class:`Hub`."""
+
+    def __init__(self, hub: Hub, project: str) -> None:
+        self.hub = hub
+        self.project = project
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        if message is None:
+            return
+        task = context.current_task
+        if task is None:
+            task = new_task_from_user_message(message)
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        session = session_for(task.context_id)
+        text = context.get_user_input().strip()
+        data = [d for d in get_data_parts(list(message.parts)) if isinstance(d, dict)]
+        try:
+            if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                log = await self._answer(session, text, data[0] if data else None)
+            else:
+                log = await self.hub.start_turn(self.project, session, text)
+        except MemoraError as exc:
+            await updater.failed(
+                updater.new_agent_message([Part(text=f"{exc.code.value}: {exc.message}")])
+            )
+            return
+        await updater.start_work()
+        # one artifact per stretch of the turn (a pause ends one; the answer after it is the next)
+        await self._follow(updater, log, f"answer-{task.id}-{len(task.artifacts)}")
+
+    async def _answer(self, session: str, text: str, data: dict[str, Any] | None) -> Any:
+        agent = await self.hub.agent(self.project, session)
+        paused = agent.paused_turn
+        if paused is None:
+            return await self.hub.start_turn(self.project, session, text)
+        if paused.kind == "question":
+            questions = getattr(paused.paused, "questions", [])
+            answers = (
+                {str(k): str(v) for k, v in data.items()}
+                if data is not None
+                else {q.slot: text for q in questions[:1]}
+            )
+            return await self.hub.continue_turn(self.project, session, answers=answers)
+        call_id = str(getattr(paused.paused, "tool_call_id", ""))
+        decision = str((data or {}).get("decision") or text).strip().lower()
+        if decision in _YES:
+            args = (data or {}).get("args")
+            return await self.hub.continue_turn(
+                self.project, session, approve=(call_id, args if isinstance(args, dict) else None)
+            )
+        reason = str((data or {}).get("reason") or ("" if decision in _NO else text))
+        return await self.hub.continue_turn(self.project, session, deny=(call_id, reason))
+
+    async def _follow(self, updater: TaskUpdater, log: Any, artifact: str) -> None:
+        """The turn's events as task updates.  Its text streams as one artifact; the last piece
+        is held back so it can carry ``last_chunk`` when the turn ends or pauses."""
+        streamed = False
+        held: str | None = None
+        pending: list[str] = []
+
+        async def emit(text_: str, *, last: bool) -> None:
+            nonlocal streamed
+            await updater.add_artifact(
+                [Part(text=text_)],
+                artifact_id=artifact,
+                name="answer",
+                append=streamed,
+                last_chunk=last,
+            )
+            streamed = True
+
+        async for _, data in log.follow(0):
+            chunk = json.loads(data)
+            kind = chunk.get("type")
+            if kind == "text" and chunk.get("content"):
+                if held is not None:
+                    await emit(held, last=False)
+                held = chunk["content"]
+            elif kind == "tool_result":
+                status = (
+                    "refused" if chunk.get("blocked") else "done" if chunk.get("ok") else "failed"
+                )
+                note = f"{chunk['name']} {status}: {chunk.get('summary', '')}".strip()
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING,
+                    message=updater.new_agent_message([Part(text=note)]),
+                )
+            elif kind == "approval_pending":
+                args = json.dumps(chunk.get("args", {}), ensure_ascii=False)
+                pending.append(
+                    f"memora wants to run {chunk['name']} {args} ({chunk.get('reason', '')}). "
+                    'Reply approve or deny (or a data part {"decision", "args"}).'
+                )
+            elif kind == "question_pending":
+                pending.extend(q.get("question", "") for q in chunk.get("questions", []))
+            elif kind == "paused":
+                if held is not None:
+                    await emit(held, last=True)
+                    held = None
+                await updater.requires_input(
+                    updater.new_agent_message([Part(text="\n".join(pending) or "input needed")])
+                )
+            elif kind == "done":
+                if held is not None:
+                    await emit(held, last=True)
+                    held = None
+                elif not streamed and chunk.get("answer"):
+                    await emit(chunk["answer"], last=True)
+                await updater.complete()
+            elif kind == "aborted":
+                await updater.cancel(
+                    updater.new_agent_message([Part(text=chunk.get("reason", ""))])
+                )
+            elif kind == "error":
+                await updater.failed(
+                    updater.new_agent_message([Part(text=chunk.get("message", ""))])
+                )
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        if context.context_id:
+            self.hub.abort(self.project, session_for(context.context_id))
+        if context.task_id and context.context_id:
+            await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+Guard = Callable[[Request, str, str], Awaitable[Response | None]]
+"""``(request, access, project)`` -> a refusal, or None to let the request through."""
+
+
+def a2a_routes(hub: Hub, *, secured: bool, guard: Guard) -> list[BaseRoute]:
+    """The card routes and a JSON-RPC endpoint per project, each behind ``guard`` (which returns
+    a refusal, or None to let the request through)."""
+    routes: list[BaseRoute] = []
+    names = list(hub.projects)
+
+    def card_endpoint(project: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            refused = await guard(request, "read", project)
+            if refused is not None:
+                return refused
+            card = agent_card(hub, project, str(request.base_url), secured=secured)
+            return JSONResponse(agent_card_to_dict(card))
+
+        return endpoint
+
+    for name in names:
+        base_card = agent_card(hub, name, "http://127.0.0.1", secured=secured)
+        handler = DefaultRequestHandler(
+            agent_executor=MemoraExecutor(hub, name),
+            task_store=InMemoryTaskStore(),
+            agent_card=base_card,
+        )
+        for route in create_jsonrpc_routes(handler, rpc_url=f"/a2a/{name}"):
+            assert isinstance(route, Route)
+            routes.append(_guarded(route, guard, name))
+        routes.append(Route(f"/a2a/{name}/.well-known/agent-card.json", card_endpoint(name)))
+    if names:
+        routes.append(Route("/.well-known/agent-card.json", card_endpoint(names[0])))
+    return routes
+
+
+def _guarded(route: Route, guard: Guard, project: str) -> Route:
+    inner = route.endpoint
+
+    async def endpoint(request: Request) -> Any:
+        refused = await guard(request, "write", project)
+        if refused is not None:
+            return refused
+        return await inner(request)
+
+    return Route(route.path, endpoint, methods=list(route.methods or ["POST"]), name=route.name)

@@ -1,0 +1,173 @@
+"""A2A over `memora serve`, driven by a2a-sdk's own client (JSON-RPC, protocol 1.0): the agent
+card, `message/send`, `message/stream`, a task that needs input (an approval) continued by the
+next message, and the bearer token the card asks for."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+
+from memora.testing import ScriptedProvider, text, tool_call
+from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
+
+from .conftest import project_dir, serve
+
+
+def _message(text_: str, *, context: str | None = None, task: str | None = None) -> Message:
+    return Message(
+        role=Role.ROLE_USER,
+        message_id=str(uuid.uuid4()),
+        parts=[Part(text=text_)],
+        context_id=context or "",
+        task_id=task or "",
+    )
+
+
+async def _client(url: str, headers: dict[str, str] | None = None, *, streaming: bool) -> Any:
+    http = httpx.AsyncClient(headers=headers or {}, timeout=30)
+    card = await A2ACardResolver(http, url).get_agent_card()
+    client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+    return client, card, http
+
+
+async def test_send_stream_and_an_approval_as_input_required(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    write = ("write_file", {"path": "a2a.txt", "content": "from a2a"}, "w1")
+    provider = ScriptedProvider(
+        [text("Paris is the capital."), tool_call(write), text("written 好", chunks=3)]
+    )
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, **options) as srv:
+        client, card, http = await _client(srv.url, streaming=False)
+        try:
+            assert card.name == "memora: proj" and card.capabilities.streaming
+            assert card.supported_interfaces[0].url == f"{srv.url}/a2a/proj"
+
+            # message/send: the finished task with its answer
+            events = [
+                e
+                async for e in client.send_message(SendMessageRequest(message=_message("capital?")))
+            ]
+            task = events[-1].task
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert get_artifact_text(task.artifacts[0]) == "Paris is the capital."
+        finally:
+            await client.close()
+            await http.aclose()
+
+        client, _, http = await _client(srv.url, streaming=True)
+        try:
+            context = str(uuid.uuid4())
+            stream = client.send_message(
+                SendMessageRequest(message=_message("write", context=context))
+            )
+            events = [e async for e in stream]
+            task_id = events[0].task.id
+            last = events[-1].status_update.status
+            assert last.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert "write_file" in get_message_text(last.message)
+            assert not (project / "a2a.txt").exists()
+
+            follow = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=_message("approve", context=context, task=task_id))
+                )
+            ]
+            states = [e.status_update.status.state for e in follow if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED
+            streamed = "".join(
+                get_artifact_text(e.artifact_update.artifact)
+                for e in follow
+                if e.HasField("artifact_update")
+            )
+            assert streamed == "written 好"
+            assert (project / "a2a.txt").read_text() == "from a2a"
+
+            stored = await client.get_task(GetTaskRequest(id=task_id))
+            assert stored.status.state == TaskState.TASK_STATE_COMPLETED
+        finally:
+            await client.close()
+            await http.aclose()
+
+        # the context is a memora session with its rounds
+        async with httpx.AsyncClient(base_url=srv.url) as plain:
+            session = (await plain.get(f"/v1/projects/proj/sessions/a2a-{context}")).json()
+            assert [r["status"] for r in session["rounds"]] == ["done"]
+
+
+async def test_a2a_needs_the_token_when_tokens_are_configured(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    settings = ServerSettings(
+        tokens=[
+            TokenEntry(name="agent", hash=hash_token("tok-a")),
+            TokenEntry(name="ro", hash=hash_token("tok-ro"), access="read"),
+        ]
+    )
+    provider = ScriptedProvider([], default=text("hello"))
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, settings=settings, **options) as srv:
+        async with httpx.AsyncClient() as plain:
+            refused = await plain.get(f"{srv.url}/.well-known/agent-card.json")
+            assert refused.status_code == 401
+        client, card, http = await _client(
+            srv.url, {"Authorization": "Bearer tok-a"}, streaming=False
+        )
+        try:
+            assert "bearer" in card.security_schemes
+            events = [
+                e async for e in client.send_message(SendMessageRequest(message=_message("hi")))
+            ]
+            assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+        finally:
+            await client.close()
+            await http.aclose()
+        async with httpx.AsyncClient(headers={"Authorization": "Bearer tok-ro"}) as ro:
+            r = await ro.post(
+                f"{srv.url}/a2a/proj",
+                json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}},
+            )
+            assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN"
+
+
+@pytest.mark.parametrize("reply", ["deny", "no thanks, not that file"])
+async def test_a_denial_by_reply(tmp_path: Path, reply: str) -> None:
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider(
+        [tool_call(("write_file", {"path": "x.txt", "content": "x"}, "c1")), text("fine")]
+    )
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, **options) as srv:
+        client, _, http = await _client(srv.url, streaming=True)
+        try:
+            context = str(uuid.uuid4())
+            events = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=_message("w", context=context))
+                )
+            ]
+            task_id = events[0].task.id
+            follow = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=_message(reply, context=context, task=task_id))
+                )
+            ]
+            notes = [
+                get_message_text(e.status_update.status.message)
+                for e in follow
+                if e.HasField("status_update") and e.status_update.status.HasField("message")
+            ]
+            assert any(n.startswith("write_file refused") for n in notes), notes
+            assert not (project / "x.txt").exists()
+        finally:
+            await client.close()
+            await http.aclose()
