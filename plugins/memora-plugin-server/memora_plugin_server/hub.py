@@ -308,16 +308,31 @@ class Hub:
         return log
 
     async def _drive(self, slot: _Slot, log: TurnLog, chunks: AsyncIterator[Any]) -> None:
+        # The closing chunk (done, paused...) is logged only once the Agent's generator has
+        # finished: a client that acts on it at once (a new message, a role-pack switch) must
+        # find the session free, not BUSY for the moment the turn takes to wind down.
+        last: str | None = None
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
-                    log.add(chunk.model_dump_json())
+                    if last is not None:
+                        log.add(last)
+                        last = None
+                    if chunk.type in END_TYPES:
+                        last = chunk.model_dump_json()
+                    else:
+                        log.add(chunk.model_dump_json())
+            if last is not None:
+                log.add(last)
+                last = None
         except MemoraError as exc:
             log.add(_error_json(exc.message, exc.code.value))
         except Exception as exc:
             logger.exception("turn %s in session %s failed", log.id, slot.session_id)
             log.add(_error_json(f"{type(exc).__name__}: {exc}", ErrorCode.TURN_FAILED.value))
         finally:
+            if last is not None:
+                log.add(last)
             log.end()
             slot.last_used = time.monotonic()
 
