@@ -540,6 +540,10 @@ class _Buckets:
         return 0.0
 
 
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+"""A request a proxy passed on is not from this machine, whatever its address."""
+
+
 def _is_loopback(host: str | None) -> bool:
     if not host:
         return False
@@ -588,8 +592,11 @@ class _Guard:
         else:
             # no token configured: this machine only, by address and by Host (a web page
             # elsewhere must not reach a loopback service through a rebound DNS name)
-            if not _is_loopback(client) or not _is_loopback(
-                _host_name(request.headers.get("host", ""))
+            proxied = any(h in request.headers for h in _PROXY_HEADERS)
+            if (
+                proxied
+                or not _is_loopback(client)
+                or not _is_loopback(_host_name(request.headers.get("host", "")))
             ):
                 raise ApiError(
                     403,

@@ -24,7 +24,7 @@ logger = logging.getLogger("memora.server")
     "--project",
     "projects",
     multiple=True,
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    type=click.Path(path_type=Path, file_okay=False),
     help="A project folder to serve (repeat for several; named after the folder in URLs). "
     "Default: the project of the working folder.",
 )
@@ -57,6 +57,9 @@ def serve_cmd(
     user_dir = user_config_dir(config_dir)
     settings = load_server_settings(user_dir)
     folders = list(projects) or [find_project_root(Path.cwd())]
+    for folder in folders:
+        if not folder.is_dir():
+            raise click.BadParameter(f"{folder} is not a folder", param_hint="--project")
     if not settings.tokens and not _is_loopback(host):
         click.echo(
             f"warning: no token is configured ({settings_path(user_dir)}): the server listens on "

@@ -99,6 +99,10 @@ async def test_without_tokens_only_this_machine(tmp_path: Path) -> None:
         # a name that resolves to 127.0.0.1 for an attacker's page (DNS rebinding) is refused
         r = await client.get("/v1/projects/proj/sessions", headers={"Host": "evil.example:80"})
         assert r.status_code == 403 and r.json()["error"]["code"] == "LOOPBACK_ONLY"
+        # nor a request a local reverse proxy passed on (it comes from 127.0.0.1 too)
+        for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+            r = await client.get("/v1/projects/proj/sessions", headers={header: "203.0.113.9"})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "LOOPBACK_ONLY"
         # a page on another origin may not drive it (no CORS configured)
         r = await client.post(
             "/v1/projects/proj/sessions", json={}, headers={"Origin": "https://evil.example"}
