@@ -95,6 +95,10 @@ class AgentOptions(BaseModel):
     project_lock: Any = None
     """A project lock name or object (``acquire``/``release``).  Default: the config's
     ``"project_lock"``, else the lock named like the storage backend, else ``file``."""
+    project_lock_shared: bool = False
+    """Take the project lock shared: several processes (a service's workers) serve the project
+    at once and serialise turns per session themselves; an exclusive holder (``memora chat``)
+    excludes them and they exclude it.  The lock gets the option ``shared``."""
     round_store: Any = None
     """Rounds live in the session store; set only to use a different object for them."""
     session_id: str | None = None

@@ -184,11 +184,12 @@ class ProjectRuntime:
         )
         if not isinstance(spec, str):
             return spec
-        return self.plugins.create(
-            "project_lock",
-            spec,
-            {**self.plugin_options(spec), "project": project, "path": data_dir},
-        )
+        # "shared" comes from the host only: a config that set it would undo the lock
+        options = {k: v for k, v in self.plugin_options(spec).items() if k != "shared"}
+        options.update(project=project, path=data_dir)
+        if self.options.project_lock_shared:
+            options["shared"] = True
+        return self.plugins.create("project_lock", spec, options)
 
     def _provider(self, spec: Any, options: Mapping[str, Any] | None = None) -> Provider:
         if spec is None:

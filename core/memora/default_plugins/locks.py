@@ -1,4 +1,5 @@
-"""The built-in project lock: ``file`` (an OS lock on ``<project>/.memora/.lock``)."""
+"""The built-in project lock: ``file`` (an OS lock on ``<project>/.memora/.lock``; option
+``shared`` for a service's workers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def _file(options: Mapping[str, Any]) -> Any:
 
     if "project" not in options:
         raise ValueError("option 'project' (the project folder) is required")
-    return ProjectLock(Path(options["project"]))
+    return ProjectLock(Path(options["project"]), shared=bool(options.get("shared", False)))
 
 
 @hookimpl

@@ -24,10 +24,12 @@ from .state import ensure_state_dir, open_state_file
 __all__ = ["ProjectLock", "describe_time"]
 
 
-def _try_lock(fh: IO[bytes]) -> bool:
+def _try_lock(fh: IO[bytes], *, shared: bool = False) -> bool:
     if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         import msvcrt
 
+        if shared:
+            raise MemoraError(ErrorCode.NOT_AVAILABLE, "a shared project lock needs flock (POSIX)")
         try:
             msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
             return True
@@ -36,7 +38,7 @@ def _try_lock(fh: IO[bytes]) -> bool:
     import fcntl
 
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fh.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         return True
     except OSError:
         return False
@@ -74,10 +76,14 @@ def _field(info: dict[str, Any], key: str) -> str:
 
 
 class ProjectLock:
-    """``with ProjectLock(project):`` or ``acquire()`` / ``release()``."""
+    """``with ProjectLock(project):`` or ``acquire()`` / ``release()``.
 
-    def __init__(self, project_path: str | os.PathLike[str]) -> None:
+    ``shared=True``: several processes hold it at once (a service's workers, which serialise
+    turns per session themselves); an exclusive holder excludes them and they exclude it."""
+
+    def __init__(self, project_path: str | os.PathLike[str], *, shared: bool = False) -> None:
         self.path = Path(project_path) / ".memora" / ".lock"
+        self.shared = shared
         self._fh: IO[bytes] | None = None
 
     @property
@@ -99,31 +105,45 @@ class ProjectLock:
         ensure_state_dir(self.path.parent, project)
         fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT, project)
         fh = os.fdopen(fd, "r+b")  # kept open while the lock is held
-        if not _try_lock(fh):
+        try:
+            locked = _try_lock(fh, shared=self.shared)
+        except BaseException:
+            fh.close()
+            raise
+        if not locked:
             fh.close()
             info = self.holder() or {}
             pid, host, since = _field(info, "pid"), _field(info, "host"), info.get("since")
+            held_shared = info.get("shared") is True
             raise MemoraError(
                 ErrorCode.PROJECT_LOCKED,
                 f"project {self.path.parent.parent} is locked by PID {pid} on {host} since "
-                f"{describe_time(since)}; close that Agent first (one Agent per project at a "
-                "time)",
-                context={"path": str(self.path), "pid": pid, "host": host},
+                f"{describe_time(since)}"
+                + (
+                    " (shared by the workers of a service); stop the service first"
+                    if held_shared
+                    else "; close that Agent first (one Agent per project at a time)"
+                ),
+                context={"path": str(self.path), "pid": pid, "host": host, "shared": held_shared},
             )
         record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        fh.seek(0)
-        fh.truncate()
-        fh.write(json.dumps(record).encode())
-        fh.flush()
+        if self.shared:
+            record["shared"] = True
+        if not self.shared or not (self.holder() or {}).get("shared"):
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps(record).encode())
+            fh.flush()
         self._fh = fh
 
     def release(self) -> None:
         fh, self._fh = self._fh, None
         if fh is None:
             return
-        with contextlib.suppress(OSError):
-            fh.seek(0)
-            fh.truncate()
+        if not self.shared:  # a shared holder leaves the record to the others
+            with contextlib.suppress(OSError):
+                fh.seek(0)
+                fh.truncate()
         _unlock(fh)
         fh.close()
 

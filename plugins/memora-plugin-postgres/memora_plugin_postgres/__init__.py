@@ -21,7 +21,7 @@ from memora.security.trust import AtMost, project_settable
 
 __all__ = ["register_project_locks", "register_session_stores", "register_storage"]
 
-_OPTIONS = {"dsn", "namespace", "pool_size", "connect_timeout", "path", "project"}
+_OPTIONS = {"dsn", "namespace", "pool_size", "connect_timeout", "path", "project", "shared"}
 
 PROJECT = {"pool_size": AtMost(5), "connect_timeout": AtMost(10.0)}
 """What a project's config may set: ``dsn`` and ``namespace`` choose whose database and whose data
@@ -39,7 +39,7 @@ def _check(options: Mapping[str, Any]) -> None:
     if unknown:
         raise ValueError(
             f"unknown postgres option(s) {', '.join(sorted(unknown))}; legal: "
-            + ", ".join(sorted(_OPTIONS - {"path", "project"}))
+            + ", ".join(sorted(_OPTIONS - {"path", "project", "shared"}))
         )
 
 

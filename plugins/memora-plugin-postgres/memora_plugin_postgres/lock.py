@@ -27,9 +27,13 @@ __all__ = ["PostgresProjectLock"]
 class PostgresProjectLock:
     """The ``postgres`` project lock (``acquire``/``release`` are async)."""
 
-    def __init__(self, dsn: str, namespace: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, dsn: str, namespace: str, *, connect_timeout: float = 10.0, shared: bool = False
+    ) -> None:
         self.dsn = dsn
         self.namespace = namespace
+        self.shared = shared
+        """Held shared by a service's workers (on any host); an exclusive holder excludes them."""
         self.connect_timeout = connect_timeout
         self._conn: AsyncConnection[Any] | None = None
 
@@ -39,6 +43,7 @@ class PostgresProjectLock:
             dsn_from(options),
             namespace_from(options, "project"),
             connect_timeout=float(options.get("connect_timeout", 10.0)),
+            shared=bool(options.get("shared", False)),
         )
 
     @property
@@ -56,8 +61,9 @@ class PostgresProjectLock:
             self.dsn, autocommit=True, connect_timeout=int(self.connect_timeout)
         )
         try:
+            how = "pg_try_advisory_lock_shared" if self.shared else "pg_try_advisory_lock"
             cur = await conn.execute(
-                "SELECT pg_try_advisory_lock(hashtextextended('memora-project:' || %s, 0))",
+                f"SELECT {how}(hashtextextended('memora-project:' || %s, 0))",
                 (self.namespace,),
             )
             row = await cur.fetchone()
@@ -101,8 +107,9 @@ class PostgresProjectLock:
         if conn is None:
             return
         try:
+            how = "pg_advisory_unlock_shared" if self.shared else "pg_advisory_unlock"
             await conn.execute(
-                "SELECT pg_advisory_unlock(hashtextextended('memora-project:' || %s, 0))",
+                f"SELECT {how}(hashtextextended('memora-project:' || %s, 0))",
                 (self.namespace,),
             )
         finally:

@@ -77,6 +77,32 @@ async def test_lock_names_the_holder_and_is_released(pg_dsn: str) -> None:
     await second.release()
 
 
+async def test_a_shared_lock_for_a_services_workers(pg_dsn: str) -> None:
+    """Workers of `memora serve` hold the lock together; an exclusive holder (a `memora chat`)
+    is refused while they do, and excludes them while it holds."""
+    ns = _ns()
+    workers = [PostgresProjectLock(pg_dsn, ns, shared=True) for _ in range(2)]
+    for w in workers:
+        await w.acquire()
+    exclusive = PostgresProjectLock(pg_dsn, ns)
+    try:
+        with pytest.raises(MemoraError) as info:
+            await exclusive.acquire()
+        assert info.value.code == "PROJECT_LOCKED"
+    finally:
+        for w in workers:
+            await w.release()
+    await exclusive.acquire()
+    try:
+        with pytest.raises(MemoraError):
+            await workers[0].acquire()
+    finally:
+        await exclusive.release()
+    assert PostgresProjectLock.from_options(
+        {"dsn": pg_dsn, "namespace": ns, "shared": True}
+    ).shared
+
+
 def test_dsn_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MEMORA_POSTGRES_DSN", raising=False)
     with pytest.raises(MemoraError, match="MEMORA_POSTGRES_DSN"):
