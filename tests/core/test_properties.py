@@ -10,8 +10,7 @@ import string
 from pathlib import Path
 
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from memora.errors import MemoraError, ToolError
 from memora.security.paths import PathGuard

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from memora.security.terminal import TerminalGuard, clean
 from tests.core.test_chat_cli import Script, _chat, _env, call, pexpect, say, server  # noqa: F401

@@ -98,9 +98,7 @@ async def test_a_shared_lock_for_a_services_workers(pg_dsn: str) -> None:
             await workers[0].acquire()
     finally:
         await exclusive.release()
-    assert PostgresProjectLock.from_options(
-        {"dsn": pg_dsn, "namespace": ns, "shared": True}
-    ).shared
+    assert PostgresProjectLock.from_options({"dsn": pg_dsn, "namespace": ns, "shared": True}).shared
 
 
 def test_dsn_rules(monkeypatch: pytest.MonkeyPatch) -> None:
