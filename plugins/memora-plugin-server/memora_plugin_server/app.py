@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +33,16 @@ from starlette.routing import BaseRoute, Route
 from memora.errors import ErrorCode, MemoraError
 
 from .config import ServerSettings, TokenEntry
-from .hub import Hub, TurnLog
+from .hub import Hub, RemoteTurnLog, TurnLog
 
 logger = logging.getLogger("memora.server")
 
 __all__ = ["API", "ApiError", "create_app", "openapi_document"]
 
 KEEPALIVE_SECONDS = 15.0
+
+_WORKER = str(os.getpid())
+"""Sent as ``X-Memora-Worker`` with every API response: which process answered."""
 
 _STATUS: dict[str, int] = {
     ErrorCode.INVALID_INPUT.value: 400,
@@ -183,30 +187,24 @@ async def list_plugins(call: Call) -> Response:
 
 async def list_sessions(call: Call) -> Response:
     archived = call.request.query_params.get("archived") in ("1", "true", "yes")
-    infos = await _sessions_of(call).list(include_archived=archived)
-    return JSONResponse({"sessions": [i.to_dict() for i in infos]})
+    infos = await call.hub.list_sessions(call.param("project"), archived=archived)
+    return JSONResponse({"sessions": infos})
 
 
 async def create_session(call: Call) -> Response:
-    info = await _sessions_of(call).create(title=call.body.title)
-    return JSONResponse(info.to_dict(), status_code=201)
+    info = await call.hub.create_session(call.param("project"), call.body.title)
+    return JSONResponse(info, status_code=201)
 
 
 async def get_session(call: Call) -> Response:
-    store, sid = _sessions_of(call), call.param("session")
-    if not await store.exists(sid):
-        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
-    info = await store.get(sid)
-    rounds = await store.rounds(sid)
-    agent = call.hub.live(call.param("project"), sid)
-    paused = agent.paused_turn if agent is not None else None
-    running = call.hub.running_turn(call.param("project"), sid)
+    project, sid = call.param("project"), call.param("session")
+    info, rounds = await call.hub.session_info(project, sid)
     return JSONResponse(
         {
-            **info.to_dict(),
+            **info,
             "rounds": [r.to_dict() for r in rounds],
-            "pause": _pause_doc(paused) if paused is not None else None,
-            "running_turn": running.id if running is not None else None,
+            "pause": call.hub.pause_of(project, sid),
+            "running_turn": call.hub.running_turn(project, sid),
         }
     )
 
@@ -243,11 +241,13 @@ async def abort_turn(call: Call) -> Response:
 
 
 async def get_pause(call: Call) -> Response:
-    agent = await call.hub.agent(call.param("project"), call.param("session"))
-    paused = agent.paused_turn
-    if paused is None:
+    project, sid = call.param("project"), call.param("session")
+    if not await call.hub.session_exists(project, sid):
+        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    doc = call.hub.pause_of(project, sid)
+    if doc is None:
         raise MemoraError(ErrorCode.NOT_FOUND, "this session has no paused turn")
-    return JSONResponse(_pause_doc(paused))
+    return JSONResponse(doc)
 
 
 async def decide(call: Call) -> Response:
@@ -285,10 +285,10 @@ async def role_packs(call: Call) -> Response:
 
 
 async def switch_role_pack(call: Call) -> Response:
-    agent = await call.hub.agent(call.param("project"), call.param("session"))
-    call.hub.refuse_busy(call.param("project"), call.param("session"))
-    agent.switch_role_pack(call.body.name)
-    return JSONResponse({"active": agent.role_pack.active.name})
+    active = await call.hub.switch_role_pack(
+        call.param("project"), call.param("session"), call.body.name
+    )
+    return JSONResponse({"active": active})
 
 
 async def memory_search(call: Call) -> Response:
@@ -463,7 +463,7 @@ def _last_event(request: Request, turn_id: str) -> int:
         ) from None
 
 
-def _stream(call: Call, log: TurnLog, after: int) -> StreamingResponse:
+def _stream(call: Call, log: TurnLog | RemoteTurnLog, after: int) -> StreamingResponse:
     project, session = call.param("project"), call.param("session")
     return StreamingResponse(
         _events(log, after),
@@ -477,7 +477,7 @@ def _stream(call: Call, log: TurnLog, after: int) -> StreamingResponse:
     )
 
 
-async def _events(log: TurnLog, after: int) -> AsyncIterator[bytes]:
+async def _events(log: TurnLog | RemoteTurnLog, after: int) -> AsyncIterator[bytes]:
     yield f"retry: 1000\n: turn {log.id}\n\n".encode()
     events = log.follow(after)
     pending: asyncio.Task[tuple[int, str]] | None = None
@@ -501,18 +501,6 @@ async def _events(log: TurnLog, after: int) -> AsyncIterator[bytes]:
             with contextlib.suppress(BaseException):
                 await pending
         await events.aclose()
-
-
-def _pause_doc(paused: Any) -> dict[str, Any]:
-    pause = paused.paused
-    doc: dict[str, Any] = {"kind": paused.kind, "round_id": paused.record.round_id}
-    for name in ("tool_call_id", "name", "args", "reason", "questions"):
-        if hasattr(pause, name):
-            value = getattr(pause, name)
-            if name == "questions":
-                value = [q.model_dump() if hasattr(q, "model_dump") else q for q in value]
-            doc[name] = value
-    return doc
 
 
 # -- auth, limits, errors ----------------------------------------------------------------------
@@ -688,7 +676,9 @@ def _endpoint(api: Api, hub: Hub, guard: _Guard) -> Callable[[Request], Awaitabl
                 if api.body is not None
                 else None
             )
-            return await api.handler(Call(request, hub, body, token))
+            response = await api.handler(Call(request, hub, body, token))
+            response.headers["X-Memora-Worker"] = _WORKER
+            return response
         except ApiError as exc:
             return error_response(exc.status, exc.code, exc.message, exc.headers)
         except MemoraError as exc:
@@ -744,6 +734,7 @@ def create_app(
     settings: ServerSettings | None = None,
     approvals: str = "ask",
     idle_seconds: float = 300.0,
+    shared: bool = False,
     **runtime_options: Any,
 ) -> Starlette:
     """The service as an ASGI app, for ``memora serve`` or a host's own ASGI server.
@@ -751,11 +742,17 @@ def create_app(
     ``projects``: one folder, a list of folders (named after the folder), or ``{name: folder}``.
     ``settings``: tokens, CORS and limits (default: none, so loopback only). ``runtime_options``
     go to each project's :class:`~memora.ProjectRuntime` (``provider=``, ``storage=``...).
-    The runtimes open when the app starts (ASGI lifespan) and close when it stops."""
+    The runtimes open when the app starts (ASGI lifespan) and close when it stops.
+    ``shared=True`` when several processes serve the same projects (each one's app made with
+    it): see :class:`~.hub.Hub`."""
     named = _project_names(projects)
     settings = settings or ServerSettings()
     hub = Hub(
-        named, runtime_options=runtime_options, approvals=approvals, idle_seconds=idle_seconds
+        named,
+        runtime_options=runtime_options,
+        approvals=approvals,
+        idle_seconds=idle_seconds,
+        shared=shared,
     )
     guard = _Guard(settings)
     if not settings.tokens:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,14 @@ logger = logging.getLogger("memora.server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes (uvicorn's); with more than one they share the projects: one turn "
+    "per session across all of them, pauses and turn events in <data dir>/server/.",
+)
+@click.option(
     "--idle-seconds",
     default=300.0,
     show_default=True,
@@ -43,6 +52,7 @@ def serve_cmd(
     projects: tuple[Path, ...],
     host: str,
     port: int,
+    workers: int,
     idle_seconds: float,
     approvals: str | None,
     config_dir: Path | None,
@@ -52,7 +62,7 @@ def serve_cmd(
     this machine may call."""
     import uvicorn
 
-    from .app import _is_loopback, create_app
+    from .app import _is_loopback
 
     user_dir = user_config_dir(config_dir)
     settings = load_server_settings(user_dir)
@@ -66,20 +76,60 @@ def serve_cmd(
             f"{host} but answers only this machine; add one with `memora serve-tokens add NAME`",
             err=True,
         )
+    spec = {
+        "projects": [str(f.resolve()) for f in folders],
+        "approvals": approvals,
+        "idle_seconds": idle_seconds,
+        "config_dir": str(config_dir) if config_dir is not None else None,
+        "shared": workers > 1,
+    }
+    where = ", ".join(str(f) for f in folders)
+    click.echo(f"memora serving {where} on http://{host}:{port} ({workers} worker(s))", err=True)
+    if workers == 1:
+        app = _app_from(spec, settings)
+        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+        return
+    # each worker process builds its own app from the same spec (uvicorn imports the factory)
+    os.environ[SPEC_ENV] = json.dumps(spec)
+    uvicorn.run(
+        f"{__name__}:worker_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        proxy_headers=False,
+    )
+
+
+SPEC_ENV = "MEMORA_SERVE_SPEC"
+"""How ``memora serve --workers N`` hands its options to the worker processes."""
+
+
+def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
+    from .app import create_app
+
     options: dict[str, Any] = {}
-    if config_dir is not None:
-        options["config_dir"] = config_dir
-    app = create_app(
-        folders,
+    if spec.get("config_dir"):
+        options["config_dir"] = Path(spec["config_dir"])
+    if settings is None:
+        settings = load_server_settings(user_config_dir(options.get("config_dir")))
+    return create_app(
+        [Path(p) for p in spec["projects"]],
         settings=settings,
-        approvals=approvals or "ask",
-        idle_seconds=idle_seconds,
+        approvals=spec.get("approvals") or "ask",
+        idle_seconds=float(spec.get("idle_seconds", 300.0)),
+        shared=bool(spec.get("shared")),
         **options,
     )
-    click.echo(
-        f"memora serving {', '.join(str(f) for f in folders)} on http://{host}:{port}", err=True
-    )
-    uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+
+
+def worker_app() -> Any:
+    """The app of one worker of ``memora serve --workers N``."""
+    raw = os.environ.get(SPEC_ENV)
+    if not raw:
+        raise click.ClickException(f"{SPEC_ENV} is not set: start workers with memora serve")
+    return _app_from(json.loads(raw))
 
 
 @click.group("serve-tokens")

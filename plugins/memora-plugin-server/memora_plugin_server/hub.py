@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -25,12 +26,17 @@ from memora import Agent, ProjectRuntime
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
+from .shared import FileSharedState, Lease, TurnWriter
+
 logger = logging.getLogger("memora.server")
 
 __all__ = ["Hub", "Project", "TurnLog"]
 
 KEPT_LOGS = 8
 """Finished turn logs kept per session for clients that reconnect late."""
+
+ABORT_POLL_SECONDS = 0.2
+"""How often a turn looks for an abort asked through another worker (shared mode)."""
 
 END_TYPES = frozenset({"done", "aborted", "paused", "error"})
 
@@ -79,6 +85,8 @@ class _Slot:
     project: Project
     session_id: str
     agent: Agent | None = None
+    version: str = ""
+    """The shared version of the session the Agent was opened at (shared mode)."""
     running: asyncio.Task[None] | None = None
     logs: OrderedDict[str, TurnLog] = field(default_factory=OrderedDict)
     last_used: float = field(default_factory=time.monotonic)
@@ -91,17 +99,36 @@ class _Slot:
 
 @dataclass
 class Project:
-    """A served project: its name in URLs, its folder, its runtime."""
+    """A served project: its name in URLs, its folder, its runtime and, when several workers
+    serve it, what they share (:class:`~.shared.FileSharedState`)."""
 
     name: str
     path: Path
     runtime: ProjectRuntime
+    shared: FileSharedState | None = None
     packs: RolePackManager | None = None
+
+
+class RemoteTurnLog:
+    """A turn another worker runs (or ran), followed through the shared files."""
+
+    def __init__(self, shared: FileSharedState, session_id: str, turn_id: str) -> None:
+        self.id = turn_id
+        self._shared = shared
+        self._session = session_id
+
+    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
+        return self._shared.follow(self._session, self.id, after)
 
 
 class Hub:
     """See the module docstring.  ``runtime_options`` go to every ``ProjectRuntime`` (a host's
-    provider, storage...); ``approvals`` is the mode of sessions whose config sets none."""
+    provider, storage...); ``approvals`` is the mode of sessions whose config sets none.
+
+    ``shared=True``: this process is one of several serving the projects (``memora serve
+    --workers N``): the project lock is taken shared, and a turn holds its session's lock, its
+    events, pause and the session's role pack live in ``<data dir>/server/`` where every worker
+    finds them (see :mod:`.shared`)."""
 
     def __init__(
         self,
@@ -110,6 +137,7 @@ class Hub:
         runtime_options: Mapping[str, Any] | None = None,
         approvals: str = "ask",
         idle_seconds: float = 300.0,
+        shared: bool = False,
     ) -> None:
         if not projects:
             raise InvalidInputError("serve at least one project")
@@ -119,12 +147,15 @@ class Hub:
                 "data_dir: one folder cannot hold several projects' data; leave it out (each "
                 "project keeps its data in <project>/.memora/data)"
             )
+        if shared:
+            options["project_lock_shared"] = True
         self.projects: dict[str, Project] = {}
         for name, path in projects.items():
             folder = Path(path)
             per_project = {"data_dir": folder / ".memora" / "data", **options}
             runtime = ProjectRuntime(project_path=folder, **per_project)
-            self.projects[name] = Project(name, folder, runtime)
+            state = FileSharedState(Path(per_project["data_dir"]) / "server") if shared else None
+            self.projects[name] = Project(name, folder, runtime, state)
         self.approvals = approvals
         self.idle_seconds = idle_seconds
         self._slots: dict[tuple[str, str], _Slot] = {}
@@ -146,7 +177,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         for slot in list(self._slots.values()):
-            if slot.agent is not None:
+            if slot.agent is not None and slot.busy:
                 slot.agent.abort()
             if slot.running is not None:
                 with contextlib.suppress(BaseException):
@@ -163,12 +194,20 @@ class Hub:
                 if (
                     not slot.busy
                     and now - slot.last_used > self.idle_seconds
-                    and (slot.agent is None or slot.agent.paused_turn is None)
+                    # a pause lives in the Agent unless the workers share it in a file
+                    and (
+                        slot.agent is None
+                        or slot.agent.paused_turn is None
+                        or slot.project.shared is not None
+                    )
                 ):
                     await self._drop(slot)
 
     async def _drop(self, slot: _Slot) -> None:
         self._slots.pop((slot.project.name, slot.session_id), None)
+        await self._close_agent(slot)
+
+    async def _close_agent(self, slot: _Slot) -> None:
         if slot.agent is not None:
             agent, slot.agent = slot.agent, None
             try:
@@ -196,21 +235,40 @@ class Hub:
         return slot
 
     async def agent(self, project: str, session_id: str, *, create: bool = False) -> Agent:
-        """The session's Agent, opened on first use (``NOT_FOUND`` for a session that does not
-        exist unless ``create``)."""
+        """The session's Agent, opened on first use — and opened again when another worker
+        changed the session since (shared mode).  ``NOT_FOUND`` for a session that does not
+        exist unless ``create``."""
         slot = self._slot(project, session_id)
         async with slot.opening:
+            shared = slot.project.shared
+            if (
+                slot.agent is not None
+                and shared is not None
+                and not slot.busy
+                and shared.version(session_id) != slot.version
+            ):
+                await self._close_agent(slot)
             if slot.agent is None:
                 runtime = slot.project.runtime
-                if not create and not await runtime.session_store.exists(session_id):
+                if not create and not await self.session_exists(project, session_id):
                     self._slots.pop((project, session_id), None)
                     raise NotFoundError(
                         f"no session {session_id!r} in project {project!r}",
                         context={"session_id": session_id},
                     )
-                agent = await runtime.agent(session_id=session_id)
+                options: dict[str, Any] = {"session_id": session_id}
+                pause = None
+                if shared is not None:
+                    slot.version = shared.version(session_id)
+                    pack = shared.role_pack(session_id)
+                    if pack:
+                        options["active_role_pack"] = pack
+                    pause = shared.pause(session_id)
+                agent = await runtime.agent(**options)
                 if agent.approvals is None:
                     agent.approvals = self.approvals  # type: ignore[assignment]
+                if pause is not None:
+                    await agent.resume(pause["state"])  # a turn paused on some worker
                 slot.agent = agent
             return slot.agent
 
@@ -219,23 +277,78 @@ class Hub:
         slot = self._slots.get((project, session_id))
         return slot.agent if slot is not None else None
 
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def create_session(self, project: str, title: str = "") -> dict[str, Any]:
+        served = self.project(project)
+        info = (await served.runtime.session_store.create(title=title)).to_dict()
+        if served.shared is not None:
+            # the file store writes a session at its first turn: tell the other workers now
+            served.shared.note_created(info["id"], info)
+        return dict(info)
+
+    async def session_exists(self, project: str, session_id: str) -> bool:
+        served = self.project(project)
+        if await served.runtime.session_store.exists(session_id):
+            return True
+        return served.shared is not None and session_id in served.shared.created()
+
+    async def session_info(self, project: str, session_id: str) -> tuple[dict[str, Any], list[Any]]:
+        """A session's metadata and rounds (``NOT_FOUND`` when there is none)."""
+        served = self.project(project)
+        store = served.runtime.session_store
+        if await store.exists(session_id):
+            return (await store.get(session_id)).to_dict(), await store.rounds(session_id)
+        created = served.shared.created() if served.shared is not None else {}
+        if session_id in created:
+            return created[session_id], []
+        raise NotFoundError(f"no session {session_id!r}", context={"session_id": session_id})
+
+    async def list_sessions(self, project: str, *, archived: bool) -> list[dict[str, Any]]:
+        served = self.project(project)
+        infos = [
+            i.to_dict() for i in await served.runtime.session_store.list(include_archived=archived)
+        ]
+        if served.shared is not None:
+            known = {i["id"] for i in infos}
+            infos += [i for sid, i in served.shared.created().items() if sid not in known]
+            infos.sort(key=lambda i: -float(i.get("updated_at") or 0))
+        return infos
+
+    def pause_of(self, project: str, session_id: str) -> dict[str, Any] | None:
+        """What the API shows of the session's paused turn, if any."""
+        served = self.project(project)
+        if served.shared is not None:
+            value = served.shared.pause(session_id)
+            return value.get("doc") if value is not None else None
+        agent = self.live(project, session_id)
+        paused = agent.paused_turn if agent is not None else None
+        return pause_doc(paused) if paused is not None else None
+
     # -- turns -------------------------------------------------------------------------------
 
     async def start_turn(self, project: str, session_id: str, text: str) -> TurnLog:
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        agent = await self.agent(project, session_id, create=True)
-        self._refuse_busy(slot)
-        if agent.paused_turn is not None:
-            raise BusyError(
-                f"session {session_id} waits for an {agent.paused_turn.kind}: answer it "
-                "(approvals, answers) or discard the paused turn first",
-                context={"session_id": session_id, "pause": agent.paused_turn.kind},
-            )
-        if agent.session_state.status == "error":
-            # the client saw the failure as an `error` event; a new message is its answer
-            agent.mark_recovered()
-        return self._run(slot, "turn", agent.chat(text))
+        lease = self._lease(slot)
+        try:
+            agent = await self.agent(project, session_id, create=True)
+            self._refuse_busy(slot)
+            if agent.paused_turn is not None:
+                raise BusyError(
+                    f"session {session_id} waits for an {agent.paused_turn.kind}: answer it "
+                    "(approvals, answers) or discard the paused turn first",
+                    context={"session_id": session_id, "pause": agent.paused_turn.kind},
+                )
+            if agent.session_state.status == "error":
+                # the client saw the failure as an `error` event; a new message is its answer
+                agent.mark_recovered()
+            chunks = agent.chat(text)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        return self._run(slot, "turn", chunks, lease)
 
     async def continue_turn(
         self,
@@ -250,31 +363,54 @@ class Hub:
         rest of it."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        agent = await self.agent(project, session_id)
-        paused = agent.paused_turn
-        if paused is None:
-            raise MemoraError(
-                ErrorCode.INVALID_INPUT,
-                f"session {session_id} has no paused turn",
-                context={"session_id": session_id},
-            )
-        if approve is not None:
-            agent.approve(approve[0], dict(approve[1]) if approve[1] is not None else None)
-        elif deny is not None:
-            agent.reject(deny[0], deny[1])
-        elif answers is not None:
-            agent.answer_question(dict(answers))
-        return self._run(slot, "continue", agent.continue_after_pause())
+        lease = self._lease(slot)
+        try:
+            agent = await self.agent(project, session_id)
+            paused = agent.paused_turn
+            if paused is None:
+                raise MemoraError(
+                    ErrorCode.INVALID_INPUT,
+                    f"session {session_id} has no paused turn",
+                    context={"session_id": session_id},
+                )
+            if approve is not None:
+                agent.approve(approve[0], dict(approve[1]) if approve[1] is not None else None)
+            elif deny is not None:
+                agent.reject(deny[0], deny[1])
+            elif answers is not None:
+                agent.answer_question(dict(answers))
+            if slot.project.shared is not None:
+                # answered: a worker that dies from here on loses the turn, it cannot run the
+                # approved call a second time from a stale pause
+                slot.project.shared.set_pause(session_id, None)
+            chunks = agent.continue_after_pause()
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        return self._run(slot, "continue", chunks, lease)
 
-    def refuse_busy(self, project: str, session_id: str) -> None:
-        """``BUSY`` while a turn runs or waits in the session."""
+    async def switch_role_pack(self, project: str, session_id: str, name: str) -> str:
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        if slot.agent is not None and slot.agent.paused_turn is not None:
-            raise BusyError(
-                f"session {session_id} waits for an {slot.agent.paused_turn.kind}",
-                context={"session_id": session_id},
-            )
+        lease = self._lease(slot)
+        try:
+            agent = await self.agent(project, session_id)
+            if agent.paused_turn is not None:
+                raise BusyError(
+                    f"session {session_id} waits for an {agent.paused_turn.kind}",
+                    context={"session_id": session_id},
+                )
+            agent.switch_role_pack(name)
+            active = str(agent.role_pack.active.name)
+            shared = slot.project.shared
+            if shared is not None:
+                shared.set_role_pack(session_id, active)
+                slot.version = shared.bump(session_id)
+            return active
+        finally:
+            if lease is not None:
+                lease.release()
 
     def role_packs(self, project: str) -> RolePackManager:
         """The project's role packs as a new session would see them."""
@@ -297,68 +433,159 @@ class Hub:
                 context={"session_id": slot.session_id},
             )
 
-    def _run(self, slot: _Slot, kind: str, chunks: AsyncIterator[Any]) -> TurnLog:
+    def _lease(self, slot: _Slot) -> Lease | None:
+        """The session's lock across the workers (shared mode; None otherwise)."""
+        shared = slot.project.shared
+        if shared is None:
+            return None
+        lease = shared.try_lock(slot.session_id)
+        if lease is None:
+            raise BusyError(
+                f"a turn is running in session {slot.session_id} (on another worker); wait for "
+                "it or abort it",
+                context={"session_id": slot.session_id},
+            )
+        return lease
+
+    def _run(
+        self, slot: _Slot, kind: str, chunks: AsyncIterator[Any], lease: Lease | None
+    ) -> TurnLog:
         log = TurnLog("t_" + secrets.token_hex(8), kind)
         slot.logs[log.id] = log
         while len(slot.logs) > KEPT_LOGS:
             slot.logs.popitem(last=False)
+        shared = slot.project.shared
+        writer = shared.writer(slot.session_id, log.id) if shared is not None else None
         slot.running = asyncio.get_running_loop().create_task(
-            self._drive(slot, log, chunks), name=f"memora-turn-{log.id}"
+            self._drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
         )
         return log
 
-    async def _drive(self, slot: _Slot, log: TurnLog, chunks: AsyncIterator[Any]) -> None:
-        # The closing chunk (done, paused...) is logged only once the Agent's generator has
-        # finished: a client that acts on it at once (a new message, a role-pack switch) must
-        # find the session free, not BUSY for the moment the turn takes to wind down.
+    async def _drive(
+        self,
+        slot: _Slot,
+        log: TurnLog,
+        chunks: AsyncIterator[Any],
+        lease: Lease | None,
+        writer: TurnWriter | None,
+    ) -> None:
+        # The closing chunk (done, paused...) is published only once the Agent's generator has
+        # finished and, with several workers, the pause is saved and the session's lock let go:
+        # a client that acts on it at once (a new message, an approval, a role-pack switch)
+        # must find the session free, on whichever worker its request lands.
+        def publish(data: str) -> None:
+            if writer is not None:
+                writer.add(data)
+            log.add(data)
+
         last: str | None = None
+        watcher = self._watch_aborts(slot) if lease is not None else None
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
                     if last is not None:
-                        log.add(last)
+                        publish(last)
                         last = None
                     if chunk.type in END_TYPES:
                         last = chunk.model_dump_json()
                     else:
-                        log.add(chunk.model_dump_json())
-            if last is not None:
-                log.add(last)
-                last = None
+                        publish(chunk.model_dump_json())
         except MemoraError as exc:
-            log.add(_error_json(exc.message, exc.code.value))
+            last = _error_json(exc.message, exc.code.value)
         except Exception as exc:
             logger.exception("turn %s in session %s failed", log.id, slot.session_id)
-            log.add(_error_json(f"{type(exc).__name__}: {exc}", ErrorCode.TURN_FAILED.value))
+            last = _error_json(f"{type(exc).__name__}: {exc}", ErrorCode.TURN_FAILED.value)
         finally:
-            if last is not None:
-                log.add(last)
-            log.end()
-            slot.last_used = time.monotonic()
+            if watcher is not None:
+                watcher.cancel()
+            try:
+                self._share_outcome(slot, json.loads(last).get("type") if last else None)
+            finally:
+                if writer is not None:
+                    if last is not None:
+                        writer.add(last)
+                    writer.end()
+                if lease is not None:
+                    lease.release()
+                if last is not None:
+                    log.add(last)
+                log.end()
+                slot.last_used = time.monotonic()
 
-    def turn_log(self, project: str, session_id: str, turn_id: str) -> TurnLog:
+    def _share_outcome(self, slot: _Slot, ended_as: str | None) -> None:
+        """Shared mode: save the turn's pause (or clear it) and move the session's version on."""
+        shared, agent = slot.project.shared, slot.agent
+        if shared is None or agent is None:
+            return
+        paused = agent.paused_turn
+        if paused is not None:
+            shared.set_pause(
+                slot.session_id, {"state": agent.pause_state(), "doc": pause_doc(paused)}
+            )
+        else:
+            shared.set_pause(slot.session_id, None)
+        slot.version = shared.bump(slot.session_id)
+        if paused is None and ended_as in ("done", "aborted"):
+            shared.forget_created(slot.session_id)  # its round is in the store for every worker
+
+    def _watch_aborts(self, slot: _Slot) -> asyncio.Task[None]:
+        shared = slot.project.shared
+        assert shared is not None
+        shared.take_abort(slot.session_id)  # an old request is not for this turn
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(ABORT_POLL_SECONDS)
+                if shared.take_abort(slot.session_id) and slot.agent is not None:
+                    slot.agent.abort()
+
+        return asyncio.get_running_loop().create_task(watch(), name="memora-abort-watch")
+
+    def turn_log(self, project: str, session_id: str, turn_id: str) -> TurnLog | RemoteTurnLog:
         slot = self._slots.get((project, session_id))
         log = slot.logs.get(turn_id) if slot is not None else None
-        if log is None:
-            raise NotFoundError(
-                f"no turn {turn_id!r} in session {session_id!r} on this server (finished turns "
-                "are kept for a while; the session's history has every round)",
-                context={"turn_id": turn_id},
-            )
-        return log
+        if log is not None:
+            return log
+        shared = self.project(project).shared
+        if shared is not None and shared.has_turn(session_id, turn_id):
+            return RemoteTurnLog(shared, session_id, turn_id)
+        raise NotFoundError(
+            f"no turn {turn_id!r} in session {session_id!r} on this server (finished turns "
+            "are kept for a while; the session's history has every round)",
+            context={"turn_id": turn_id},
+        )
 
-    def running_turn(self, project: str, session_id: str) -> TurnLog | None:
+    def running_turn(self, project: str, session_id: str) -> str | None:
+        """The id of the turn running in the session (on any worker)."""
         slot = self._slots.get((project, session_id))
-        if slot is None or not slot.busy or not slot.logs:
-            return None
-        return next(reversed(slot.logs.values()))
+        if slot is not None and slot.busy and slot.logs:
+            return next(reversed(slot.logs.values())).id
+        shared = self.project(project).shared
+        return shared.current_turn(session_id) if shared is not None else None
 
     def abort(self, project: str, session_id: str) -> bool:
         slot = self._slots.get((project, session_id))
-        if slot is None or slot.agent is None or not slot.busy:
-            return False
-        slot.agent.abort()
-        return True
+        if slot is not None and slot.agent is not None and slot.busy:
+            slot.agent.abort()
+            return True
+        shared = self.project(project).shared
+        if shared is not None and shared.alive(session_id):
+            shared.request_abort(session_id)  # the worker running it polls for this
+            return True
+        return False
+
+
+def pause_doc(paused: Any) -> dict[str, Any]:
+    """What the API shows of a :class:`~memora.PausedTurn`."""
+    pause = paused.paused
+    doc: dict[str, Any] = {"kind": paused.kind, "round_id": paused.record.round_id}
+    for name in ("tool_call_id", "name", "args", "reason", "questions"):
+        if hasattr(pause, name):
+            value = getattr(pause, name)
+            if name == "questions":
+                value = [q.model_dump() if hasattr(q, "model_dump") else q for q in value]
+            doc[name] = value
+    return doc
 
 
 def _error_json(message: str, code: str) -> str:

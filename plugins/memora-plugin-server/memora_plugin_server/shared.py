@@ -1,0 +1,248 @@
+"""What the workers of one service share about a project's sessions, in files under
+``<data dir>/server/`` (one host; the workers of ``memora serve --workers N``):
+
+- ``locks/<session>.lock`` — held (``flock``) by the worker running a turn in the session: one
+  turn per session across the workers, and released by the OS when that worker dies;
+- ``turns/<session>/<turn>.jsonl`` — the turn's chunks, one JSON line each, then ``END``: a
+  client following the turn through another worker reads them from there;
+- ``pauses/<session>.json`` — a paused turn (``agent.pause_state()`` and what the API shows of
+  it), so whichever worker gets the approval or the answer resumes it;
+- ``aborts/<session>`` — an abort asked of another worker's turn;
+- ``versions/<session>``, ``role-packs/<session>`` — when a worker last changed the session
+  (another worker's open Agent of it is opened again) and the role pack chosen for it;
+- ``created/<session>.json`` — a session created through the API before its first turn (the
+  file session store writes nothing until then).
+
+Everything here is private (0700 folders, 0600 files) and written atomically where it is read
+whole.  None of it is memory or history: the session store keeps those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from memora.security.atomic import atomic_write_bytes
+
+__all__ = ["FileSharedState", "Lease"]
+
+END = b"END\n"
+KEPT_TURNS = 8
+POLL_SECONDS = 0.05
+_SAFE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+def _name(value: str) -> str:
+    if not _SAFE.match(value):
+        raise ValueError(f"not a safe file name: {value!r}")
+    return value
+
+
+class Lease:
+    """The session's lock, held for a turn (``release()`` when it ends)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+class TurnWriter:
+    """Appends a turn's chunks to its file (no fsync: it is a replay cache, not history)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+
+    def add(self, data: str) -> None:
+        os.write(self._fd, data.encode("utf-8") + b"\n")
+
+    def end(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._fd, END)
+        os.close(self._fd)
+
+
+class FileSharedState:
+    """See the module docstring."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for sub in ("locks", "turns", "pauses", "aborts", "created", "versions", "role-packs"):
+            (root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    # -- the session lock ------------------------------------------------------------------------
+
+    def try_lock(self, session: str) -> Lease | None:
+        fd = os.open(self.root / "locks" / f"{_name(session)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return Lease(fd)
+
+    def alive(self, session: str) -> bool:
+        """Whether some worker holds the session's lock (runs a turn there)."""
+        lease = self.try_lock(session)
+        if lease is None:
+            return True
+        lease.release()
+        return False
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    def writer(self, session: str, turn_id: str) -> TurnWriter:
+        folder = self.root / "turns" / _name(session)
+        folder.mkdir(exist_ok=True, mode=0o700)
+        turns = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+        for old in turns[: max(0, len(turns) - KEPT_TURNS + 1)]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+        writer = TurnWriter(folder / f"{_name(turn_id)}.jsonl")
+        atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
+        return writer
+
+    def current_turn(self, session: str) -> str | None:
+        """The turn running in the session on some worker."""
+        if not self.alive(session):
+            return None
+        with contextlib.suppress(OSError):
+            return (self.root / "turns" / _name(session) / "current").read_text() or None
+        return None
+
+    def _running(self, session: str, turn_id: str) -> bool:
+        """Whether ``turn_id`` is the session's current turn and a worker holds the session."""
+        try:
+            current = (self.root / "turns" / _name(session) / "current").read_text()
+        except FileNotFoundError:
+            return False
+        return current == turn_id and self.alive(session)
+
+    def has_turn(self, session: str, turn_id: str) -> bool:
+        return (self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl").is_file()
+
+    async def follow(
+        self, session: str, turn_id: str, after: int = 0
+    ) -> AsyncGenerator[tuple[int, str], None]:
+        """A turn's chunks after number ``after`` as they are written, until it ends — or until
+        no worker runs it any more (the worker died: a last ``error`` chunk says so)."""
+        path = self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl"
+        seq, offset, rest = 0, 0, b""
+        while True:
+            data = await asyncio.to_thread(_read_from, path, offset)
+            offset += len(data)
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                if line + b"\n" == END:
+                    return
+                seq += 1
+                if seq > after:
+                    yield seq, line.decode("utf-8")
+            if not data:
+                if not await asyncio.to_thread(self._running, session, turn_id):
+                    # one more read: the writer may have ended between the two looks
+                    if await asyncio.to_thread(_read_from, path, offset):
+                        continue
+                    from memora.chunks import ErrorChunk
+
+                    yield (
+                        seq + 1,
+                        ErrorChunk(
+                            message="the worker running this turn stopped; the session is as it "
+                            "was before the turn",
+                            code="TURN_LOST",
+                        ).model_dump_json(),
+                    )
+                    return
+                await asyncio.sleep(POLL_SECONDS)
+
+    # -- pauses, aborts, created sessions --------------------------------------------------------
+
+    def set_pause(self, session: str, value: dict[str, Any] | None) -> None:
+        path = self.root / "pauses" / f"{_name(session)}.json"
+        if value is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        os.chmod(path, 0o600)
+
+    def pause(self, session: str) -> dict[str, Any] | None:
+        try:
+            value = json.loads((self.root / "pauses" / f"{_name(session)}.json").read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def request_abort(self, session: str) -> None:
+        atomic_write_bytes(self.root / "aborts" / _name(session), b"", durable=False)
+
+    def take_abort(self, session: str) -> bool:
+        try:
+            (self.root / "aborts" / _name(session)).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def note_created(self, session: str, info: dict[str, Any]) -> None:
+        atomic_write_bytes(
+            self.root / "created" / f"{_name(session)}.json", json.dumps(info).encode("utf-8")
+        )
+
+    def created(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for path in (self.root / "created").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                value = json.loads(path.read_bytes())
+                if isinstance(value, dict):
+                    out[path.stem] = value
+        return out
+
+    def version(self, session: str) -> str:
+        """Changes whenever a worker changed the session (a turn ended, a role-pack switch):
+        an Agent opened at another version is opened again."""
+        try:
+            return (self.root / "versions" / _name(session)).read_text()
+        except FileNotFoundError:
+            return ""
+
+    def bump(self, session: str) -> str:
+        value = os.urandom(8).hex()
+        atomic_write_bytes(self.root / "versions" / _name(session), value.encode(), durable=False)
+        return value
+
+    def set_role_pack(self, session: str, name: str) -> None:
+        atomic_write_bytes(self.root / "role-packs" / _name(session), name.encode("utf-8"))
+
+    def role_pack(self, session: str) -> str | None:
+        try:
+            return (self.root / "role-packs" / _name(session)).read_text("utf-8") or None
+        except FileNotFoundError:
+            return None
+
+    def forget_created(self, session: str) -> None:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            (self.root / "created" / f"{_name(session)}.json").unlink()
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(1 << 20)
+    except FileNotFoundError:
+        return b""

@@ -1,0 +1,212 @@
+"""`memora serve --workers 2`: two uvicorn worker processes serve one project (SQLite + JSONL
+sessions), requests land on either (new connection each time; `X-Memora-Worker` says which):
+a session created on one is seen by the other, a turn paused on one is approved through
+whichever gets the approval, one turn per session across both, an abort through the other,
+and a worker killed mid-turn leaves the session valid for the next request."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    event_id = None
+    for line in lines:
+        if line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            yield event_id, json.loads(line[6:])
+
+
+class Served:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.workers: set[str] = set()
+
+    def client(self) -> httpx2.Client:
+        # no keep-alive: every request is a new connection, so either worker may take it
+        return httpx2.Client(
+            base_url=self.base, timeout=60, limits=httpx2.Limits(max_keepalive_connections=0)
+        )
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx2.Response:
+        with self.client() as c:
+            r = c.request(method, path, **kwargs)
+        if "x-memora-worker" in r.headers:
+            self.workers.add(r.headers["x-memora-worker"])
+        return r
+
+    def turn(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        r = self.request("POST", path, json=body)
+        assert r.status_code == 200, r.text
+        return [c for _, c in _events(iter(r.text.splitlines()))]
+
+
+def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
+    url, script = server
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(
+        json.dumps(
+            {
+                "active_provider": "scripted",
+                "providers": {"scripted": {"type": "openai", "base_url": url, "model": "m"}},
+            }
+        )
+    )
+    project = tmp_path / "shop"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
+    env["MEMORA_HOME"] = str(home)
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memora",
+            "serve",
+            "--project",
+            str(project),
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    srv = Served(f"http://127.0.0.1:{port}")
+    try:
+        for _ in range(600):
+            try:
+                if srv.request("GET", "/ready").status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.1)
+        # both workers up: ask until two have answered
+        for _ in range(200):
+            srv.request("GET", "/v1/projects")
+            if len(srv.workers) == 2:
+                break
+        assert len(srv.workers) == 2, srv.workers
+
+        sessions = "/v1/projects/shop/sessions"
+        sid = srv.request("POST", sessions, json={"title": "two workers"}).json()["id"]
+        base = f"{sessions}/{sid}"
+        for _ in range(6):  # whichever worker answers knows the new session
+            assert srv.request("GET", base).status_code == 200
+            assert sid in [s["id"] for s in srv.request("GET", sessions).json()["sessions"]]
+
+        # a pause on one worker, answered through either
+        script.answers += [
+            call("write_file", {"path": "out.txt", "content": "hi"}, "w1"),
+            say("written"),
+        ]
+        chunks = srv.turn(f"{base}/turns", {"text": "write it"})
+        assert [c["type"] for c in chunks][-2:] == ["approval_pending", "paused"]
+        for _ in range(6):
+            r = srv.request("GET", f"{base}/pause")
+            assert r.status_code == 200, (r.text, r.headers.get("x-memora-worker"))
+            pause = r.json()
+            assert pause["kind"] == "approval" and pause["tool_call_id"] == "w1"
+            assert srv.request("GET", base).json()["pause"]["tool_call_id"] == "w1"
+            busy = srv.request("POST", f"{base}/turns", json={"text": "meanwhile"})
+            assert busy.status_code == 409, busy.text
+        chunks = srv.turn(f"{base}/approvals/w1", {"decision": "approve"})
+        assert chunks[-1]["type"] == "done", chunks
+        assert (project / "out.txt").read_text() == "hi"
+        assert srv.request("GET", base).json()["pause"] is None
+
+        # one turn per session across the workers, and an abort through either
+        script.answers += [say("slow " * 200, delay=0.05)]
+        with srv.client() as c, c.stream("POST", f"{base}/turns", json={"text": "slow"}) as r:
+            running_on = r.headers["x-memora-worker"]
+            turn = r.headers["x-memora-turn"]
+            events = _events(r.iter_lines())
+            first_id, _ = next(events)
+            for _ in range(6):
+                again = srv.request("POST", f"{base}/turns", json={"text": "no"})
+                assert again.status_code == 409 and again.json()["error"]["code"] == "BUSY"
+                assert srv.request("GET", base).json()["running_turn"] == turn
+            # a client of the other worker follows the same turn from event 1
+            with (
+                srv.client() as c2,
+                c2.stream(
+                    "GET", f"{base}/turns/{turn}/events", headers={"Last-Event-ID": first_id or ""}
+                ) as follower,
+            ):
+                lines = follower.iter_lines()
+                _, second = next(_events(lines))
+                assert second["type"] in ("text", "thinking")
+                for _ in range(50):  # the abort, through whichever worker takes it
+                    if srv.request("POST", f"{base}/abort").json()["aborted"]:
+                        break
+                rest = [chunk for _, chunk in _events(lines)]
+                assert rest[-1]["type"] == "aborted", rest[-3:]
+            tail = [chunk for _, chunk in events]
+            assert tail[-1]["type"] == "aborted"
+
+        # a worker killed mid-turn: the session stays valid for the next request
+        script.answers += [say("very slow " * 400, delay=0.05), say("after the crash")]
+        with srv.client() as c, c.stream("POST", f"{base}/turns", json={"text": "crash"}) as r:
+            victim = int(r.headers["x-memora-worker"])
+            lost_turn = r.headers["x-memora-turn"]
+            events = _events(r.iter_lines())
+            next(c for _, c in events if c["type"] == "text")  # the model is answering
+            os.kill(victim, signal.SIGKILL)
+            with pytest.raises(httpx2.TransportError):
+                for _ in events:
+                    pass
+        for _ in range(100):  # the dead worker's lock went with it
+            again = srv.request("POST", f"{base}/turns", json={"text": "again"})
+            if again.status_code != 503:
+                break
+            time.sleep(0.1)
+        assert again.status_code == 200, again.text
+        chunks = [c for _, c in _events(iter(again.text.splitlines()))]
+        assert chunks[-1]["type"] == "done"
+        assert (
+            "".join(c.get("content", "") for c in chunks if c["type"] == "text")
+            == "after the crash"
+        )
+        rounds = srv.request("GET", base).json()["rounds"]
+        assert [r["status"] for r in rounds] == ["done", "aborted", "done"]
+        # a client that followed the lost turn is told, not left waiting
+        with srv.client() as c2, c2.stream("GET", f"{base}/turns/{lost_turn}/events?after=1") as f:
+            assert f.status_code == 200
+            ends = [chunk for _, chunk in _events(f.iter_lines())]
+            assert ends[-1]["type"] == "error" and ends[-1]["code"] == "TURN_LOST"
+        assert running_on in srv.workers
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+            log.close()
