@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolError, ToolErrorCode
-from .text import KEBAB_NAME, parse_front_matter
+from .text import KEBAB_NAME, FrontMatter, parse_front_matter
 
 __all__ = ["Skill", "SkillSource", "merge_skills", "read_front_matter_head", "scan_skills"]
 
@@ -105,6 +105,24 @@ class Skill:
         return target
 
 
+_FRONT_MATTER: dict[tuple[str, int, int], FrontMatter] = {}
+_FRONT_MATTER_SIZE = 1024
+
+
+def _front_matter(path: Path) -> FrontMatter:
+    """A skill file's parsed front matter, parsed once per version of the file (path, size,
+    mtime): every new Agent scans the skills, and parsing YAML is most of that."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    found = _FRONT_MATTER.get(key)
+    if found is None:
+        found = parse_front_matter(read_front_matter_head(path))
+        if len(_FRONT_MATTER) >= _FRONT_MATTER_SIZE:
+            _FRONT_MATTER.clear()
+        _FRONT_MATTER[key] = found
+    return found
+
+
 def scan_skills(
     directory: Path, source: SkillSource, whitelist: Iterable[str] | None = None
 ) -> dict[str, Skill]:
@@ -131,7 +149,7 @@ def scan_skills(
         if allowed is not None and expected not in allowed:
             continue
         try:
-            fm = parse_front_matter(read_front_matter_head(path))
+            fm = _front_matter(path)
         except OSError as exc:
             logger.warning("skill %s cannot be read: %s", path, exc)
             continue

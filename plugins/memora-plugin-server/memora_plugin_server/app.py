@@ -8,7 +8,6 @@ document cannot drift from what is served.  Every refusal is a JSON body
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import json
@@ -479,28 +478,13 @@ def _stream(call: Call, log: TurnLog | RemoteTurnLog, after: int) -> StreamingRe
 
 async def _events(log: TurnLog | RemoteTurnLog, after: int) -> AsyncIterator[bytes]:
     yield f"retry: 1000\n: turn {log.id}\n\n".encode()
-    events = log.follow(after)
-    pending: asyncio.Task[tuple[int, str]] | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_SECONDS)
-            if not done:
-                yield b": keep-alive\n\n"
-                continue
-            try:
-                seq, data = pending.result()
-            except StopAsyncIteration:
-                return
-            pending = None
-            yield f"id: {log.id}:{seq}\ndata: {data}\n\n".encode()
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        await events.aclose()
+    prefix = f"id: {log.id}:"
+    async for batch in log.batches(after, KEEPALIVE_SECONDS):
+        if not batch:
+            yield b": keep-alive\n\n"
+            continue
+        # every event already there in one write
+        yield "".join(f"{prefix}{seq}\ndata: {data}\n\n" for seq, data in batch).encode()
 
 
 # -- auth, limits, errors ----------------------------------------------------------------------

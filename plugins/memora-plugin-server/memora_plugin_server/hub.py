@@ -65,17 +65,32 @@ class TurnLog:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
-        """Every event after number ``after``, as it arrives, until the turn ends."""
+    async def batches(
+        self, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        """The events after number ``after`` as they arrive, every one already there in one
+        list, until the turn ends; an empty list after ``idle`` seconds without one."""
         seq = max(0, after)
         while True:
             changed = self._changed
-            while seq < len(self.events):
-                seq += 1
-                yield seq, self.events[seq - 1]
+            if seq < len(self.events):
+                batch = [(n + 1, self.events[n]) for n in range(seq, len(self.events))]
+                seq = len(self.events)
+                yield batch
+                continue
             if self.ended:
                 return
-            await changed.wait()
+            try:
+                async with asyncio.timeout(idle):
+                    await changed.wait()
+            except TimeoutError:
+                yield []
+
+    async def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
+        """Every event after number ``after``, as it arrives, until the turn ends."""
+        async for batch in self.batches(after):
+            for item in batch:
+                yield item
 
 
 @dataclass
@@ -116,6 +131,11 @@ class RemoteTurnLog:
         self.id = turn_id
         self._shared = shared
         self._session = session_id
+
+    def batches(
+        self, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        return self._shared.batches(self._session, self.id, after, idle)
 
     def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
         return self._shared.follow(self._session, self.id, after)

@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -139,36 +140,56 @@ class FileSharedState:
     ) -> AsyncGenerator[tuple[int, str], None]:
         """A turn's chunks after number ``after`` as they are written, until it ends — or until
         no worker runs it any more (the worker died: a last ``error`` chunk says so)."""
+        async for batch in self.batches(session, turn_id, after):
+            for item in batch:
+                yield item
+
+    async def batches(
+        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        """:meth:`follow` in lists of what was there at each look; an empty list after
+        ``idle`` seconds without a chunk."""
         path = self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl"
         seq, offset, rest = 0, 0, b""
+        quiet_since = time.monotonic()
         while True:
             data = await asyncio.to_thread(_read_from, path, offset)
             offset += len(data)
             lines = (rest + data).split(b"\n")
             rest = lines.pop()
+            batch: list[tuple[int, str]] = []
+            ended = False
             for line in lines:
                 if line + b"\n" == END:
-                    return
+                    ended = True
+                    break
                 seq += 1
                 if seq > after:
-                    yield seq, line.decode("utf-8")
-            if not data:
-                if not await asyncio.to_thread(self._running, session, turn_id):
-                    # one more read: the writer may have ended between the two looks
-                    if await asyncio.to_thread(_read_from, path, offset):
-                        continue
-                    from memora.chunks import ErrorChunk
+                    batch.append((seq, line.decode("utf-8")))
+            if batch:
+                quiet_since = time.monotonic()
+                yield batch
+            if ended:
+                return
+            if data:
+                continue
+            if not await asyncio.to_thread(self._running, session, turn_id):
+                # one more look: the writer may have ended between the two
+                if await asyncio.to_thread(_read_from, path, offset):
+                    continue
+                from memora.chunks import ErrorChunk
 
-                    yield (
-                        seq + 1,
-                        ErrorChunk(
-                            message="the worker running this turn stopped; the session is as it "
-                            "was before the turn",
-                            code="TURN_LOST",
-                        ).model_dump_json(),
-                    )
-                    return
-                await asyncio.sleep(POLL_SECONDS)
+                lost = ErrorChunk(
+                    message="the worker running this turn stopped; the session is as it was "
+                    "before the turn",
+                    code="TURN_LOST",
+                )
+                yield [(seq + 1, lost.model_dump_json())]
+                return
+            if idle is not None and time.monotonic() - quiet_since >= idle:
+                quiet_since = time.monotonic()
+                yield []
+            await asyncio.sleep(POLL_SECONDS)
 
     # -- pauses, aborts, created sessions --------------------------------------------------------
 

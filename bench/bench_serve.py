@@ -1,0 +1,318 @@
+"""`memora serve` under 100 concurrent conversations, next to a bare Starlette SSE proxy of the
+same scripted provider, measured in the same run.
+
+A conversation is a new session and TURNS messages; each turn is a POST answered with
+server-sent events read to their end.  The provider (bench/sse_server.py, its own process)
+answers every turn with 50 streamed tokens.  The bare proxy (a Starlette app on uvicorn, its own
+process) does what a host's minimal SSE endpoint would: one streamed chat/completions request
+per turn through httpx2, each token re-sent as an event; it keeps no history, no sessions, no
+memory.  memora runs with its documented defaults (sessions in JSONL files, round summaries in
+SQLite, approvals `ask`).
+
+Printed per server: turns per second, wall time per turn (p50/p99) as the client sees it, the
+server's CPU per turn (its processes' user+system time from /proc, so the client's own CPU is
+not counted), and the ratio of memora's CPU per turn to the proxy's (goal <= 1.3x, issue #26).
+Every turn must end with exactly one `done` and every session must hold exactly its turns'
+rounds: a lost or duplicated turn fails the run.  Then the same with `--workers 2` and
+`"storage": "postgres"` (a throw-away cluster on 127.0.0.1), when PostgreSQL is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _server import sse_server
+
+CONVERSATIONS = 100
+TURNS = 3
+ROUNDS = 3
+TICK = os.sysconf("SC_CLK_TCK")
+
+PROXY = textwrap.dedent(
+    """
+    import json, sys
+    import httpx2, uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    UPSTREAM = sys.argv[1]
+    client = httpx2.AsyncClient(base_url=UPSTREAM, timeout=60,
+                                limits=httpx2.Limits(max_connections=200))
+
+    async def turn(request):
+        text = (await request.json())["text"]
+        body = {"model": "m", "stream": True,
+                "messages": [{"role": "system", "content": "You are helpful."},
+                             {"role": "user", "content": text}]}
+
+        async def events():
+            async with client.stream("POST", "/chat/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    delta = choices[0].get("delta", {}).get("content")
+                    if delta:
+                        yield "data: " + json.dumps({"type": "text", "content": delta}) + "\\n\\n"
+            yield 'data: {"type": "done"}\\n\\n'
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/turn", turn, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICK
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its children (uvicorn's workers)."""
+    out = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for child in children:
+        out += process_tree(int(child))
+    return out
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx2.get(url, timeout=2).status_code < 500:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str], log: Path, ready: str) -> Iterator[int]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(ready, proc, log)
+            yield proc.pid
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def read_turn(client: httpx2.AsyncClient, path: str, text: str) -> tuple[float, int]:
+    """One turn: wall seconds, and how many `done` events it ended with."""
+    t = time.perf_counter()
+    done = 0
+    async with client.stream("POST", path, json={"text": text}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{path}: {r.status_code} {await r.aread()!r}")
+        async for line in r.aiter_lines():
+            if line.startswith("data: ") and '"type":"done"' in line.replace(" ", ""):
+                done += 1
+    return time.perf_counter() - t, done
+
+
+async def drive(base: str, *, memora: bool) -> tuple[list[float], list[int], float, list[str]]:
+    limits = httpx2.Limits(
+        max_connections=CONVERSATIONS * 2, max_keepalive_connections=CONVERSATIONS
+    )
+    async with httpx2.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+
+        async def conversation(i: int) -> tuple[list[float], list[int], str]:
+            if memora:
+                sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+                path = f"/v1/projects/proj/sessions/{sid}/turns"
+            else:
+                sid, path = "", "/turn"
+            walls, dones = [], []
+            for n in range(TURNS):
+                wall, done = await read_turn(client, path, f"conversation {i} turn {n} steps=0")
+                walls.append(wall)
+                dones.append(done)
+            return walls, dones, sid
+
+        t = time.perf_counter()
+        results = await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
+        elapsed = time.perf_counter() - t
+    walls = [w for r in results for w in r[0]]
+    dones = [d for r in results for d in r[1]]
+    return walls, dones, elapsed, [r[2] for r in results]
+
+
+async def count_rounds(base: str, sessions: list[str]) -> list[int]:
+    async with httpx2.AsyncClient(base_url=base, timeout=60) as client:
+        counts = []
+        for sid in sessions:
+            r = await client.get(f"/v1/projects/proj/sessions/{sid}")
+            counts.append(len(r.json()["rounds"]))
+        return counts
+
+
+def measure(label: str, base: str, pids: list[int], *, memora: bool) -> dict[str, float]:
+    """One pass of the conversations; raises on a lost or duplicated turn."""
+    before = cpu_seconds(pids)
+    walls, dones, elapsed, sessions = asyncio.run(drive(base, memora=memora))
+    cpu = cpu_seconds(pids) - before
+    turns = len(walls)
+    bad = [d for d in dones if d != 1]
+    if bad:
+        raise SystemExit(f"{label}: {len(bad)} turns did not end with exactly one done")
+    if memora:
+        rounds = asyncio.run(count_rounds(base, sessions))
+        lost = sum(1 for r in rounds if r != TURNS)
+        if lost:
+            raise SystemExit(f"{label}: {lost} sessions do not hold exactly {TURNS} rounds")
+    walls.sort()
+    return {
+        "turns/s": turns / elapsed,
+        "p50": statistics.median(walls) * 1e3,
+        "p99": walls[int(len(walls) * 0.99) - 1] * 1e3,
+        "cpu": cpu / turns * 1e3,
+    }
+
+
+def compare(servers: list[tuple[str, str, list[int], bool]]) -> dict[str, dict[str, float]]:
+    """Each server warmed up, then ROUNDS passes taking turns (machine noise hits all alike);
+    the medians per server are printed and returned."""
+    for _, base, _, memora in servers:
+        asyncio.run(drive(base, memora=memora))
+    rows: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in servers}
+    for _ in range(ROUNDS):
+        for label, base, pids, memora in servers:
+            rows[label].append(measure(label, base, pids, memora=memora))
+    out = {}
+    for label, samples in rows.items():
+        row = {k: statistics.median(r[k] for r in samples) for k in samples[0]}
+        out[label] = row
+        print(
+            f"  {label:36} {row['turns/s']:7.1f} turns/s   p50 {row['p50']:7.1f} ms   "
+            f"p99 {row['p99']:7.1f} ms   server CPU {row['cpu']:6.2f} ms/turn"
+        )
+    return out
+
+
+def memora_env(tmp: Path, upstream: str, config: dict[str, Any]) -> dict[str, str]:
+    home = tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    provider = {"type": "openai", "base_url": upstream, "model": "bench"}
+    (home / "config.json").write_text(
+        json.dumps({"active_provider": "bench", "providers": {"bench": provider}, **config})
+    )
+    # one client address sends every request here: the rate limit is not what is measured
+    (home / "server.json").write_text(json.dumps({"rate_limit_per_minute": 1_000_000}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
+    env["MEMORA_HOME"] = str(home)
+    return env
+
+
+def serve(tmp: Path, env: dict[str, str], workers: int) -> tuple[list[str], str]:
+    project = tmp / "proj"
+    project.mkdir(exist_ok=True)
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "memora",
+        "serve",
+        "--project",
+        str(project),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    return args, f"http://127.0.0.1:{port}"
+
+
+def main() -> None:
+    print(
+        f"{CONVERSATIONS} concurrent conversations x {TURNS} turns, 50-token answers from a "
+        f"scripted provider (its own process); medians of {ROUNDS} passes taken in turn"
+    )
+    with sse_server() as upstream, tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        port = free_port()
+        proxy = f"http://127.0.0.1:{port}"
+        proxy_args = [sys.executable, "-c", PROXY, upstream, str(port)]
+        proxy_pid = stack.enter_context(
+            process(proxy_args, dict(os.environ), tmp / "proxy.log", proxy + "/")
+        )
+        env = memora_env(tmp / "one", upstream, {})
+        args, base = serve(tmp / "one", env, 1)
+        pid = stack.enter_context(process(args, env, tmp / "serve.log", base + "/ready"))
+        bare_label, one_label = "bare Starlette SSE proxy", "memora serve (1 worker, SQLite)"
+        rows = compare(
+            [(bare_label, proxy, [proxy_pid], False), (one_label, base, process_tree(pid), True)]
+        )
+        bare, one = rows[bare_label], rows[one_label]
+        print(
+            f"  memora / bare: CPU per turn {one['cpu'] / bare['cpu']:.2f}x (goal <= 1.3x), "
+            f"p50 {one['p50'] - bare['p50']:+.1f} ms, p99 {one['p99'] - bare['p99']:+.1f} ms; "
+            "no turn lost or duplicated"
+        )
+        try:
+            from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
+        except ImportError:
+            print("  (memora-plugin-postgres not installed: the PostgreSQL row is skipped)")
+            return
+        try:
+            dsn = stack.enter_context(temporary_cluster({"fsync": "off", "max_connections": "200"}))
+        except ClusterUnavailable as exc:
+            print(f"  (PostgreSQL row skipped: {exc})")
+            return
+        env = memora_env(tmp / "pg", upstream, {"storage": "postgres"})
+        env["MEMORA_POSTGRES_DSN"] = dsn
+        args, base = serve(tmp / "pg", env, 2)
+        pid = stack.enter_context(process(args, env, tmp / "serve-pg.log", base + "/ready"))
+        pg_label = "memora serve (2 workers, PostgreSQL)"
+        rows = compare(
+            [(bare_label, proxy, [proxy_pid], False), (pg_label, base, process_tree(pid), True)]
+        )
+        two = rows[pg_label]
+        print(
+            f"  2 workers on PostgreSQL / bare: CPU per turn {two['cpu'] / rows[bare_label]['cpu']:.2f}x, "
+            f"p50 {two['p50'] - rows[bare_label]['p50']:+.1f} ms; no turn lost or duplicated"
+        )
+
+
+if __name__ == "__main__":
+    main()
