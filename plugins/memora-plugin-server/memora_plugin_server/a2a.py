@@ -227,7 +227,7 @@ class MemoraExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.context_id:
-            self.hub.abort(self.project, session_for(context.context_id))
+            await self.hub.abort(self.project, session_for(context.context_id))
         if context.task_id and context.context_id:
             await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 

@@ -202,8 +202,8 @@ async def get_session(call: Call) -> Response:
         {
             **info,
             "rounds": [r.to_dict() for r in rounds],
-            "pause": call.hub.pause_of(project, sid),
-            "running_turn": call.hub.running_turn(project, sid),
+            "pause": await call.hub.pause_of(project, sid),
+            "running_turn": await call.hub.running_turn(project, sid),
         }
     )
 
@@ -230,12 +230,12 @@ async def post_turn(call: Call) -> Response:
 
 
 async def turn_events(call: Call) -> Response:
-    log = call.hub.turn_log(call.param("project"), call.param("session"), call.param("turn"))
+    log = await call.hub.turn_log(call.param("project"), call.param("session"), call.param("turn"))
     return _stream(call, log, _last_event(call.request, log.id))
 
 
 async def abort_turn(call: Call) -> Response:
-    aborted = call.hub.abort(call.param("project"), call.param("session"))
+    aborted = await call.hub.abort(call.param("project"), call.param("session"))
     return JSONResponse({"aborted": aborted})
 
 
@@ -243,7 +243,7 @@ async def get_pause(call: Call) -> Response:
     project, sid = call.param("project"), call.param("session")
     if not await call.hub.session_exists(project, sid):
         raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
-    doc = call.hub.pause_of(project, sid)
+    doc = await call.hub.pause_of(project, sid)
     if doc is None:
         raise MemoraError(ErrorCode.NOT_FOUND, "this session has no paused turn")
     return JSONResponse(doc)

@@ -187,6 +187,8 @@ class Hub:
     async def start(self) -> None:
         for project in self.projects.values():
             await project.runtime.open()
+            if project.shared is not None:
+                await project.shared.start()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="memora-sweep")
         self.ready = True
 
@@ -204,6 +206,8 @@ class Hub:
                     await asyncio.wait_for(slot.running, 10)
             await self._drop(slot)
         for project in self.projects.values():
+            if project.shared is not None:
+                await project.shared.close()
             await project.runtime.close()
 
     async def _sweep(self) -> None:
@@ -265,7 +269,7 @@ class Hub:
                 slot.agent is not None
                 and shared is not None
                 and not slot.busy
-                and shared.version(session_id) != slot.version
+                and await shared.version(session_id) != slot.version
             ):
                 await self._close_agent(slot)
             if slot.agent is None:
@@ -279,11 +283,11 @@ class Hub:
                 options: dict[str, Any] = {"session_id": session_id}
                 pause = None
                 if shared is not None:
-                    slot.version = shared.version(session_id)
-                    pack = shared.role_pack(session_id)
+                    slot.version = await shared.version(session_id)
+                    pack = await shared.role_pack(session_id)
                     if pack:
                         options["active_role_pack"] = pack
-                    pause = shared.pause(session_id)
+                    pause = await shared.pause(session_id)
                 agent = await runtime.agent(**options)
                 if agent.approvals is None:
                     agent.approvals = self.approvals  # type: ignore[assignment]
@@ -304,14 +308,14 @@ class Hub:
         info = (await served.runtime.session_store.create(title=title)).to_dict()
         if served.shared is not None:
             # the file store writes a session at its first turn: tell the other workers now
-            served.shared.note_created(info["id"], info)
+            await served.shared.note_created(info["id"], info)
         return dict(info)
 
     async def session_exists(self, project: str, session_id: str) -> bool:
         served = self.project(project)
         if await served.runtime.session_store.exists(session_id):
             return True
-        return served.shared is not None and session_id in served.shared.created()
+        return served.shared is not None and session_id in await served.shared.created()
 
     async def session_info(self, project: str, session_id: str) -> tuple[dict[str, Any], list[Any]]:
         """A session's metadata and rounds (``NOT_FOUND`` when there is none)."""
@@ -319,7 +323,7 @@ class Hub:
         store = served.runtime.session_store
         if await store.exists(session_id):
             return (await store.get(session_id)).to_dict(), await store.rounds(session_id)
-        created = served.shared.created() if served.shared is not None else {}
+        created = await served.shared.created() if served.shared is not None else {}
         if session_id in created:
             return created[session_id], []
         raise NotFoundError(f"no session {session_id!r}", context={"session_id": session_id})
@@ -331,15 +335,15 @@ class Hub:
         ]
         if served.shared is not None:
             known = {i["id"] for i in infos}
-            infos += [i for sid, i in served.shared.created().items() if sid not in known]
+            infos += [i for sid, i in (await served.shared.created()).items() if sid not in known]
             infos.sort(key=lambda i: -float(i.get("updated_at") or 0))
         return infos
 
-    def pause_of(self, project: str, session_id: str) -> dict[str, Any] | None:
+    async def pause_of(self, project: str, session_id: str) -> dict[str, Any] | None:
         """What the API shows of the session's paused turn, if any."""
         served = self.project(project)
         if served.shared is not None:
-            value = served.shared.pause(session_id)
+            value = await served.shared.pause(session_id)
             return value.get("doc") if value is not None else None
         agent = self.live(project, session_id)
         paused = agent.paused_turn if agent is not None else None
@@ -350,7 +354,7 @@ class Hub:
     async def start_turn(self, project: str, session_id: str, text: str) -> TurnLog:
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        lease = self._lease(slot)
+        lease = await self._lease(slot)
         try:
             agent = await self.agent(project, session_id, create=True)
             self._refuse_busy(slot)
@@ -366,9 +370,9 @@ class Hub:
             chunks = agent.chat(text)
         except BaseException:
             if lease is not None:
-                lease.release()
+                await lease.release()
             raise
-        return self._run(slot, "turn", chunks, lease)
+        return await self._run(slot, "turn", chunks, lease)
 
     async def continue_turn(
         self,
@@ -383,7 +387,7 @@ class Hub:
         rest of it."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        lease = self._lease(slot)
+        lease = await self._lease(slot)
         try:
             agent = await self.agent(project, session_id)
             paused = agent.paused_turn
@@ -402,18 +406,18 @@ class Hub:
             if slot.project.shared is not None:
                 # answered: a worker that dies from here on loses the turn, it cannot run the
                 # approved call a second time from a stale pause
-                slot.project.shared.set_pause(session_id, None)
+                await slot.project.shared.set_pause(session_id, None)
             chunks = agent.continue_after_pause()
         except BaseException:
             if lease is not None:
-                lease.release()
+                await lease.release()
             raise
-        return self._run(slot, "continue", chunks, lease)
+        return await self._run(slot, "continue", chunks, lease)
 
     async def switch_role_pack(self, project: str, session_id: str, name: str) -> str:
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
-        lease = self._lease(slot)
+        lease = await self._lease(slot)
         try:
             agent = await self.agent(project, session_id)
             if agent.paused_turn is not None:
@@ -425,12 +429,12 @@ class Hub:
             active = str(agent.role_pack.active.name)
             shared = slot.project.shared
             if shared is not None:
-                shared.set_role_pack(session_id, active)
-                slot.version = shared.bump(session_id)
+                await shared.set_role_pack(session_id, active)
+                slot.version = await shared.bump(session_id)
             return active
         finally:
             if lease is not None:
-                lease.release()
+                await lease.release()
 
     def role_packs(self, project: str) -> RolePackManager:
         """The project's role packs as a new session would see them."""
@@ -453,12 +457,12 @@ class Hub:
                 context={"session_id": slot.session_id},
             )
 
-    def _lease(self, slot: _Slot) -> Lease | None:
+    async def _lease(self, slot: _Slot) -> Lease | None:
         """The session's lock across the workers (shared mode; None otherwise)."""
         shared = slot.project.shared
         if shared is None:
             return None
-        lease = shared.try_lock(slot.session_id)
+        lease = await shared.try_lock(slot.session_id)
         if lease is None:
             raise BusyError(
                 f"a turn is running in session {slot.session_id} (on another worker); wait for "
@@ -467,7 +471,7 @@ class Hub:
             )
         return lease
 
-    def _run(
+    async def _run(
         self, slot: _Slot, kind: str, chunks: AsyncIterator[Any], lease: Lease | None
     ) -> TurnLog:
         log = TurnLog("t_" + secrets.token_hex(8), kind)
@@ -475,7 +479,7 @@ class Hub:
         while len(slot.logs) > KEPT_LOGS:
             slot.logs.popitem(last=False)
         shared = slot.project.shared
-        writer = shared.writer(slot.session_id, log.id) if shared is not None else None
+        writer = await shared.writer(slot.session_id, log.id) if shared is not None else None
         slot.running = asyncio.get_running_loop().create_task(
             self._drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
         )
@@ -499,7 +503,7 @@ class Hub:
             log.add(data)
 
         last: str | None = None
-        watcher = self._watch_aborts(slot) if lease is not None else None
+        watcher = await self._watch_aborts(slot) if lease is not None else None
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
@@ -519,55 +523,59 @@ class Hub:
             if watcher is not None:
                 watcher.cancel()
             try:
-                self._share_outcome(slot, json.loads(last).get("type") if last else None)
+                await self._share_outcome(slot, json.loads(last).get("type") if last else None)
             finally:
                 if writer is not None:
                     if last is not None:
                         writer.add(last)
-                    writer.end()
+                    await writer.end()
                 if lease is not None:
-                    lease.release()
+                    await lease.release()
                 if last is not None:
                     log.add(last)
                 log.end()
                 slot.last_used = time.monotonic()
 
-    def _share_outcome(self, slot: _Slot, ended_as: str | None) -> None:
+    async def _share_outcome(self, slot: _Slot, ended_as: str | None) -> None:
         """Shared mode: save the turn's pause (or clear it) and move the session's version on."""
         shared, agent = slot.project.shared, slot.agent
         if shared is None or agent is None:
             return
         paused = agent.paused_turn
         if paused is not None:
-            shared.set_pause(
+            await shared.set_pause(
                 slot.session_id, {"state": agent.pause_state(), "doc": pause_doc(paused)}
             )
         else:
-            shared.set_pause(slot.session_id, None)
-        slot.version = shared.bump(slot.session_id)
+            await shared.set_pause(slot.session_id, None)
+        slot.version = await shared.bump(slot.session_id)
         if paused is None and ended_as in ("done", "aborted"):
-            shared.forget_created(slot.session_id)  # its round is in the store for every worker
+            await shared.forget_created(
+                slot.session_id
+            )  # its round is in the store for every worker
 
-    def _watch_aborts(self, slot: _Slot) -> asyncio.Task[None]:
+    async def _watch_aborts(self, slot: _Slot) -> asyncio.Task[None]:
         shared = slot.project.shared
         assert shared is not None
-        shared.take_abort(slot.session_id)  # an old request is not for this turn
+        await shared.take_abort(slot.session_id)  # an old request is not for this turn
 
         async def watch() -> None:
             while True:
                 await asyncio.sleep(ABORT_POLL_SECONDS)
-                if shared.take_abort(slot.session_id) and slot.agent is not None:
+                if await shared.take_abort(slot.session_id) and slot.agent is not None:
                     slot.agent.abort()
 
         return asyncio.get_running_loop().create_task(watch(), name="memora-abort-watch")
 
-    def turn_log(self, project: str, session_id: str, turn_id: str) -> TurnLog | RemoteTurnLog:
+    async def turn_log(
+        self, project: str, session_id: str, turn_id: str
+    ) -> TurnLog | RemoteTurnLog:
         slot = self._slots.get((project, session_id))
         log = slot.logs.get(turn_id) if slot is not None else None
         if log is not None:
             return log
         shared = self.project(project).shared
-        if shared is not None and shared.has_turn(session_id, turn_id):
+        if shared is not None and await shared.has_turn(session_id, turn_id):
             return RemoteTurnLog(shared, session_id, turn_id)
         raise NotFoundError(
             f"no turn {turn_id!r} in session {session_id!r} on this server (finished turns "
@@ -575,22 +583,22 @@ class Hub:
             context={"turn_id": turn_id},
         )
 
-    def running_turn(self, project: str, session_id: str) -> str | None:
+    async def running_turn(self, project: str, session_id: str) -> str | None:
         """The id of the turn running in the session (on any worker)."""
         slot = self._slots.get((project, session_id))
         if slot is not None and slot.busy and slot.logs:
             return next(reversed(slot.logs.values())).id
         shared = self.project(project).shared
-        return shared.current_turn(session_id) if shared is not None else None
+        return await shared.current_turn(session_id) if shared is not None else None
 
-    def abort(self, project: str, session_id: str) -> bool:
+    async def abort(self, project: str, session_id: str) -> bool:
         slot = self._slots.get((project, session_id))
         if slot is not None and slot.agent is not None and slot.busy:
             slot.agent.abort()
             return True
         shared = self.project(project).shared
-        if shared is not None and shared.alive(session_id):
-            shared.request_abort(session_id)  # the worker running it polls for this
+        if shared is not None and await shared.alive(session_id):
+            await shared.request_abort(session_id)  # the worker running it polls for this
             return True
         return False
 

@@ -52,7 +52,7 @@ class Lease:
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
 
-    def release(self) -> None:
+    async def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -70,7 +70,7 @@ class TurnWriter:
     def add(self, data: str) -> None:
         os.write(self._fd, data.encode("utf-8") + b"\n")
 
-    def end(self) -> None:
+    async def end(self) -> None:
         with contextlib.suppress(OSError):
             os.write(self._fd, END)
         os.close(self._fd)
@@ -81,12 +81,22 @@ class FileSharedState:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._mkdirs()
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def _mkdirs(self) -> None:
+        root = self.root
         for sub in ("locks", "turns", "pauses", "aborts", "created", "versions", "role-packs"):
             (root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
 
     # -- the session lock ------------------------------------------------------------------------
 
-    def try_lock(self, session: str) -> Lease | None:
+    async def try_lock(self, session: str) -> Lease | None:
         fd = os.open(self.root / "locks" / f"{_name(session)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,17 +105,17 @@ class FileSharedState:
             return None
         return Lease(fd)
 
-    def alive(self, session: str) -> bool:
+    async def alive(self, session: str) -> bool:
         """Whether some worker holds the session's lock (runs a turn there)."""
-        lease = self.try_lock(session)
+        lease = await self.try_lock(session)
         if lease is None:
             return True
-        lease.release()
+        await lease.release()
         return False
 
     # -- turns -----------------------------------------------------------------------------------
 
-    def writer(self, session: str, turn_id: str) -> TurnWriter:
+    async def writer(self, session: str, turn_id: str) -> TurnWriter:
         folder = self.root / "turns" / _name(session)
         folder.mkdir(exist_ok=True, mode=0o700)
         turns = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -116,23 +126,23 @@ class FileSharedState:
         atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
         return writer
 
-    def current_turn(self, session: str) -> str | None:
+    async def current_turn(self, session: str) -> str | None:
         """The turn running in the session on some worker."""
-        if not self.alive(session):
+        if not await self.alive(session):
             return None
         with contextlib.suppress(OSError):
             return (self.root / "turns" / _name(session) / "current").read_text() or None
         return None
 
-    def _running(self, session: str, turn_id: str) -> bool:
+    async def _running(self, session: str, turn_id: str) -> bool:
         """Whether ``turn_id`` is the session's current turn and a worker holds the session."""
         try:
             current = (self.root / "turns" / _name(session) / "current").read_text()
         except FileNotFoundError:
             return False
-        return current == turn_id and self.alive(session)
+        return current == turn_id and await self.alive(session)
 
-    def has_turn(self, session: str, turn_id: str) -> bool:
+    async def has_turn(self, session: str, turn_id: str) -> bool:
         return (self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl").is_file()
 
     async def follow(
@@ -173,7 +183,7 @@ class FileSharedState:
                 return
             if data:
                 continue
-            if not await asyncio.to_thread(self._running, session, turn_id):
+            if not await self._running(session, turn_id):
                 # one more look: the writer may have ended between the two
                 if await asyncio.to_thread(_read_from, path, offset):
                     continue
@@ -193,7 +203,7 @@ class FileSharedState:
 
     # -- pauses, aborts, created sessions --------------------------------------------------------
 
-    def set_pause(self, session: str, value: dict[str, Any] | None) -> None:
+    async def set_pause(self, session: str, value: dict[str, Any] | None) -> None:
         path = self.root / "pauses" / f"{_name(session)}.json"
         if value is None:
             with contextlib.suppress(FileNotFoundError):
@@ -202,29 +212,29 @@ class FileSharedState:
         atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8"))
         os.chmod(path, 0o600)
 
-    def pause(self, session: str) -> dict[str, Any] | None:
+    async def pause(self, session: str) -> dict[str, Any] | None:
         try:
             value = json.loads((self.root / "pauses" / f"{_name(session)}.json").read_bytes())
         except (FileNotFoundError, ValueError):
             return None
         return value if isinstance(value, dict) else None
 
-    def request_abort(self, session: str) -> None:
+    async def request_abort(self, session: str) -> None:
         atomic_write_bytes(self.root / "aborts" / _name(session), b"", durable=False)
 
-    def take_abort(self, session: str) -> bool:
+    async def take_abort(self, session: str) -> bool:
         try:
             (self.root / "aborts" / _name(session)).unlink()
         except FileNotFoundError:
             return False
         return True
 
-    def note_created(self, session: str, info: dict[str, Any]) -> None:
+    async def note_created(self, session: str, info: dict[str, Any]) -> None:
         atomic_write_bytes(
             self.root / "created" / f"{_name(session)}.json", json.dumps(info).encode("utf-8")
         )
 
-    def created(self) -> dict[str, dict[str, Any]]:
+    async def created(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for path in (self.root / "created").glob("*.json"):
             with contextlib.suppress(OSError, ValueError):
@@ -233,7 +243,7 @@ class FileSharedState:
                     out[path.stem] = value
         return out
 
-    def version(self, session: str) -> str:
+    async def version(self, session: str) -> str:
         """Changes whenever a worker changed the session (a turn ended, a role-pack switch):
         an Agent opened at another version is opened again."""
         try:
@@ -241,21 +251,21 @@ class FileSharedState:
         except FileNotFoundError:
             return ""
 
-    def bump(self, session: str) -> str:
+    async def bump(self, session: str) -> str:
         value = os.urandom(8).hex()
         atomic_write_bytes(self.root / "versions" / _name(session), value.encode(), durable=False)
         return value
 
-    def set_role_pack(self, session: str, name: str) -> None:
+    async def set_role_pack(self, session: str, name: str) -> None:
         atomic_write_bytes(self.root / "role-packs" / _name(session), name.encode("utf-8"))
 
-    def role_pack(self, session: str) -> str | None:
+    async def role_pack(self, session: str) -> str | None:
         try:
             return (self.root / "role-packs" / _name(session)).read_text("utf-8") or None
         except FileNotFoundError:
             return None
 
-    def forget_created(self, session: str) -> None:
+    async def forget_created(self, session: str) -> None:
         with contextlib.suppress(FileNotFoundError, ValueError):
             (self.root / "created" / f"{_name(session)}.json").unlink()
 

@@ -19,9 +19,10 @@ from memora_plugin_server.shared import FileSharedState
 
 async def test_a_turn_is_followed_from_its_file(tmp_path: Path) -> None:
     state = FileSharedState(tmp_path)
-    lease = state.try_lock("s1")
-    assert lease is not None and state.try_lock("s1") is None and state.alive("s1")
-    writer = state.writer("s1", "t_1")
+    lease = await state.try_lock("s1")
+    assert lease is not None and await state.try_lock("s1") is None
+    assert await state.alive("s1")
+    writer = await state.writer("s1", "t_1")
     got: list[tuple[int, str]] = []
 
     async def follow() -> None:
@@ -34,11 +35,11 @@ async def test_a_turn_is_followed_from_its_file(tmp_path: Path) -> None:
     await asyncio.sleep(0.2)
     assert got == [(2, '{"type": "text", "content": "你好"}')]  # after=1 skips the first
     writer.add('{"type": "done"}')
-    writer.end()
-    lease.release()
+    await writer.end()
+    await lease.release()
     await asyncio.wait_for(task, 5)
     assert [seq for seq, _ in got] == [2, 3]
-    assert state.current_turn("s1") is None and not state.alive("s1")
+    assert await state.current_turn("s1") is None and not await state.alive("s1")
 
 
 async def test_a_dead_writer_ends_its_followers(tmp_path: Path) -> None:
@@ -49,8 +50,12 @@ async def test_a_dead_writer_ends_its_followers(tmp_path: Path) -> None:
         from pathlib import Path
         from memora_plugin_server.shared import FileSharedState
         state = FileSharedState(Path({str(tmp_path)!r}))
-        lease = state.try_lock("s1")
-        w = state.writer("s1", "t_9")
+        async def main():
+            global lease, w
+            lease = await state.try_lock("s1")
+            w = await state.writer("s1", "t_9")
+        import asyncio
+        asyncio.run(main())
         w.add('{{"type": "text", "content": "partial"}}')
         print("ready", flush=True)
         time.sleep(60)
@@ -58,22 +63,22 @@ async def test_a_dead_writer_ends_its_followers(tmp_path: Path) -> None:
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    assert state.current_turn("s1") == "t_9"
+    assert await state.current_turn("s1") == "t_9"
     proc.kill()
     proc.wait()
     got = [data async for _, data in state.follow("s1", "t_9")]
     assert '"partial"' in got[0] and '"TURN_LOST"' in got[-1]
 
 
-def test_private_files_and_safe_names(tmp_path: Path) -> None:
+async def test_private_files_and_safe_names(tmp_path: Path) -> None:
     state = FileSharedState(tmp_path / "server")
-    state.set_pause("s1", {"state": {}, "doc": {"kind": "approval"}})
+    await state.set_pause("s1", {"state": {}, "doc": {"kind": "approval"}})
     path = tmp_path / "server" / "pauses" / "s1.json"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "server" / "pauses").st_mode) == 0o700
-    assert state.pause("s1") == {"state": {}, "doc": {"kind": "approval"}}
-    state.set_pause("s1", None)
-    assert state.pause("s1") is None
+    assert await state.pause("s1") == {"state": {}, "doc": {"kind": "approval"}}
+    await state.set_pause("s1", None)
+    assert await state.pause("s1") is None
     for bad in ("../x", "a/b", "", "x" * 300):
         with pytest.raises(ValueError, match="not a safe file name"):
-            state.try_lock(bad)
+            await state.try_lock(bad)
