@@ -718,7 +718,7 @@ def create_app(
     settings: ServerSettings | None = None,
     approvals: str = "ask",
     idle_seconds: float = 300.0,
-    shared: bool = False,
+    shared: bool | None = None,
     **runtime_options: Any,
 ) -> Starlette:
     """The service as an ASGI app, for ``memora serve`` or a host's own ASGI server.
@@ -728,7 +728,8 @@ def create_app(
     go to each project's :class:`~memora.ProjectRuntime` (``provider=``, ``storage=``...).
     The runtimes open when the app starts (ASGI lifespan) and close when it stops.
     ``shared=True`` when several processes serve the same projects (each one's app made with
-    it): see :class:`~.hub.Hub`."""
+    it); ``None``: shared when a project's storage is PostgreSQL (other machines may serve it).
+    See :class:`~.hub.Hub`."""
     named = _project_names(projects)
     settings = settings or ServerSettings()
     hub = Hub(

@@ -81,7 +81,7 @@ def serve_cmd(
         "approvals": approvals,
         "idle_seconds": idle_seconds,
         "config_dir": str(config_dir) if config_dir is not None else None,
-        "shared": workers > 1,
+        "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
     }
     where = ", ".join(str(f) for f in folders)
     click.echo(f"memora serving {where} on http://{host}:{port} ({workers} worker(s))", err=True)
@@ -119,7 +119,7 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
         settings=settings,
         approvals=spec.get("approvals") or "ask",
         idle_seconds=float(spec.get("idle_seconds", 300.0)),
-        shared=bool(spec.get("shared")),
+        shared=spec.get("shared"),
         **options,
     )
 

@@ -26,7 +26,7 @@ from memora import Agent, ProjectRuntime
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
-from .shared import FileSharedState, Lease, TurnWriter
+from .shared import FileSharedState, Lease, SharedState, TurnWriter
 
 logger = logging.getLogger("memora.server")
 
@@ -34,9 +34,6 @@ __all__ = ["Hub", "Project", "TurnLog"]
 
 KEPT_LOGS = 8
 """Finished turn logs kept per session for clients that reconnect late."""
-
-ABORT_POLL_SECONDS = 0.2
-"""How often a turn looks for an abort asked through another worker (shared mode)."""
 
 END_TYPES = frozenset({"done", "aborted", "paused", "error"})
 
@@ -120,14 +117,14 @@ class Project:
     name: str
     path: Path
     runtime: ProjectRuntime
-    shared: FileSharedState | None = None
+    shared: SharedState | None = None
     packs: RolePackManager | None = None
 
 
 class RemoteTurnLog:
     """A turn another worker runs (or ran), followed through the shared files."""
 
-    def __init__(self, shared: FileSharedState, session_id: str, turn_id: str) -> None:
+    def __init__(self, shared: SharedState, session_id: str, turn_id: str) -> None:
         self.id = turn_id
         self._shared = shared
         self._session = session_id
@@ -157,7 +154,7 @@ class Hub:
         runtime_options: Mapping[str, Any] | None = None,
         approvals: str = "ask",
         idle_seconds: float = 300.0,
-        shared: bool = False,
+        shared: bool | None = None,
     ) -> None:
         if not projects:
             raise InvalidInputError("serve at least one project")
@@ -167,6 +164,9 @@ class Hub:
                 "data_dir: one folder cannot hold several projects' data; leave it out (each "
                 "project keeps its data in <project>/.memora/data)"
             )
+        if shared is None:  # PostgreSQL storage: other machines may serve the same projects
+            shared = any(_storage_of(Path(p), options) == "postgres" for p in projects.values())
+        self.shared = shared
         if shared:
             options["project_lock_shared"] = True
         self.projects: dict[str, Project] = {}
@@ -174,8 +174,7 @@ class Hub:
             folder = Path(path)
             per_project = {"data_dir": folder / ".memora" / "data", **options}
             runtime = ProjectRuntime(project_path=folder, **per_project)
-            state = FileSharedState(Path(per_project["data_dir"]) / "server") if shared else None
-            self.projects[name] = Project(name, folder, runtime, state)
+            self.projects[name] = Project(name, folder, runtime)
         self.approvals = approvals
         self.idle_seconds = idle_seconds
         self._slots: dict[tuple[str, str], _Slot] = {}
@@ -187,7 +186,8 @@ class Hub:
     async def start(self) -> None:
         for project in self.projects.values():
             await project.runtime.open()
-            if project.shared is not None:
+            if self.shared:
+                project.shared = _shared_state(project)
                 await project.shared.start()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="memora-sweep")
         self.ready = True
@@ -561,7 +561,7 @@ class Hub:
 
         async def watch() -> None:
             while True:
-                await asyncio.sleep(ABORT_POLL_SECONDS)
+                await asyncio.sleep(shared.abort_poll)
                 if await shared.take_abort(slot.session_id) and slot.agent is not None:
                     slot.agent.abort()
 
@@ -601,6 +601,32 @@ class Hub:
             await shared.request_abort(session_id)  # the worker running it polls for this
             return True
         return False
+
+
+def _storage_of(folder: Path, options: Mapping[str, Any]) -> str:
+    """The storage backend a project resolves to (the host's option, else its settings)."""
+    storage = options.get("storage")
+    if isinstance(storage, str):
+        return storage
+    if storage is not None:
+        return type(storage).__name__
+    from memora.settings import resolve_settings
+
+    return str(resolve_settings(folder, config_dir=options.get("config_dir"), warn=False).storage)
+
+
+def _shared_state(project: Project) -> SharedState:
+    """PostgreSQL when the project's sessions are there (workers on any machine), else files
+    in its data folder (workers on this machine)."""
+    try:
+        from .pg_shared import for_store
+    except ImportError:  # psycopg is not installed: the sessions cannot be in PostgreSQL
+        pass
+    else:
+        found = for_store(project.runtime.session_store)
+        if found is not None:
+            return found
+    return FileSharedState(Path(project.runtime.options.data_dir) / "server")
 
 
 def pause_doc(paused: Any) -> dict[str, Any]:

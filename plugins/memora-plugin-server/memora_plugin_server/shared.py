@@ -28,16 +28,61 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from memora.security.atomic import atomic_write_bytes
 
-__all__ = ["FileSharedState", "Lease"]
+__all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter"]
 
 END = b"END\n"
 KEPT_TURNS = 8
 POLL_SECONDS = 0.05
 _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+class Lease(Protocol):
+    """A session's lock, held for a turn."""
+
+    async def release(self) -> None: ...
+
+
+class TurnWriter(Protocol):
+    """Where a turn's chunks go for the other workers: ``add`` as they come, ``end`` once."""
+
+    def add(self, data: str) -> None: ...
+
+    async def end(self) -> None: ...
+
+
+class SharedState(Protocol):
+    """What the workers share (files here, :mod:`.pg_shared` in PostgreSQL)."""
+
+    abort_poll: float
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def try_lock(self, session: str) -> Lease | None: ...
+    async def alive(self, session: str) -> bool: ...
+    async def writer(self, session: str, turn_id: str) -> TurnWriter: ...
+    async def current_turn(self, session: str) -> str | None: ...
+    async def has_turn(self, session: str, turn_id: str) -> bool: ...
+    def follow(
+        self, session: str, turn_id: str, after: int = 0
+    ) -> AsyncGenerator[tuple[int, str], None]: ...
+    def batches(
+        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]: ...
+    async def set_pause(self, session: str, value: dict[str, Any] | None) -> None: ...
+    async def pause(self, session: str) -> dict[str, Any] | None: ...
+    async def request_abort(self, session: str) -> None: ...
+    async def take_abort(self, session: str) -> bool: ...
+    async def version(self, session: str) -> str: ...
+    async def bump(self, session: str) -> str: ...
+    async def set_role_pack(self, session: str, name: str) -> None: ...
+    async def role_pack(self, session: str) -> str | None: ...
+    async def note_created(self, session: str, info: dict[str, Any]) -> None: ...
+    async def created(self) -> dict[str, dict[str, Any]]: ...
+    async def forget_created(self, session: str) -> None: ...
 
 
 def _name(value: str) -> str:
@@ -46,8 +91,8 @@ def _name(value: str) -> str:
     return value
 
 
-class Lease:
-    """The session's lock, held for a turn (``release()`` when it ends)."""
+class FileLease:
+    """The session's flock, held for a turn (``release()`` when it ends)."""
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
@@ -60,7 +105,7 @@ class Lease:
             os.close(fd)
 
 
-class TurnWriter:
+class FileTurnWriter:
     """Appends a turn's chunks to its file (no fsync: it is a replay cache, not history)."""
 
     def __init__(self, path: Path) -> None:
@@ -79,6 +124,8 @@ class TurnWriter:
 class FileSharedState:
     """See the module docstring."""
 
+    abort_poll = 0.2
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self._mkdirs()
@@ -96,14 +143,14 @@ class FileSharedState:
 
     # -- the session lock ------------------------------------------------------------------------
 
-    async def try_lock(self, session: str) -> Lease | None:
+    async def try_lock(self, session: str) -> FileLease | None:
         fd = os.open(self.root / "locks" / f"{_name(session)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             return None
-        return Lease(fd)
+        return FileLease(fd)
 
     async def alive(self, session: str) -> bool:
         """Whether some worker holds the session's lock (runs a turn there)."""
@@ -115,14 +162,14 @@ class FileSharedState:
 
     # -- turns -----------------------------------------------------------------------------------
 
-    async def writer(self, session: str, turn_id: str) -> TurnWriter:
+    async def writer(self, session: str, turn_id: str) -> FileTurnWriter:
         folder = self.root / "turns" / _name(session)
         folder.mkdir(exist_ok=True, mode=0o700)
         turns = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         for old in turns[: max(0, len(turns) - KEPT_TURNS + 1)]:
             with contextlib.suppress(OSError):
                 old.unlink()
-        writer = TurnWriter(folder / f"{_name(turn_id)}.jsonl")
+        writer = FileTurnWriter(folder / f"{_name(turn_id)}.jsonl")
         atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
         return writer
 

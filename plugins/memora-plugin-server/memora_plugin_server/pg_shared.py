@@ -1,0 +1,364 @@
+"""What the workers of a service share about a project's sessions, in PostgreSQL: the same as
+:class:`~.shared.FileSharedState`, for workers on several machines (``"storage": "postgres"``).
+
+- A session's lock is a row naming the worker that holds it by its **presence connection**
+  (``pg_backend_pid()`` and ``backend_start`` of a connection each worker keeps open): when a
+  worker dies its connection ends, the server forgets its backend, and the next worker takes the
+  session at once — no lease to expire.
+- A turn's chunks are rows (``memora_server_events``), written in batches as they come and read
+  by followers on other machines every ``POLL_SECONDS``.
+- Pauses, aborts, role-pack choices and versions are columns of ``memora_server_sessions``.
+
+Tables are created on first start (``CREATE TABLE IF NOT EXISTS`` under an advisory lock).
+Every statement is parameterised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+__all__ = ["PgSharedState", "for_store"]
+
+POLL_SECONDS = 0.1
+KEPT_TURNS = 8
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS memora_server_sessions (
+    namespace text NOT NULL,
+    session_id text NOT NULL,
+    holder_pid integer,
+    holder_start timestamptz,
+    current_turn text,
+    pause jsonb,
+    role_pack text,
+    version text NOT NULL DEFAULT '',
+    abort boolean NOT NULL DEFAULT false,
+    created jsonb,
+    PRIMARY KEY (namespace, session_id)
+);
+CREATE TABLE IF NOT EXISTS memora_server_turns (
+    namespace text NOT NULL,
+    turn_id text NOT NULL,
+    session_id text NOT NULL,
+    started_at double precision NOT NULL,
+    ended boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (namespace, turn_id)
+);
+CREATE TABLE IF NOT EXISTS memora_server_events (
+    namespace text NOT NULL,
+    turn_id text NOT NULL,
+    seq integer NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (namespace, turn_id, seq)
+);
+"""
+
+_ALIVE = """
+EXISTS (SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = s.holder_pid AND a.backend_start = s.holder_start)
+"""
+
+
+class PgLease:
+    def __init__(self, state: PgSharedState, session: str) -> None:
+        self._state = state
+        self._session = session
+        self._held = True
+
+    async def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        await self._state._execute(
+            "UPDATE memora_server_sessions SET holder_pid = NULL, holder_start = NULL "
+            "WHERE namespace = %s AND session_id = %s AND holder_pid = %s AND holder_start = %s",
+            (self._state.namespace, self._session, *self._state.presence),
+        )
+
+
+class PgTurnWriter:
+    """Buffers a turn's chunks and writes them in batches (one INSERT per batch)."""
+
+    def __init__(self, state: PgSharedState, turn_id: str) -> None:
+        self._state = state
+        self._turn = turn_id
+        self._seq = 0
+        self._buffer: list[tuple[str, str, int, str]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def add(self, data: str) -> None:
+        self._seq += 1
+        self._buffer.append((self._state.namespace, self._turn, self._seq, data))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._buffer:
+            batch, self._buffer = self._buffer, []
+            async with await self._state._conn() as conn, conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO memora_server_events (namespace, turn_id, seq, data) "
+                    "VALUES (%s, %s, %s, %s)",
+                    batch,
+                )
+
+    async def end(self) -> None:
+        if self._flusher is not None:
+            with contextlib.suppress(Exception):
+                await self._flusher
+        await self._flush()
+        await self._state._execute(
+            "UPDATE memora_server_turns SET ended = true WHERE namespace = %s AND turn_id = %s",
+            (self._state.namespace, self._turn),
+        )
+
+
+class PgSharedState:
+    """See the module docstring.  ``db`` is the session store's
+    :class:`memora_plugin_postgres.database.Database` (its pool is shared), ``namespace`` its
+    namespace."""
+
+    abort_poll = 0.5
+
+    def __init__(self, db: Any, namespace: str) -> None:
+        self.db = db
+        self.namespace = namespace
+        self.presence: tuple[int, Any] = (0, None)
+        self._presence_conn: AsyncConnection[Any] | None = None
+
+    async def _conn(self) -> Any:
+        return (await self.db.pool()).connection()
+
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        async with await self._conn() as conn:
+            cur = await conn.execute(sql, params)
+            return list(await cur.fetchall()) if cur.description else []
+
+    async def start(self) -> None:
+        async with await self._conn() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memora-server', 0))")
+            await conn.execute(_TABLES)
+        conn = await AsyncConnection.connect(self.db.dsn, autocommit=True)
+        cur = await conn.execute(
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        self.presence = (int(row[0]), row[1])
+        self._presence_conn = conn
+
+    async def close(self) -> None:
+        conn, self._presence_conn = self._presence_conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _ensure(self, session: str) -> None:
+        await self._execute(
+            "INSERT INTO memora_server_sessions (namespace, session_id) VALUES (%s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (self.namespace, session),
+        )
+
+    # -- the session lock ----------------------------------------------------------------------
+
+    async def try_lock(self, session: str) -> PgLease | None:
+        rows = await self._execute(
+            "INSERT INTO memora_server_sessions AS s (namespace, session_id, holder_pid, "
+            "holder_start) VALUES (%s, %s, %s, %s) ON CONFLICT (namespace, session_id) DO UPDATE "
+            "SET holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start "
+            f"WHERE s.holder_pid IS NULL OR NOT {_ALIVE} RETURNING 1",
+            (self.namespace, session, *self.presence),
+        )
+        return PgLease(self, session) if rows else None
+
+    async def alive(self, session: str) -> bool:
+        rows = await self._execute(
+            f"SELECT {_ALIVE} FROM memora_server_sessions s "
+            "WHERE s.namespace = %s AND s.session_id = %s AND s.holder_pid IS NOT NULL",
+            (self.namespace, session),
+        )
+        return bool(rows and rows[0][0])
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    async def writer(self, session: str, turn_id: str) -> PgTurnWriter:
+        ns = self.namespace
+        async with await self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO memora_server_turns (namespace, turn_id, session_id, started_at) "
+                "VALUES (%s, %s, %s, %s)",
+                (ns, turn_id, session, time.time()),
+            )
+            await conn.execute(
+                "UPDATE memora_server_sessions SET current_turn = %s "
+                "WHERE namespace = %s AND session_id = %s",
+                (turn_id, ns, session),
+            )
+            old = await conn.execute(
+                "SELECT turn_id FROM memora_server_turns WHERE namespace = %s AND session_id = %s "
+                "ORDER BY started_at DESC OFFSET %s",
+                (ns, session, KEPT_TURNS),
+            )
+            stale = [r[0] for r in await old.fetchall()]
+            if stale:
+                await conn.execute(
+                    "DELETE FROM memora_server_events WHERE namespace = %s AND turn_id = ANY(%s)",
+                    (ns, stale),
+                )
+                await conn.execute(
+                    "DELETE FROM memora_server_turns WHERE namespace = %s AND turn_id = ANY(%s)",
+                    (ns, stale),
+                )
+        return PgTurnWriter(self, turn_id)
+
+    async def current_turn(self, session: str) -> str | None:
+        rows = await self._execute(
+            f"SELECT s.current_turn FROM memora_server_sessions s WHERE s.namespace = %s AND "
+            f"s.session_id = %s AND s.holder_pid IS NOT NULL AND {_ALIVE}",
+            (self.namespace, session),
+        )
+        return str(rows[0][0]) if rows and rows[0][0] else None
+
+    async def has_turn(self, session: str, turn_id: str) -> bool:
+        rows = await self._execute(
+            "SELECT 1 FROM memora_server_turns WHERE namespace = %s AND turn_id = %s "
+            "AND session_id = %s",
+            (self.namespace, turn_id, session),
+        )
+        return bool(rows)
+
+    async def follow(
+        self, session: str, turn_id: str, after: int = 0
+    ) -> AsyncGenerator[tuple[int, str], None]:
+        async for batch in self.batches(session, turn_id, after):
+            for item in batch:
+                yield item
+
+    async def batches(
+        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        """A turn's chunks after number ``after`` as they are written, in lists; an empty list
+        after ``idle`` seconds without one; a last ``TURN_LOST`` error when the worker running
+        it is gone before it ended."""
+        seq = max(0, after)
+        quiet_since = time.monotonic()
+        while True:
+            rows = await self._execute(
+                "SELECT seq, data FROM memora_server_events WHERE namespace = %s AND turn_id = %s "
+                "AND seq > %s ORDER BY seq",
+                (self.namespace, turn_id, seq),
+            )
+            if rows:
+                seq = int(rows[-1][0])
+                quiet_since = time.monotonic()
+                yield [(int(r[0]), str(r[1])) for r in rows]
+                continue
+            state = await self._execute(
+                f"SELECT t.ended, (s.current_turn = t.turn_id AND s.holder_pid IS NOT NULL "
+                f"AND {_ALIVE}) FROM memora_server_turns t JOIN memora_server_sessions s "
+                "ON s.namespace = t.namespace AND s.session_id = t.session_id "
+                "WHERE t.namespace = %s AND t.turn_id = %s",
+                (self.namespace, turn_id),
+            )
+            ended, running = (bool(state[0][0]), bool(state[0][1])) if state else (True, False)
+            if ended:
+                # rows written just before the end flag: one more read
+                rows = await self._execute(
+                    "SELECT seq, data FROM memora_server_events WHERE namespace = %s AND "
+                    "turn_id = %s AND seq > %s ORDER BY seq",
+                    (self.namespace, turn_id, seq),
+                )
+                if rows:
+                    yield [(int(r[0]), str(r[1])) for r in rows]
+                return
+            if not running:
+                from memora.chunks import ErrorChunk
+
+                lost = ErrorChunk(
+                    message="the worker running this turn stopped; the session is as it was "
+                    "before the turn",
+                    code="TURN_LOST",
+                )
+                yield [(seq + 1, lost.model_dump_json())]
+                return
+            if idle is not None and time.monotonic() - quiet_since >= idle:
+                quiet_since = time.monotonic()
+                yield []
+            await asyncio.sleep(POLL_SECONDS)
+
+    # -- pauses, aborts, role packs, versions, created sessions ---------------------------------
+
+    async def _set(self, session: str, column: str, value: Any) -> None:
+        assert column in {"pause", "role_pack", "version", "abort", "created"}
+        await self._execute(
+            f"INSERT INTO memora_server_sessions (namespace, session_id, {column}) "
+            f"VALUES (%s, %s, %s) ON CONFLICT (namespace, session_id) "
+            f"DO UPDATE SET {column} = EXCLUDED.{column}",
+            (self.namespace, session, value),
+        )
+
+    async def _get(self, session: str, column: str) -> Any:
+        assert column in {"pause", "role_pack", "version", "created"}
+        rows = await self._execute(
+            f"SELECT {column} FROM memora_server_sessions WHERE namespace = %s AND session_id = %s",
+            (self.namespace, session),
+        )
+        return rows[0][0] if rows else None
+
+    async def set_pause(self, session: str, value: dict[str, Any] | None) -> None:
+        await self._set(session, "pause", Jsonb(value) if value is not None else None)
+
+    async def pause(self, session: str) -> dict[str, Any] | None:
+        value = await self._get(session, "pause")
+        return value if isinstance(value, dict) else None
+
+    async def request_abort(self, session: str) -> None:
+        await self._set(session, "abort", True)
+
+    async def take_abort(self, session: str) -> bool:
+        rows = await self._execute(
+            "UPDATE memora_server_sessions SET abort = false WHERE namespace = %s AND "
+            "session_id = %s AND abort RETURNING 1",
+            (self.namespace, session),
+        )
+        return bool(rows)
+
+    async def version(self, session: str) -> str:
+        return str(await self._get(session, "version") or "")
+
+    async def bump(self, session: str) -> str:
+        value = os.urandom(8).hex()
+        await self._set(session, "version", value)
+        return value
+
+    async def set_role_pack(self, session: str, name: str) -> None:
+        await self._set(session, "role_pack", name)
+
+    async def role_pack(self, session: str) -> str | None:
+        value = await self._get(session, "role_pack")
+        return str(value) if value else None
+
+    async def note_created(self, session: str, info: dict[str, Any]) -> None:
+        return None  # the PostgreSQL session store has the session from its creation
+
+    async def created(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    async def forget_created(self, session: str) -> None:
+        return None
+
+
+def for_store(store: Any) -> PgSharedState | None:
+    """The shared state for a runtime whose session store is the ``postgres`` one."""
+    db, namespace = getattr(store, "db", None), getattr(store, "namespace", None)
+    if type(store).__name__ != "PostgresSessionStore" or db is None or namespace is None:
+        return None
+    return PgSharedState(db, str(namespace))

@@ -1,0 +1,152 @@
+"""Two `memora serve` processes as two machines (each its own copy of the project folder) on one
+PostgreSQL database: the session store and the shared turn state are there, so a session made on
+one is served by the other, a pause on one is approved through the other, one turn runs per
+session across both, and when one is killed mid-turn the other takes the session at once (the
+dead process's connection went with it) while a follower is told the turn was lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
+from tests.plugins.server.test_workers import _events, _free_port
+
+pytestmark = pytest.mark.slow
+
+
+class Host:
+    def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
+        self.project = root / name / "shop"
+        self.project.mkdir(parents=True)
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = (root / f"{name}.log").open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memora",
+                "serve",
+                "--project",
+                str(self.project),
+                "--port",
+                str(self.port),
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait(self) -> None:
+        for _ in range(600):
+            try:
+                if httpx2.get(self.base + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            assert self.proc.poll() is None, Path(self.log.name).read_text()
+            time.sleep(0.1)
+        raise AssertionError("did not start")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx2.Response:
+        with httpx2.Client(base_url=self.base, timeout=60) as c:
+            return c.request(method, path, **kwargs)
+
+    def turn(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        r = self.request("POST", path, json=body)
+        assert r.status_code == 200, r.text
+        return [c for _, c in _events(iter(r.text.splitlines()))]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_path: Path) -> None:  # noqa: F811
+    url, script = server
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(
+        json.dumps(
+            {
+                "active_provider": "scripted",
+                "providers": {"scripted": {"type": "openai", "base_url": url, "model": "m"}},
+                "storage": "postgres",
+                # both machines serve the same project: the same namespace (user config)
+                "plugins": {"postgres": {"namespace": f"shop-{os.getpid()}-{time.time_ns()}"}},
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
+    env.update(MEMORA_HOME=str(home), MEMORA_POSTGRES_DSN=pg_dsn)
+    a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
+    try:
+        a.wait()
+        b.wait()
+        sessions = "/v1/projects/shop/sessions"
+        sid = a.request("POST", sessions, json={}).json()["id"]
+        base = f"{sessions}/{sid}"
+        assert b.request("GET", base).status_code == 200
+
+        # paused on A, approved through B
+        script.answers += [
+            call("write_file", {"path": "out.txt", "content": "hi"}, "w1"),
+            say("written"),
+        ]
+        assert [c["type"] for c in a.turn(f"{base}/turns", {"text": "write"})][-1] == "paused"
+        assert b.request("GET", f"{base}/pause").json()["tool_call_id"] == "w1"
+        assert b.request("POST", f"{base}/turns", json={"text": "x"}).status_code == 409
+        assert b.turn(f"{base}/approvals/w1", {"decision": "approve"})[-1]["type"] == "done"
+        assert (b.project / "out.txt").read_text() == "hi"  # ran where it was approved
+        assert a.request("GET", base).json()["pause"] is None
+
+        # one turn per session across the hosts; A killed mid-turn, B takes over at once
+        script.answers += [say("very slow " * 400, delay=0.05), say("after the crash")]
+        with (
+            httpx2.Client(base_url=a.base, timeout=60) as c,
+            c.stream("POST", f"{base}/turns", json={"text": "crash"}) as r,
+        ):
+            lost_turn = r.headers["x-memora-turn"]
+            events = _events(r.iter_lines())
+            next(ch for _, ch in events if ch["type"] == "text")
+            busy = b.request("POST", f"{base}/turns", json={"text": "no"})
+            assert busy.status_code == 409 and "another worker" in busy.json()["error"]["message"]
+            assert b.request("GET", base).json()["running_turn"] == lost_turn
+            with (
+                httpx2.Client(base_url=b.base, timeout=60) as c2,
+                c2.stream("GET", f"{base}/turns/{lost_turn}/events") as follower,
+            ):
+                lines = follower.iter_lines()
+                first = next(ch for _, ch in _events(lines))
+                assert first["type"] in ("thinking", "text")
+                a.proc.kill()
+                a.proc.wait()
+                rest = [ch for _, ch in _events(lines)]
+                assert rest[-1]["type"] == "error" and rest[-1]["code"] == "TURN_LOST"
+        t = time.monotonic()
+        chunks = b.turn(f"{base}/turns", {"text": "again"})
+        assert time.monotonic() - t < 10  # no lease to wait out
+        assert (
+            "".join(c.get("content", "") for c in chunks if c["type"] == "text")
+            == "after the crash"
+        )
+        rounds = b.request("GET", base).json()["rounds"]
+        assert [r["status"] for r in rounds] == ["done", "done"]
+    finally:
+        a.stop()
+        b.stop()
