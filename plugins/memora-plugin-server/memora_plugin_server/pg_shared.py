@@ -28,6 +28,8 @@ from psycopg.types.json import Jsonb
 __all__ = ["PgSharedState", "for_store"]
 
 POLL_SECONDS = 0.1
+FLUSH_SECONDS = 0.05
+"""A turn's chunks are written at most this often (one INSERT for all that came meanwhile)."""
 KEPT_TURNS = 8
 
 _TABLES = """
@@ -85,7 +87,8 @@ class PgLease:
 
 
 class PgTurnWriter:
-    """Buffers a turn's chunks and writes them in batches (one INSERT per batch)."""
+    """Buffers a turn's chunks and writes them in batches (one INSERT per batch, at most every
+    ``FLUSH_SECONDS``)."""
 
     def __init__(self, state: PgSharedState, turn_id: str) -> None:
         self._state = state
@@ -100,7 +103,9 @@ class PgTurnWriter:
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, wait: bool = True) -> None:
+        if wait:  # gather what streams in meanwhile: followers read every POLL_SECONDS anyway
+            await asyncio.sleep(FLUSH_SECONDS)
         while self._buffer:
             batch, self._buffer = self._buffer, []
             async with await self._state._conn() as conn, conn.cursor() as cur:
@@ -114,7 +119,7 @@ class PgTurnWriter:
         if self._flusher is not None:
             with contextlib.suppress(Exception):
                 await self._flusher
-        await self._flush()
+        await self._flush(wait=False)
         await self._state._execute(
             "UPDATE memora_server_turns SET ended = true WHERE namespace = %s AND turn_id = %s",
             (self._state.namespace, self._turn),
