@@ -38,15 +38,26 @@ def estimate_tokens(m: Message) -> int:
     return 4 + estimate_text_tokens(text)
 
 
+_SPEC_COSTS: dict[int, tuple[ToolSpec, int]] = {}
+"""id(spec) -> (spec, its estimate).  A tool's spec object is made once and shared by every
+Agent that exposes the tool; the entry keeps the spec alive, so its id is not reused."""
+
+
 def estimate_spec_tokens(specs: Sequence[ToolSpec]) -> int:
     """What the tool schemas of a request cost in the context window (they are sent with
     every request, so the history budget must leave room for them)."""
-    import json
-
     total = 0
     for spec in specs:
-        text = spec.name + spec.description + json.dumps(spec.parameters, ensure_ascii=False)
-        total += 10 + (len(text) + 2) // 3  # JSON is dense: ~3 characters a token
+        found = _SPEC_COSTS.get(id(spec))
+        if found is None or found[0] is not spec:
+            import json
+
+            text = spec.name + spec.description + json.dumps(spec.parameters, ensure_ascii=False)
+            found = (spec, 10 + (len(text) + 2) // 3)  # JSON is dense: ~3 characters a token
+            if len(_SPEC_COSTS) >= 4096:
+                _SPEC_COSTS.clear()
+            _SPEC_COSTS[id(spec)] = found
+        total += found[1]
     return total
 
 

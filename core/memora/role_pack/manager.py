@@ -227,9 +227,26 @@ def fingerprint(folder: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(entries)
 
 
+_REPORTS: dict[tuple[str, tuple[tuple[str, int, int], ...]], Report] = {}
+"""A pack's validation report per version of its files: every new Agent loads its pack, and
+validating is most of that."""
+
+
+def _validated(folder: Path, stamp: tuple[tuple[str, int, int], ...]) -> Report:
+    key = (str(folder), stamp)
+    report = _REPORTS.get(key)
+    if report is None:
+        report = validate(folder)
+        if len(_REPORTS) >= 256:
+            _REPORTS.clear()
+        _REPORTS[key] = report
+    return report
+
+
 def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
     """Load one pack: validate, log problems, refuse red-line companion packs."""
-    report = validate(folder)
+    stamp = fingerprint(folder)
+    report = _validated(folder, stamp)
     if report.refused:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,
@@ -253,7 +270,7 @@ def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
         manifest=manifest,
         report=report,
         builtin=builtin,
-        stamp=fingerprint(folder),
+        stamp=stamp,
     )
 
 
