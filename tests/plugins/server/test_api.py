@@ -5,6 +5,7 @@ one turn per session, memory, role packs, the OpenAPI document, and every refusa
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +262,37 @@ async def test_several_projects_each_with_its_own_sessions(tmp_path: Path, count
         }
         sid = await _session(client, "p0")
         assert (await client.get(f"/v1/projects/p1/sessions/{sid}")).status_code == 404
+
+
+ASK = {"reflect": {"userFollowup": "ask", "summary": "off"}, "global": {"askLimit": 1}}
+QUESTION = {
+    "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
+}
+
+
+async def test_a_question_answered_across_requests(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([tool_call(("ask_user", QUESTION, "q1")), text("Dark it is.")])
+    options = {**_options(tmp_path, provider), "strategy_override": ASK}
+    async with (
+        serve(project, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        sid = await _session(client)
+        base = f"/v1/projects/proj/sessions/{sid}"
+        async with client.stream("POST", f"{base}/turns", json={"text": "a poem"}) as r:
+            events = await read_events(r)
+        assert [e.type for e in events][-2:] == ["question_pending", "paused"]
+        pause = (await client.get(f"{base}/pause")).json()
+        assert pause["kind"] == "question"
+        assert pause["questions"][0]["options"] == ["dark", "light"]
+        async with client.stream(
+            "POST", f"{base}/answers", json={"answers": {"tone": "dark"}}
+        ) as r:
+            rest = await read_events(r)
+        assert rest[-1].type == "done"
+        assert json.loads(provider.requests[1].messages[-1].content) == {
+            "answers": {"tone": "dark"}
+        }
+        bad = await client.post(f"{base}/answers", json={"answers": {"tone": 3}})
+        assert bad.status_code == 400 and "answers.tone" in bad.json()["error"]["message"]

@@ -120,3 +120,29 @@ async def test_memory_search_and_role_pack_switch_in_the_browser(tmp_path: Path)
                 await page.locator("#memory-hits li", has_text="Paris").wait_for(timeout=200)
                 break
         assert "Paris" in await page.locator("#memory-hits").inner_text()
+
+
+async def test_a_question_answered_in_the_browser(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    question = {
+        "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
+    }
+    provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("A *dark* poem.")])
+    options = {
+        "provider": provider,
+        "config_dir": tmp_path / "user",
+        "load_entrypoints": False,
+        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
+    }
+    async with serve(project, **options) as srv, browser_page(tmp_path) as page:
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")
+        await page.fill("#message", "write a poem")
+        await page.press("#message", "Enter")
+        form = page.locator("form.pause.questions")
+        await form.wait_for(timeout=15_000)
+        assert "Which tone?" in await form.inner_text()
+        await form.get_by_label("dark").check()
+        await form.get_by_role("button", name="Answer").click()
+        await page.locator(".msg.assistant .md em", has_text="dark").wait_for(timeout=15_000)
+        assert "answers" in provider.requests[1].messages[-1].content
