@@ -296,3 +296,27 @@ async def test_a_question_answered_across_requests(tmp_path: Path) -> None:
         }
         bad = await client.post(f"{base}/answers", json={"answers": {"tone": 3}})
         assert bad.status_code == 400 and "answers.tone" in bad.json()["error"]["message"]
+
+
+async def test_a_quiet_turn_sends_keep_alives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy must not close a stream that waits long for the model: a comment line goes out
+    after KEEPALIVE_SECONDS without an event."""
+    import memora_plugin_server.app as app_module
+
+    monkeypatch.setattr(app_module, "KEEPALIVE_SECONDS", 0.1)
+    project = project_dir(tmp_path)
+    slow = ScriptedResponse(text("late", chunks=2).deltas, delay=0.4)
+    async with (
+        serve(project, **_options(tmp_path, ScriptedProvider([slow]))) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        sid = await _session(client)
+        async with client.stream(
+            "POST", f"/v1/projects/proj/sessions/{sid}/turns", json={"text": "wait"}
+        ) as r:
+            raw = (await r.aread()).decode()
+        assert ": keep-alive" in raw
+        last = raw.strip().rsplit("data: ", 1)[1]
+        assert json.loads(last)["type"] == "done"
