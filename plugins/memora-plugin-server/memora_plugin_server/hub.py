@@ -6,6 +6,11 @@ idle for ``idle_seconds`` (never while a turn runs or waits for an answer).  A t
 of its own: its chunks go into a :class:`TurnLog`, which every request following the turn reads
 from — so a client that disconnects and reconnects with the last event id it saw misses nothing,
 and a client that goes away does not stop the turn (``abort`` does).
+
+With several processes serving the same projects (``shared``: ``memora serve --workers N``, or
+PostgreSQL storage, where other machines may serve them), a turn also holds its session's lock
+and publishes its chunks, its pause and the session's changes where every worker finds them
+(:mod:`.shared` on files, :mod:`.pg_shared` in PostgreSQL).
 """
 
 from __future__ import annotations
