@@ -25,6 +25,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from .shared import lost_turn
+
 __all__ = ["PgSharedState", "for_store"]
 
 POLL_SECONDS = 0.1
@@ -285,14 +287,7 @@ class PgSharedState:
                     yield [(int(r[0]), str(r[1])) for r in rows]
                 return
             if not running:
-                from memora.chunks import ErrorChunk
-
-                lost = ErrorChunk(
-                    message="the worker running this turn stopped; the session is as it was "
-                    "before the turn",
-                    code="TURN_LOST",
-                )
-                yield [(seq + 1, lost.model_dump_json())]
+                yield lost_turn(seq + 1)
                 return
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()

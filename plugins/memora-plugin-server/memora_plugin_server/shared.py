@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from memora.security.atomic import atomic_write_bytes
 
-__all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter"]
+__all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn"]
 
 END = b"END\n"
 KEPT_TURNS = 8
@@ -83,6 +83,17 @@ class SharedState(Protocol):
     async def note_created(self, session: str, info: dict[str, Any]) -> None: ...
     async def created(self) -> dict[str, dict[str, Any]]: ...
     async def forget_created(self, session: str) -> None: ...
+
+
+def lost_turn(seq: int) -> list[tuple[int, str]]:
+    """The last event of a turn whose worker died before it ended."""
+    from memora.chunks import ErrorChunk
+
+    lost = ErrorChunk(
+        message="the worker running this turn stopped; the session is as it was before the turn",
+        code="TURN_LOST",
+    )
+    return [(seq, lost.model_dump_json())]
 
 
 def _name(value: str) -> str:
@@ -234,14 +245,7 @@ class FileSharedState:
                 # one more look: the writer may have ended between the two
                 if await asyncio.to_thread(_read_from, path, offset):
                     continue
-                from memora.chunks import ErrorChunk
-
-                lost = ErrorChunk(
-                    message="the worker running this turn stopped; the session is as it was "
-                    "before the turn",
-                    code="TURN_LOST",
-                )
-                yield [(seq + 1, lost.model_dump_json())]
+                yield lost_turn(seq + 1)
                 return
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()

@@ -75,3 +75,24 @@ def project_dir(root: Path, name: str = "proj") -> Path:
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def scripted_config(home: Path, url: str, **config: object) -> None:
+    """Write a user config in ``home`` naming the scripted OpenAI-compatible server at ``url``
+    (plus ``config``)."""
+    home.mkdir(parents=True, exist_ok=True)
+    provider = {"type": "openai", "base_url": url, "model": "m"}
+    (home / "config.json").write_text(
+        json.dumps({"active_provider": "scripted", "providers": {"scripted": provider}, **config})
+    )
+
+
+def scripted_home(root: Path, url: str, **config: object) -> dict[str, str]:
+    """:func:`scripted_config` in ``root/home``, and the environment of a `memora` process
+    that uses it."""
+    import os
+
+    scripted_config(root / "home", url, **config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
+    env["MEMORA_HOME"] = str(root / "home")
+    return env

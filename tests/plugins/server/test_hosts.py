@@ -6,7 +6,6 @@ dead process's connection went with it) while a follower is told the turn was lo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,8 @@ import pytest
 
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
 from tests.plugins.server.test_workers import _events, _free_port
+
+from .conftest import scripted_home
 
 pytestmark = pytest.mark.slow
 
@@ -79,21 +80,14 @@ class Host:
 
 def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_path: Path) -> None:  # noqa: F811
     url, script = server
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.json").write_text(
-        json.dumps(
-            {
-                "active_provider": "scripted",
-                "providers": {"scripted": {"type": "openai", "base_url": url, "model": "m"}},
-                "storage": "postgres",
-                # both machines serve the same project: the same namespace (user config)
-                "plugins": {"postgres": {"namespace": f"shop-{os.getpid()}-{time.time_ns()}"}},
-            }
-        )
+    env = scripted_home(
+        tmp_path,
+        url,
+        storage="postgres",
+        # both machines serve the same project: the same namespace (user config)
+        plugins={"postgres": {"namespace": f"shop-{os.getpid()}-{time.time_ns()}"}},
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
-    env.update(MEMORA_HOME=str(home), MEMORA_POSTGRES_DSN=pg_dsn)
+    env["MEMORA_POSTGRES_DSN"] = pg_dsn
     a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
     try:
         a.wait()

@@ -21,6 +21,8 @@ from tests.conftest import REPO
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
 from tests.test_outside_the_repo import _uv
 
+from .conftest import scripted_config
+
 pytestmark = pytest.mark.slow
 
 
@@ -67,16 +69,7 @@ def test_memora_serve_from_the_wheels(server: tuple[str, Script], tmp_path: Path
         capture_output=True,
         timeout=900,
     )
-    user = tmp_path / "home" / "memora"
-    user.mkdir(parents=True)
-    (user / "config.json").write_text(
-        json.dumps(
-            {
-                "active_provider": "scripted",
-                "providers": {"scripted": {"type": "openai", "base_url": url, "model": "m"}},
-            }
-        )
-    )
+    scripted_config(tmp_path / "home" / "memora", url)
     project = tmp_path / "shop"
     project.mkdir()
     script.answers += [

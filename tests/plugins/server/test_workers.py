@@ -22,6 +22,8 @@ import pytest
 
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
 
+from .conftest import scripted_home
+
 pytestmark = pytest.mark.slow
 
 
@@ -66,20 +68,9 @@ class Served:
 
 def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
     url, script = server
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.json").write_text(
-        json.dumps(
-            {
-                "active_provider": "scripted",
-                "providers": {"scripted": {"type": "openai", "base_url": url, "model": "m"}},
-            }
-        )
-    )
+    env = scripted_home(tmp_path, url)
     project = tmp_path / "shop"
     project.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
-    env["MEMORA_HOME"] = str(home)
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
