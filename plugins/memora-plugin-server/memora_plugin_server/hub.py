@@ -31,7 +31,7 @@ from memora import Agent, ProjectRuntime
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
-from .shared import FileSharedState, Lease, SharedState, TurnWriter
+from .shared import FileSharedState, Lease, SharedState, TurnWriter, one_by_one
 
 logger = logging.getLogger("memora.server")
 
@@ -88,11 +88,9 @@ class TurnLog:
             except TimeoutError:
                 yield []
 
-    async def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
+    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
         """Every event after number ``after``, as it arrives, until the turn ends."""
-        async for batch in self.batches(after):
-            for item in batch:
-                yield item
+        return one_by_one(self.batches(after))
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from .shared import lost_turn
+from .shared import lost_turn, one_by_one
 
 __all__ = ["PgSharedState", "for_store"]
 
@@ -242,12 +242,10 @@ class PgSharedState:
         )
         return bool(rows)
 
-    async def follow(
+    def follow(
         self, session: str, turn_id: str, after: int = 0
     ) -> AsyncGenerator[tuple[int, str], None]:
-        async for batch in self.batches(session, turn_id, after):
-            for item in batch:
-                yield item
+        return one_by_one(self.batches(session, turn_id, after))
 
     async def batches(
         self, session: str, turn_id: str, after: int = 0, idle: float | None = None

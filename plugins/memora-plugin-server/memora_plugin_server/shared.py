@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from memora.security.atomic import atomic_write_bytes
 
-__all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn"]
+__all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn", "one_by_one"]
 
 END = b"END\n"
 KEPT_TURNS = 8
@@ -83,6 +83,15 @@ class SharedState(Protocol):
     async def note_created(self, session: str, info: dict[str, Any]) -> None: ...
     async def created(self) -> dict[str, dict[str, Any]]: ...
     async def forget_created(self, session: str) -> None: ...
+
+
+async def one_by_one(
+    batches: AsyncGenerator[list[tuple[int, str]], None],
+) -> AsyncGenerator[tuple[int, str], None]:
+    """The events of ``batches`` one at a time."""
+    async for batch in batches:
+        for item in batch:
+            yield item
 
 
 def lost_turn(seq: int) -> list[tuple[int, str]]:
@@ -203,14 +212,12 @@ class FileSharedState:
     async def has_turn(self, session: str, turn_id: str) -> bool:
         return (self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl").is_file()
 
-    async def follow(
+    def follow(
         self, session: str, turn_id: str, after: int = 0
     ) -> AsyncGenerator[tuple[int, str], None]:
         """A turn's chunks after number ``after`` as they are written, until it ends — or until
         no worker runs it any more (the worker died: a last ``error`` chunk says so)."""
-        async for batch in self.batches(session, turn_id, after):
-            for item in batch:
-                yield item
+        return one_by_one(self.batches(session, turn_id, after))
 
     async def batches(
         self, session: str, turn_id: str, after: int = 0, idle: float | None = None
