@@ -54,14 +54,19 @@ PROXY = textwrap.dedent(
     from starlette.routing import Route
 
     UPSTREAM = sys.argv[1]
+    # optional: the system prompt and tool schemas to send (memora's own request), from a file
+    SAME = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
     client = httpx2.AsyncClient(base_url=UPSTREAM, timeout=60,
                                 limits=httpx2.Limits(max_connections=200))
 
     async def turn(request):
         text = (await request.json())["text"]
+        system = SAME["system"] if SAME else "You are helpful."
         body = {"model": "m", "stream": True,
-                "messages": [{"role": "system", "content": "You are helpful."},
+                "messages": [{"role": "system", "content": system},
                              {"role": "user", "content": text}]}
+        if SAME:
+            body["tools"] = SAME["tools"]
 
         async def events():
             async with client.stream("POST", "/chat/completions", json=body) as r:
@@ -288,6 +293,32 @@ def main() -> None:
             f"  memora / bare: CPU per turn {one['cpu'] / bare['cpu']:.2f}x (goal <= 1.3x), "
             f"p50 {one['p50'] - bare['p50']:+.1f} ms, p99 {one['p99'] - bare['p99']:+.1f} ms; "
             "no turn lost or duplicated"
+        )
+        # the same comparison with the proxy sending memora's own request (its system prompt
+        # and its 16 resident tools' schemas): what memora's machinery costs, apart from what
+        # its documented defaults put in every request
+        last = httpx2.get(upstream + "/last_request", timeout=10).json()
+        same = tmp / "same.json"
+        same.write_text(
+            json.dumps({"system": last["messages"][0]["content"], "tools": last["tools"]})
+        )
+        port2 = free_port()
+        same_url = f"http://127.0.0.1:{port2}"
+        same_pid = stack.enter_context(
+            process(
+                [sys.executable, "-c", PROXY, upstream, str(port2), str(same)],
+                dict(os.environ),
+                tmp / "proxy-same.log",
+                same_url + "/",
+            )
+        )
+        same_label = "bare proxy, memora's request"
+        rows = compare(
+            [(same_label, same_url, [same_pid], False), (one_label, base, process_tree(pid), True)]
+        )
+        print(
+            f"  memora / bare proxy sending memora's request ({len(last['tools'])} tools): CPU "
+            f"per turn {rows[one_label]['cpu'] / rows[same_label]['cpu']:.2f}x"
         )
         try:
             from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster

@@ -9,7 +9,8 @@ CPU is not counted).  POST /v1/chat/completions:
   round-summary request (no tools, a system prompt asking for a summary) gets at most 60.
 
 ``GET /v1/stats`` answers ``{"connections": N}``: the TCP connections accepted so far, so a
-benchmark can check that a client reuses one connection.
+benchmark can check that a client reuses one connection.  ``GET /v1/last_request``: the last
+streamed request with tools, as it was sent.
 
 Usage: python bench/sse_server.py PORT_FILE
 """
@@ -23,6 +24,9 @@ import sys
 from pathlib import Path
 
 CONNECTIONS = 0
+LAST_REQUEST: dict = {}
+"""The last streamed request that carried tools (``GET /v1/last_request``): a benchmark can send
+the same prompt and tool schemas from its bare client."""
 STEPS = re.compile(r"steps=(\d+)")
 
 
@@ -75,6 +79,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if head.startswith(b"GET /v1/stats"):
                 await json_response(writer, {"connections": CONNECTIONS})
                 continue
+            if head.startswith(b"GET /v1/last_request"):
+                await json_response(writer, LAST_REQUEST)
+                continue
             headers = dict(
                 (k.strip().lower(), v.strip())
                 for k, _, v in (
@@ -101,6 +108,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                     },
                 )
                 continue
+            if body.get("tools"):
+                LAST_REQUEST.clear()
+                LAST_REQUEST.update(body)
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             )
