@@ -31,7 +31,14 @@ from memora import Agent, ProjectRuntime
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
-from .shared import FileSharedState, Lease, SharedState, TurnWriter, one_by_one
+from .shared import (
+    TURN_EVENTS_KEPT_SECONDS,
+    FileSharedState,
+    Lease,
+    SharedState,
+    TurnWriter,
+    one_by_one,
+)
 
 logger = logging.getLogger("memora.server")
 
@@ -214,9 +221,18 @@ class Hub:
             await project.runtime.close()
 
     async def _sweep(self) -> None:
+        pruned = time.monotonic()
         while True:
             await asyncio.sleep(min(30.0, max(1.0, self.idle_seconds / 4)))
             now = time.monotonic()
+            if now - pruned > 3600:  # old turns' events, hourly
+                pruned = now
+                for project in self.projects.values():
+                    if project.shared is not None:
+                        try:
+                            await project.shared.prune(TURN_EVENTS_KEPT_SECONDS)
+                        except Exception:
+                            logger.exception("pruning old turn events of %s failed", project.name)
             for slot in list(self._slots.values()):
                 if (
                     not slot.busy

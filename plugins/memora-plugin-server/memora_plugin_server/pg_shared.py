@@ -25,7 +25,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from .shared import lost_turn, one_by_one
+from .shared import TURN_EVENTS_KEPT_SECONDS, lost_turn, one_by_one
 
 __all__ = ["PgSharedState", "for_store"]
 
@@ -161,6 +161,24 @@ class PgSharedState:
         assert row is not None
         self.presence = (int(row[0]), row[1])
         self._presence_conn = conn
+        await self.prune(TURN_EVENTS_KEPT_SECONDS)
+
+    async def prune(self, older_than: float) -> int:
+        """Remove the events of turns started more than ``older_than`` seconds ago."""
+        cutoff = time.time() - older_than
+        async with await self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM memora_server_turns WHERE namespace = %s AND started_at < %s "
+                "RETURNING turn_id",
+                (self.namespace, cutoff),
+            )
+            gone = [r[0] for r in await cur.fetchall()]
+            if gone:
+                await conn.execute(
+                    "DELETE FROM memora_server_events WHERE namespace = %s AND turn_id = ANY(%s)",
+                    (self.namespace, gone),
+                )
+        return len(gone)
 
     async def close(self) -> None:
         conn, self._presence_conn = self._presence_conn, None

@@ -36,6 +36,8 @@ __all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn",
 
 END = b"END\n"
 KEPT_TURNS = 8
+TURN_EVENTS_KEPT_SECONDS = 24 * 3600.0
+"""A finished turn's events are replayable this long (and the last KEPT_TURNS per session)."""
 POLL_SECONDS = 0.05
 _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -83,6 +85,7 @@ class SharedState(Protocol):
     async def note_created(self, session: str, info: dict[str, Any]) -> None: ...
     async def created(self) -> dict[str, dict[str, Any]]: ...
     async def forget_created(self, session: str) -> None: ...
+    async def prune(self, older_than: float) -> int: ...
 
 
 async def one_by_one(
@@ -151,10 +154,26 @@ class FileSharedState:
         self._mkdirs()
 
     async def start(self) -> None:
-        return None
+        await self.prune(TURN_EVENTS_KEPT_SECONDS)
 
     async def close(self) -> None:
         return None
+
+    async def prune(self, older_than: float) -> int:
+        """Remove the events of turns that ended more than ``older_than`` seconds ago (the
+        sessions keep their rounds); returns how many turns."""
+
+        def work() -> int:
+            cutoff = time.time() - older_than
+            removed = 0
+            for path in (self.root / "turns").glob("*/*.jsonl"):
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+            return removed
+
+        return await asyncio.to_thread(work)
 
     def _mkdirs(self) -> None:
         root = self.root

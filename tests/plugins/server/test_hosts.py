@@ -144,3 +144,27 @@ def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_pat
     finally:
         a.stop()
         b.stop()
+
+
+async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
+    from memora_plugin_postgres.database import Database
+    from memora_plugin_server.pg_shared import PgSharedState
+
+    db = Database(pg_dsn)
+    state = PgSharedState(db, f"prune-{time.time_ns()}")
+    await state.start()
+    try:
+        for turn in ("t_old", "t_new"):
+            writer = await state.writer("s1", turn)
+            writer.add('{"type": "done"}')
+            await writer.end()
+        await state._execute(
+            "UPDATE memora_server_turns SET started_at = 1 WHERE namespace = %s AND turn_id = %s",
+            (state.namespace, "t_old"),
+        )
+        assert await state.prune(3600) == 1
+        assert not await state.has_turn("s1", "t_old") and await state.has_turn("s1", "t_new")
+        assert [d async for _, d in state.follow("s1", "t_new")] == ['{"type": "done"}']
+    finally:
+        await state.close()
+        await db.close()

@@ -82,3 +82,15 @@ async def test_private_files_and_safe_names(tmp_path: Path) -> None:
     for bad in ("../x", "a/b", "", "x" * 300):
         with pytest.raises(ValueError, match="not a safe file name"):
             await state.try_lock(bad)
+
+
+async def test_old_turns_are_pruned(tmp_path: Path) -> None:
+    state = FileSharedState(tmp_path)
+    for turn in ("t_old", "t_new"):
+        writer = await state.writer("s1", turn)
+        writer.add('{"type": "done"}')
+        await writer.end()
+    old = tmp_path / "turns" / "s1" / "t_old.jsonl"
+    os.utime(old, (1, 1))
+    assert await state.prune(3600) == 1
+    assert not await state.has_turn("s1", "t_old") and await state.has_turn("s1", "t_new")
