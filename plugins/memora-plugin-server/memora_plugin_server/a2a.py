@@ -259,7 +259,10 @@ def a2a_routes(hub: Hub, *, secured: bool, guard: Guard) -> list[BaseRoute]:
             task_store=InMemoryTaskStore(),
             agent_card=base_card,
         )
-        for route in create_jsonrpc_routes(handler, rpc_url=f"/a2a/{name}"):
+        # protocol 1.0 (SendMessage...) and 0.3 (message/send, message/stream) on one endpoint
+        for route in create_jsonrpc_routes(
+            handler, rpc_url=f"/a2a/{name}", enable_v0_3_compat=True
+        ):
             assert isinstance(route, Route)
             routes.append(_guarded(route, guard, name))
         routes.append(Route(f"/a2a/{name}/.well-known/agent-card.json", card_endpoint(name)))

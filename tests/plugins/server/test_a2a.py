@@ -171,3 +171,30 @@ async def test_a_denial_by_reply(tmp_path: Path, reply: str) -> None:
         finally:
             await client.close()
             await http.aclose()
+
+
+async def test_a2a_0_3_method_names_work_too(tmp_path: Path) -> None:
+    """Clients of protocol 0.3 call `message/send` with `kind` parts: the same endpoint answers."""
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([], default=text("hello from memora"))
+    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    async with serve(project, **options) as srv, httpx.AsyncClient(timeout=30) as client:
+        body = {
+            "jsonrpc": "2.0",
+            "id": "1",
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "role": "user",
+                    "messageId": str(uuid.uuid4()),
+                    "parts": [{"kind": "text", "text": "hi"}],
+                },
+                "configuration": {"blocking": True},
+            },
+        }
+        r = await client.post(f"{srv.url}/a2a/proj", json=body)
+        assert r.status_code == 200, r.text
+        result = r.json()["result"]
+        assert result["status"]["state"] == "completed"
+        texts = [p.get("text") for a in result["artifacts"] for p in a["parts"]]
+        assert "".join(t for t in texts if t) == "hello from memora"
