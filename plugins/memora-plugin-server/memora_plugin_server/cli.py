@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -83,6 +84,9 @@ def serve_cmd(
         "config_dir": str(config_dir) if config_dir is not None else None,
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
     }
+    # open every project once before serving: a bad config, a missing provider or a project
+    # locked by `memora chat` is one clear line and exit 1, not a server failing its start-up
+    asyncio.run(_check(spec))
     where = ", ".join(str(f) for f in folders)
     click.echo(f"memora serving {where} on http://{host}:{port} ({workers} worker(s))", err=True)
     if workers == 1:
@@ -104,6 +108,24 @@ def serve_cmd(
 
 SPEC_ENV = "MEMORA_SERVE_SPEC"
 """How ``memora serve --workers N`` hands its options to the worker processes."""
+
+
+async def _check(spec: dict[str, Any]) -> None:
+    from .app import _project_names
+    from .hub import Hub
+
+    options: dict[str, Any] = {}
+    if spec.get("config_dir"):
+        options["config_dir"] = Path(spec["config_dir"])
+    hub = Hub(
+        _project_names([Path(p) for p in spec["projects"]]),
+        runtime_options=options,
+        shared=spec.get("shared"),
+    )
+    try:
+        await hub.start()
+    finally:
+        await hub.close()
 
 
 def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:

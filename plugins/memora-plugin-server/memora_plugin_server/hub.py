@@ -194,11 +194,15 @@ class Hub:
     # -- lifetime ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        for project in self.projects.values():
-            await project.runtime.open()
-            if self.shared:
-                project.shared = _shared_state(project)
-                await project.shared.start()
+        try:
+            for project in self.projects.values():
+                await project.runtime.open()
+                if self.shared:
+                    project.shared = _shared_state(project)
+                    await project.shared.start()
+        except BaseException:
+            await self.close()  # the projects opened so far let go of their locks and stores
+            raise
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="memora-sweep")
         self.ready = True
 

@@ -203,3 +203,34 @@ def test_a_malformed_server_json_names_the_field(tmp_path: Path) -> None:
     (tmp_path / "server.json").write_text('{"cors_origins": ["evil.example"]}')
     with pytest.raises(InvalidConfigError, match="cors_origins"):
         load_server_settings(tmp_path)
+
+
+def test_serve_refuses_to_start_with_one_line(tmp_path: Path) -> None:
+    """A project memora cannot open (here: locked by another Agent) is one clear line and exit 1
+    before anything listens, not a traceback from a failed server start-up."""
+    from memora.security.lock import ProjectLock
+
+    project = project_dir(tmp_path)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.json").write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "local": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+                },
+                "active_provider": "local",
+            }
+        )
+    )
+    lock = ProjectLock(project)
+    lock.acquire()
+    try:
+        result = CliRunner().invoke(
+            cli, ["serve", "--project", str(project), "--port", "1", "--config-dir", str(user)]
+        )
+    finally:
+        lock.release()
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("memora: error: [PROJECT_LOCKED] project ")
+    assert result.output.count("\n") == 1  # one line
