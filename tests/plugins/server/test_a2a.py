@@ -4,6 +4,7 @@ next message, and the bearer token the card asks for."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,43 @@ async def test_a2a_0_3_method_names_work_too(tmp_path: Path) -> None:
         assert result["status"]["state"] == "completed"
         texts = [p.get("text") for a in result["artifacts"] for p in a["parts"]]
         assert "".join(t for t in texts if t) == "hello from memora"
+
+
+async def test_a_question_is_input_required_and_the_reply_answers_it(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    question = {"questions": [{"slot": "tone", "question": "Which tone?"}]}
+    provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("Dark it is.")])
+    options = {
+        "provider": provider,
+        "config_dir": tmp_path / "user",
+        "load_entrypoints": False,
+        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
+    }
+    async with serve(project, **options) as srv:
+        client, _, http = await _client(srv.url, streaming=True)
+        try:
+            context = str(uuid.uuid4())
+            events = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=_message("a poem", context=context))
+                )
+            ]
+            status = events[-1].status_update.status
+            assert status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert get_message_text(status.message) == "Which tone?"
+            follow = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(
+                        message=_message("dark", context=context, task=events[0].task.id)
+                    )
+                )
+            ]
+            states = [e.status_update.status.state for e in follow if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED
+            answer = provider.requests[1].messages[-1].content
+            assert json.loads(answer) == {"answers": {"tone": "dark"}}
+        finally:
+            await client.close()
+            await http.aclose()

@@ -139,3 +139,37 @@ async def test_cancelling_the_interrupt_denies_and_bad_input_is_named(tmp_path: 
         no_text["messages"] = [{"id": "a", "role": "assistant", "content": "hi"}]
         r = await client.post("/v1/projects/proj/ag-ui", json=no_text)
         assert r.status_code == 400 and "user message" in r.json()["error"]["message"]
+
+
+async def test_a_question_is_an_interrupt_with_a_schema(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    question = {
+        "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
+    }
+    provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("Dark.")])
+    options = {
+        "provider": provider,
+        "config_dir": tmp_path / "user",
+        "load_entrypoints": False,
+        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
+    }
+    async with (
+        serve(project, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        first = await _run(client, _input("agui-q", "run-1"))
+        outcome = first[-1].outcome
+        assert outcome.type == "interrupt"
+        interrupt = outcome.interrupts[0]
+        assert interrupt.reason == "question" and interrupt.message == "Which tone?"
+        assert interrupt.response_schema["properties"]["tone"]["enum"] == ["dark", "light"]
+        resume = {
+            "resume": [
+                {"interruptId": interrupt.id, "status": "resolved", "payload": {"tone": "dark"}}
+            ]
+        }
+        second = await _run(client, _input("agui-q", "run-2", **resume))
+        assert second[-1].outcome.type == "success" and second[-1].result == "Dark."
+        assert json.loads(provider.requests[1].messages[-1].content) == {
+            "answers": {"tone": "dark"}
+        }
