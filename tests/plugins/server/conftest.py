@@ -96,3 +96,20 @@ def scripted_home(root: Path, url: str, **config: object) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
     env["MEMORA_HOME"] = str(root / "home")
     return env
+
+
+ASK = {"reflect": {"userFollowup": "ask", "summary": "off"}}
+"""A strategy under which the model may ask the user (`ask_user`)."""
+
+
+def scripted(tmp_path: Path, provider: object, *, ask: bool = False) -> dict[str, object]:
+    """`create_app` options for a test: ``provider``, a user config folder of the test's own,
+    no installed plugins; ``ask``: the model may ask questions."""
+    options: dict[str, object] = {
+        "provider": provider,
+        "config_dir": tmp_path / "user",
+        "load_entrypoints": False,
+    }
+    if ask:
+        options["strategy_override"] = ASK
+    return options

@@ -18,7 +18,7 @@ from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, T
 from memora.testing import ScriptedProvider, text, tool_call
 from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
 
-from .conftest import project_dir, serve
+from .conftest import project_dir, scripted, serve
 
 
 def _message(text_: str, *, context: str | None = None, task: str | None = None) -> Message:
@@ -29,6 +29,12 @@ def _message(text_: str, *, context: str | None = None, task: str | None = None)
         context_id=context or "",
         task_id=task or "",
     )
+
+
+async def _send(client: Any, text_: str, **ids: str) -> list[Any]:
+    """Every event of one message (a `message/send` or `message/stream`)."""
+    request = SendMessageRequest(message=_message(text_, **ids))
+    return [e async for e in client.send_message(request)]
 
 
 async def _client(url: str, headers: dict[str, str] | None = None, *, streaming: bool) -> Any:
@@ -44,7 +50,7 @@ async def test_send_stream_and_an_approval_as_input_required(tmp_path: Path) -> 
     provider = ScriptedProvider(
         [text("Paris is the capital."), tool_call(write), text("written 好", chunks=3)]
     )
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, **options) as srv:
         client, card, http = await _client(srv.url, streaming=False)
         try:
@@ -52,10 +58,7 @@ async def test_send_stream_and_an_approval_as_input_required(tmp_path: Path) -> 
             assert card.supported_interfaces[0].url == f"{srv.url}/a2a/proj"
 
             # message/send: the finished task with its answer
-            events = [
-                e
-                async for e in client.send_message(SendMessageRequest(message=_message("capital?")))
-            ]
+            events = await _send(client, "capital?")
             task = events[-1].task
             assert task.status.state == TaskState.TASK_STATE_COMPLETED
             assert get_artifact_text(task.artifacts[0]) == "Paris is the capital."
@@ -66,22 +69,14 @@ async def test_send_stream_and_an_approval_as_input_required(tmp_path: Path) -> 
         client, _, http = await _client(srv.url, streaming=True)
         try:
             context = str(uuid.uuid4())
-            stream = client.send_message(
-                SendMessageRequest(message=_message("write", context=context))
-            )
-            events = [e async for e in stream]
+            events = await _send(client, "write", context=context)
             task_id = events[0].task.id
             last = events[-1].status_update.status
             assert last.state == TaskState.TASK_STATE_INPUT_REQUIRED
             assert "write_file" in get_message_text(last.message)
             assert not (project / "a2a.txt").exists()
 
-            follow = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=_message("approve", context=context, task=task_id))
-                )
-            ]
+            follow = await _send(client, "approve", context=context, task=task_id)
             states = [e.status_update.status.state for e in follow if e.HasField("status_update")]
             assert states[-1] == TaskState.TASK_STATE_COMPLETED
             streamed = "".join(
@@ -113,7 +108,7 @@ async def test_a2a_needs_the_token_when_tokens_are_configured(tmp_path: Path) ->
         ]
     )
     provider = ScriptedProvider([], default=text("hello"))
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, settings=settings, **options) as srv:
         async with httpx.AsyncClient() as plain:
             refused = await plain.get(f"{srv.url}/.well-known/agent-card.json")
@@ -123,9 +118,7 @@ async def test_a2a_needs_the_token_when_tokens_are_configured(tmp_path: Path) ->
         )
         try:
             assert "bearer" in card.security_schemes
-            events = [
-                e async for e in client.send_message(SendMessageRequest(message=_message("hi")))
-            ]
+            events = await _send(client, "hi")
             assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
         finally:
             await client.close()
@@ -144,24 +137,14 @@ async def test_a_denial_by_reply(tmp_path: Path, reply: str) -> None:
     provider = ScriptedProvider(
         [tool_call(("write_file", {"path": "x.txt", "content": "x"}, "c1")), text("fine")]
     )
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, **options) as srv:
         client, _, http = await _client(srv.url, streaming=True)
         try:
             context = str(uuid.uuid4())
-            events = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=_message("w", context=context))
-                )
-            ]
+            events = await _send(client, "w", context=context)
             task_id = events[0].task.id
-            follow = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=_message(reply, context=context, task=task_id))
-                )
-            ]
+            follow = await _send(client, reply, context=context, task=task_id)
             notes = [
                 get_message_text(e.status_update.status.message)
                 for e in follow
@@ -178,7 +161,7 @@ async def test_a2a_0_3_method_names_work_too(tmp_path: Path) -> None:
     """Clients of protocol 0.3 call `message/send` with `kind` parts: the same endpoint answers."""
     project = project_dir(tmp_path)
     provider = ScriptedProvider([], default=text("hello from memora"))
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, **options) as srv, httpx.AsyncClient(timeout=30) as client:
         body = {
             "jsonrpc": "2.0",
@@ -205,33 +188,16 @@ async def test_a_question_is_input_required_and_the_reply_answers_it(tmp_path: P
     project = project_dir(tmp_path)
     question = {"questions": [{"slot": "tone", "question": "Which tone?"}]}
     provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("Dark it is.")])
-    options = {
-        "provider": provider,
-        "config_dir": tmp_path / "user",
-        "load_entrypoints": False,
-        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
-    }
+    options = scripted(tmp_path, provider, ask=True)
     async with serve(project, **options) as srv:
         client, _, http = await _client(srv.url, streaming=True)
         try:
             context = str(uuid.uuid4())
-            events = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=_message("a poem", context=context))
-                )
-            ]
+            events = await _send(client, "a poem", context=context)
             status = events[-1].status_update.status
             assert status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             assert get_message_text(status.message) == "Which tone?"
-            follow = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(
-                        message=_message("dark", context=context, task=events[0].task.id)
-                    )
-                )
-            ]
+            follow = await _send(client, "dark", context=context, task=events[0].task.id)
             states = [e.status_update.status.state for e in follow if e.HasField("status_update")]
             assert states[-1] == TaskState.TASK_STATE_COMPLETED
             answer = provider.requests[1].messages[-1].content

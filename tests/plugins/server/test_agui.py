@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from memora.testing import ScriptedProvider, reasoning, text, tool_call
 
-from .conftest import project_dir, serve
+from .conftest import project_dir, scripted, serve
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 
@@ -73,7 +73,7 @@ async def test_an_approval_is_an_interrupt_and_the_next_run_resumes_it(tmp_path:
     provider = ScriptedProvider(
         [tool_call(write, preface="Writing."), reasoning("it worked", "Done: a.txt")]
     )
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with (
         serve(project, **options) as srv,
         httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
@@ -120,7 +120,7 @@ async def test_cancelling_the_interrupt_denies_and_bad_input_is_named(tmp_path: 
     provider = ScriptedProvider(
         [tool_call(("write_file", {"path": "b.txt", "content": "x"}, "c1")), text("ok, not")]
     )
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with (
         serve(project, **options) as srv,
         httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
@@ -147,12 +147,7 @@ async def test_a_question_is_an_interrupt_with_a_schema(tmp_path: Path) -> None:
         "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
     }
     provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("Dark.")])
-    options = {
-        "provider": provider,
-        "config_dir": tmp_path / "user",
-        "load_entrypoints": False,
-        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
-    }
+    options = scripted(tmp_path, provider, ask=True)
     async with (
         serve(project, **options) as srv,
         httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,

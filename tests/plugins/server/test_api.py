@@ -17,13 +17,13 @@ from memora.testing.scripted import ScriptedResponse
 from memora_plugin_server.app import API, openapi_document
 from tests.role_pack.helpers import write_pack
 
-from .conftest import project_dir, read_events, serve
+from .conftest import project_dir, read_events, scripted, serve
 
 JSON = {"Content-Type": "application/json"}
 
 
 def _options(tmp_path: Path, provider: Any) -> dict[str, Any]:
-    return {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    return scripted(tmp_path, provider)
 
 
 async def _session(client: httpx2.AsyncClient, project: str = "proj") -> str:
@@ -264,7 +264,6 @@ async def test_several_projects_each_with_its_own_sessions(tmp_path: Path, count
         assert (await client.get(f"/v1/projects/p1/sessions/{sid}")).status_code == 404
 
 
-ASK = {"reflect": {"userFollowup": "ask", "summary": "off"}, "global": {"askLimit": 1}}
 QUESTION = {
     "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
 }
@@ -273,7 +272,7 @@ QUESTION = {
 async def test_a_question_answered_across_requests(tmp_path: Path) -> None:
     project = project_dir(tmp_path)
     provider = ScriptedProvider([tool_call(("ask_user", QUESTION, "q1")), text("Dark it is.")])
-    options = {**_options(tmp_path, provider), "strategy_override": ASK}
+    options = scripted(tmp_path, provider, ask=True)
     async with (
         serve(project, **options) as srv,
         httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,

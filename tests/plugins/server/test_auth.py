@@ -25,15 +25,11 @@ from memora_plugin_server.config import (
     load_server_settings,
 )
 
-from .conftest import project_dir, read_events, serve
+from .conftest import project_dir, read_events, scripted, serve
 
 
 def _opts(tmp_path: Path) -> dict[str, Any]:
-    return {
-        "provider": ScriptedProvider([], default=text("hi")),
-        "config_dir": tmp_path / "user",
-        "load_entrypoints": False,
-    }
+    return scripted(tmp_path, ScriptedProvider([], default=text("hi")))
 
 
 def _settings(**kwargs: Any) -> ServerSettings:

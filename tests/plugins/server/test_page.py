@@ -16,7 +16,7 @@ import pytest
 
 from memora.testing import ScriptedProvider, reasoning, text, tool_call
 
-from .conftest import project_dir, serve
+from .conftest import project_dir, scripted, serve
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -64,7 +64,7 @@ async def test_a_conversation_with_an_approval_in_the_browser(tmp_path: Path) ->
             reasoning("the file is written; say so", "**Written**: `notes.md` 你好 <img src=x>"),
         ]
     )
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, **options) as srv, browser_page(tmp_path) as page:
         await page.goto(srv.url + "/")
         await page.wait_for_selector("#sessions li.active")  # a first session was made
@@ -101,7 +101,7 @@ async def test_memory_search_and_role_pack_switch_in_the_browser(tmp_path: Path)
     packs.mkdir(parents=True)
     (packs / "manifest.json").write_text('{"name": "reviewer", "formatVersion": "1.0.0"}')
     provider = ScriptedProvider([], default=text("The capital of France is Paris."))
-    options = {"provider": provider, "config_dir": tmp_path / "user", "load_entrypoints": False}
+    options = scripted(tmp_path, provider)
     async with serve(project, **options) as srv, browser_page(tmp_path) as page:
         await page.goto(srv.url + "/")
         await page.wait_for_selector("#sessions li.active")
@@ -128,12 +128,7 @@ async def test_a_question_answered_in_the_browser(tmp_path: Path) -> None:
         "questions": [{"slot": "tone", "question": "Which tone?", "options": ["dark", "light"]}]
     }
     provider = ScriptedProvider([tool_call(("ask_user", question, "q1")), text("A *dark* poem.")])
-    options = {
-        "provider": provider,
-        "config_dir": tmp_path / "user",
-        "load_entrypoints": False,
-        "strategy_override": {"reflect": {"userFollowup": "ask", "summary": "off"}},
-    }
+    options = scripted(tmp_path, provider, ask=True)
     async with serve(project, **options) as srv, browser_page(tmp_path) as page:
         await page.goto(srv.url + "/")
         await page.wait_for_selector("#sessions li.active")
