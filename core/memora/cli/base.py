@@ -29,7 +29,11 @@ def emit_json(doc: Any) -> None:
 
 class _WarningFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return f"memora: {record.levelname.lower()}: {record.getMessage()}"
+        from ..security.terminal import clean
+
+        # a message may carry outside text (a plugin's or a server's error, a tool's output in
+        # an exception): never its escape sequences on the terminal
+        return f"memora: {record.levelname.lower()}: {clean(record.getMessage())}"
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
