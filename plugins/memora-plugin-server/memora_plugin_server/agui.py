@@ -41,24 +41,14 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from pydantic import ValidationError
 
 from memora.errors import ErrorCode, InvalidInputError
 
 from .hub import Hub, TurnLog
 
-__all__ = ["AguiTranslator", "parse_input", "run"]
+__all__ = ["AguiTranslator", "encode", "run"]
 
 QUESTIONS_PREFIX = "questions:"
-
-
-def parse_input(data: Any) -> RunAgentInput:
-    try:
-        return RunAgentInput.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        raise InvalidInputError(f"RunAgentInput {where}: {err['msg']}") from None
 
 
 def _last_user_text(run_input: RunAgentInput) -> str:

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from memora.errors import ErrorCode, MemoraError
+from memora.errors import ErrorCode, MemoraError, describe_validation_error
 
 from .config import ServerSettings, TokenEntry
 from .hub import Hub, RemoteTurnLog, TurnLog
@@ -646,9 +646,8 @@ async def _read_body(request: Request, model: type[BaseModel], limit: int) -> Ba
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        raise ApiError(400, ErrorCode.INVALID_INPUT.value, f"{where}: {err['msg']}") from None
+        message = describe_validation_error(exc, "body", limit=1)
+        raise ApiError(400, ErrorCode.INVALID_INPUT.value, message) from None
 
 
 def _endpoint(api: Api, hub: Hub, guard: _Guard) -> Callable[[Request], Awaitable[Response]]:

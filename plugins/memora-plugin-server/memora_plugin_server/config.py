@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from memora.errors import InvalidConfigError, InvalidInputError
+from memora.errors import InvalidConfigError, InvalidInputError, describe_validation_error
 from memora.security.atomic import atomic_write_bytes
 
 __all__ = [
@@ -122,10 +122,9 @@ def load_server_settings(user_dir: Path) -> ServerSettings:
     try:
         return ServerSettings.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise InvalidConfigError(
-            f"{path}: {where}: {err['msg']}", context={"path": str(path), "field": where}
+            f"{path}: " + describe_validation_error(exc, "(top level)", limit=1),
+            context={"path": str(path)},
         ) from exc
 
 
@@ -159,10 +158,8 @@ def add_token(
             created_at=time.time(),
         )
     except ValidationError as exc:
-        err = exc.errors()[0]
         raise InvalidInputError(
-            f"token {'.'.join(str(p) for p in err['loc'])}: {err['msg']}",
-            context={"name": name},
+            "token " + describe_validation_error(exc, "token", limit=1), context={"name": name}
         ) from exc
     settings.tokens.append(entry)
     return token, save_server_settings(user_dir, settings)
