@@ -26,11 +26,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ErrorCode, MemoraError, describe_validation_error
 
 __all__ = [
+    "EmbedderConfig",
     "MemoraConfig",
     "ProviderConfig",
     "check_secrets",
@@ -52,6 +53,18 @@ class ProviderConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class EmbedderConfig(BaseModel):
+    """``"embedder"``: the embedder plugin (``type``) and its options (``model``, ``base_url``,
+    ...).  The string ``"openai"`` is short for ``{"type": "openai"}``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="The embedder plugin name: openai, llamacpp, ...")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class MemoraConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -66,8 +79,16 @@ class MemoraConfig(BaseModel):
     approvals: Literal["read-only", "ask", "auto-edit", "full-auto"] | None = None
     """Which tool calls need the user's word (see :data:`memora.checks.ApprovalMode`).  A
     project's config may only make it stricter than the user's."""
+    embedder: EmbedderConfig | None = None
+    """Semantic recall (off when unset): which embedder turns memories into vectors.  Memory
+    text goes to it, so only the user's side may set it (a project's config asks)."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder_name(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
 
 
 def format_config_error(exc: ValidationError, source: str | Path) -> str:
@@ -77,12 +98,17 @@ def format_config_error(exc: ValidationError, source: str | Path) -> str:
 
 def check_secrets(config: MemoraConfig, path: Path) -> None:
     """Refuse a provider entry that holds a secret: keys are read from the environment only."""
-    for name, provider in config.providers.items():
+    entries: list[tuple[str, ProviderConfig | EmbedderConfig]] = [
+        (f"providers.{name}", entry) for name, entry in config.providers.items()
+    ]
+    if config.embedder is not None:
+        entries.append(("embedder", config.embedder))
+    for name, provider in entries:
         leaked = _SECRET_KEYS & {k.lower() for k in provider.options()}
         if leaked:
             raise MemoraError(
                 ErrorCode.INVALID_CONFIG,
-                f"{path}: providers.{name} contains {', '.join(sorted(leaked))}; secrets are read "
+                f"{path}: {name} contains {', '.join(sorted(leaked))}; secrets are read "
                 "from the environment only (e.g. MEMORA_API_KEY, or name a variable with "
                 "api_key_env)",
                 context={"path": str(path)},

@@ -93,6 +93,19 @@ def register_project_locks(register: Register) -> None:
 
 
 @hookspec
+def register_embedders(register: Register) -> None:
+    """Register embedders by name (semantic recall; none is built in, and none is used unless
+    the user's config names one with ``"embedder"``).
+
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a :class:`memora.memory.vectors.Embedder` (``name``,
+    async ``embed(texts, kind=)``, ``aclose()``); ``options`` are the config entry's (``model``,
+    ``base_url``...).  Returns nothing.
+    """
+
+
+@hookspec
 def register_web_search(register: Register) -> None:
     """Register web search services (capability ``web:search``, tool ``web_search``).
 

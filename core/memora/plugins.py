@@ -92,6 +92,7 @@ Kind = Literal[
     "storage",
     "session_store",
     "project_lock",
+    "embedder",
     "web_search",
     "web_fetch",
     "code_executor",
@@ -106,6 +107,7 @@ KINDS: dict[Kind, str] = {
     "storage": "register_storage",
     "session_store": "register_session_stores",
     "project_lock": "register_project_locks",
+    "embedder": "register_embedders",
     "web_search": "register_web_search",
     "web_fetch": "register_web_fetch",
     "code_executor": "register_code_executors",
@@ -120,6 +122,7 @@ _HOOK_KINDS: dict[str, Kind] = {hook: kind for kind, hook in KINDS.items()}
 
 INSTALL_HINTS: dict[str, str] = {
     "provider": "pip install memora-plugin-openai (or memora-plugin-llamacpp)",
+    "embedder": "pip install memora-plugin-openai (or memora-plugin-llamacpp)",
     "web_fetch": "pip install memora-plugin-fetch",
     "web_search": "pip install memora-plugin-ddgs",
     "code_executor": "pip install memora-plugin-sandbox",

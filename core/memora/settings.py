@@ -98,6 +98,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
         "retry_attempts",
         "retry_base_delay",
         "summary_verbatim_tokens",
+        "semantic_weight",
     }
 )
 """Agent options a config file may set under ``"options"``.  Options that widen what the agent
@@ -231,6 +232,10 @@ class Settings:
         for name, entry in sorted(self.config.providers.items()):
             key = f"providers.{name}"
             out.append((key, entry.model_dump(), self.shown_origin(key)))
+        if self.config.embedder is not None:
+            out.append(
+                ("embedder", self.config.embedder.model_dump(), self.shown_origin("embedder"))
+            )
         for name, options in sorted(self.config.plugins.items()):
             for opt, value in sorted(options.items()):
                 key = f"plugins.{name}.{opt}"
@@ -267,6 +272,8 @@ def _refuse_user_side_keys(config: MemoraConfig, path: Path, user_dir: Path) -> 
         for key in options
         if key in USER_SIDE_KEYS
     ]
+    if config.embedder is not None:
+        found += [f"embedder.{key}" for key in config.embedder.options() if key in USER_SIDE_KEYS]
     if found:
         raise MemoraError(
             ErrorCode.INVALID_CONFIG,
@@ -390,6 +397,9 @@ def _split_project_layer(
             requests["approvals"] = mine
     if "options" in layer:  # already checked against CONFIG_OPTIONS
         allowed["options"] = dict(layer["options"])
+    if layer.get("embedder") is not None:
+        # semantic recall sends the memories' text to the embedder: the user's choice
+        requests["embedder"] = layer["embedder"]
     lower_plugins = lower.get("plugins") or {}
     for name, entry in (layer.get("providers") or {}).items():
         allowed.setdefault("providers", {})[name] = _provider_entry(
@@ -486,6 +496,9 @@ def _merge(
     for name, entry in (layer.get("providers") or {}).items():
         merged.setdefault("providers", {})[name] = dict(entry)
         origins.set(f"providers.{name}", origin)
+    if layer.get("embedder") is not None:
+        merged["embedder"] = layer["embedder"]
+        origins.set("embedder", origin)
     for name, options in (layer.get("plugins") or {}).items():
         target = merged.setdefault("plugins", {}).setdefault(name, {})
         for opt, value in options.items():
@@ -618,6 +631,21 @@ class AgentSettings:
             **self.options.plugin_options.get(name, {}),
             **(extra or {}),
         }
+
+    def embedder_spec(self) -> tuple[Any, dict[str, Any]]:
+        """``(name or object or None, options)`` of the embedder: the host's option, else the
+        config's ``"embedder"`` entry; options from the entry under the host's
+        ``embedder_options``."""
+        host = self._host("embedder")
+        entry = self.settings.config.embedder
+        options = dict(self.options.embedder_options)
+        if host is not None:
+            if isinstance(host, str) and entry is not None and entry.type == host:
+                options = {**entry.options(), **options}
+            return host, options
+        if entry is None:
+            return None, options
+        return entry.type, {**entry.options(), **options}
 
     def provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
         """The chat (``provider``) or ``background_provider``: ``(name or object, options)``.

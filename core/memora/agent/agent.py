@@ -554,6 +554,7 @@ class Agent:
         """
         if self._initialised:
             await self._live.idle()
+            await self._runtime.memory.idle()  # the new memories' vectors (an embedder)
 
     # ------------------------------------------------------------------------------------------
     # chat

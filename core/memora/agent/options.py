@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..checks import ApprovalMode
+from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
 from ..role_pack.strategy import resolve_strategy
 
@@ -89,6 +90,15 @@ class AgentOptions(BaseModel):
     storage: Any = "sqlite"
     """A storage backend name (``sqlite``, ``json``, ``memory``...) or a MemoryStorage object."""
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    embedder: Any = None
+    """Semantic recall: a registered embedder's name (``openai``, ``llamacpp``) or an object
+    implementing :class:`memora.memory.vectors.Embedder`.  ``None``: the user config's
+    ``"embedder"``, else none (keyword search only)."""
+    embedder_options: dict[str, Any] = Field(default_factory=dict)
+    """Options for a named embedder, over the config entry's (``model``, ``base_url``...)."""
+    semantic_weight: float = Field(default=DEFAULT_SEMANTIC_WEIGHT, ge=0.0, le=1.0)
+    """The vector ranking's share when keyword and vector search are fused (0: keywords
+    only, 1: vectors only); see docs/memory.md for what each weight measured on LoCoMo."""
     session_store: Any = "jsonl"
     """A session store name or object.  Unless set here or in the config (``"session_store"``),
     the store named like the storage backend is used when one exists, else ``jsonl``."""

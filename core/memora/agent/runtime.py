@@ -27,6 +27,7 @@ from ..hookspecs import hookimpl
 from ..llm.provider import Provider
 from ..llm.router import ProviderRouter
 from ..memory.manager import MemoryManager
+from ..memory.vectors import Embedder, SemanticSearch, VectorStorage
 from ..plugins import Plugins, create_plugin_manager
 from ..security.paths import PathGuard
 from ..security.state import ensure_state_dir, warn_if_shared
@@ -248,13 +249,37 @@ class ProjectRuntime:
         if opts.tracer is not None:
             tracers.append(opts.tracer)
         self.tracer: Tracer = combine_tracers(tracers)
-        self.memory = MemoryManager(storage, self.events)
+        self.memory = MemoryManager(storage, self.events, semantic=self._semantic(storage))
+        self.memory.embed_pending()  # memories written before, or while the embedder was down
         self.services = LazyServices(self._service_sources())
         self.guard = PathGuard(project, opts.allowed_paths)
         self.security = SecurityManager(self.guard, opts.permission, lock)
         self.background = BackgroundTasks()
         self.works = WorksRegistry(data_dir, self.guard, self.memory)
         self._unlisten = plugins.add_listener(self._plugins_changed)
+
+    def _semantic(self, storage: Any) -> SemanticSearch | None:
+        """Semantic recall when an embedder is configured (user config or Agent option)."""
+        spec, options = self._need_resolved().embedder_spec()
+        if spec is None:
+            return None
+        if isinstance(spec, str):
+            embedder = self.plugins.create("embedder", spec, options)
+            self._owned.append(embedder)
+        else:
+            embedder = spec
+        if not isinstance(embedder, Embedder):
+            raise InvalidConfigError(
+                f"embedder {spec!r} is not an Embedder (it needs name, embed() and aclose())",
+                context={"key": "embedder"},
+            )
+        if not isinstance(storage, VectorStorage):
+            raise InvalidConfigError(
+                f"the memory storage {type(storage).__name__} keeps no vectors, so the embedder "
+                f"{embedder.name!r} cannot be used with it (sqlite, json, memory and postgres do)",
+                context={"key": "embedder"},
+            )
+        return SemanticSearch(embedder, storage, weight=self.options.semantic_weight)
 
     def _service_sources(self) -> dict[str, Any]:
         """Each service kind -> a ready object (an Agent option) or a factory called on first
@@ -388,6 +413,7 @@ class ProjectRuntime:
             await agent.close()  # type: ignore[attr-defined]
         with contextlib.suppress(Exception):
             await self.background.close()
+        await self.memory.close()
         if self.session_store not in self._owned:  # a host's object: closed as before
             with contextlib.suppress(Exception):
                 await self.session_store.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -11,8 +14,11 @@ from ..messages import Messages
 from .storage import MemoryStorage
 from .summary import summarize_round
 from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
+from .vectors import SemanticSearch
 
 __all__ = ["MemoryManager", "MemorySnapshot"]
+
+logger = logging.getLogger("memora.memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +33,19 @@ class MemorySnapshot:
 
 
 class MemoryManager:
-    def __init__(self, storage: MemoryStorage, events: EventEmitter | None = None) -> None:
+    def __init__(
+        self,
+        storage: MemoryStorage,
+        events: EventEmitter | None = None,
+        *,
+        semantic: SemanticSearch | None = None,
+    ) -> None:
         self.storage = storage
         self.events = events or EventEmitter()
+        self.semantic = semantic
+        """Semantic recall when an embedder is configured (see :mod:`memora.memory.vectors`)."""
+        self._fill_task: asyncio.Task[None] | None = None
+        self._fill_again = False
 
     async def search(
         self,
@@ -39,23 +55,66 @@ class MemoryManager:
         limit: int = 10,
         round_ids: Collection[str] | None = None,
     ) -> list[ScoredMemory]:
-        """Keyword search; emits ``MemoryRecalled`` with the number of hits."""
-        hits = await self.storage.search_by_keyword(
-            query, source=source, limit=limit, round_ids=round_ids
-        )
+        """Keyword search — fused with vector search when an embedder is configured; emits
+        ``MemoryRecalled`` with the number of hits."""
+        if self.semantic is not None:
+            hits = await self.semantic.search(
+                query, source=source, limit=limit, round_ids=round_ids
+            )
+        else:
+            hits = await self.storage.search_by_keyword(
+                query, source=source, limit=limit, round_ids=round_ids
+            )
         self.events.emit(MemoryRecalled(query, len(hits)))
         return hits
 
     async def write(self, item: NewMemory) -> MemoryRecord:
-        """Write one memory; emits ``MemoryAdded``."""
+        """Write one memory; emits ``MemoryAdded``.  With an embedder, its vector is written in
+        the background (:meth:`idle` waits for it)."""
         record = await self.storage.add(item)
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
+        self.embed_pending()
         return record
 
     async def supersede(self, old_id: str, item: NewMemory) -> MemoryRecord:
         record = await self.storage.supersede(old_id, item)
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
+        self.embed_pending()
         return record
+
+    def embed_pending(self) -> None:
+        """With an embedder: write, in the background, the vectors of memories that have none
+        (one pass at a time; a call during a pass makes it look again).  Without: nothing."""
+        if self.semantic is None:
+            return
+        self._fill_again = True
+        if self._fill_task is None or self._fill_task.done():
+            self._fill_task = asyncio.get_running_loop().create_task(
+                self._fill(), name="memora-embed-memories"
+            )
+
+    async def _fill(self) -> None:
+        assert self.semantic is not None
+        while self._fill_again:
+            self._fill_again = False
+            try:
+                await self.semantic.fill()
+            except Exception as exc:  # the storage failed: logged, tried again on the next write
+                logger.warning("writing memory vectors failed: %s", exc)
+                return
+
+    async def idle(self) -> None:
+        """Wait until the vectors being written in the background are written."""
+        while self._fill_task is not None and not self._fill_task.done():
+            await asyncio.wait([self._fill_task])
+
+    async def close(self) -> None:
+        """Stop writing vectors (those not written yet are written after the next open)."""
+        task, self._fill_task = self._fill_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     async def history(self, memory_id: str) -> list[MemoryRecord]:
         return await self.storage.history(memory_id)

@@ -23,6 +23,7 @@ from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes
 from .storage import check_new, clamp_limit, score_records, tokens_of, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source
+from .vectors import VectorRows, embed_text
 
 __all__ = ["InMemoryStorage", "JsonFileStorage"]
 
@@ -35,6 +36,9 @@ class InMemoryStorage:
         self._tokens: dict[str, tuple[str, Counter[str], int]] = {}
         self._lock = asyncio.Lock()
         self._closed = False
+        # space -> vectors, and the text each was made from (a changed memory is re-embedded);
+        # kept in process memory only: after a restart they are filled in again
+        self._vectors: dict[str, tuple[VectorRows, dict[str, str]]] = {}
 
     # persistence hooks for subclasses
     async def _persist(self) -> None:
@@ -129,6 +133,9 @@ class InMemoryStorage:
             if self._records.pop(memory_id, None) is None:
                 return False
             self._tokens.pop(memory_id, None)
+            for rows, texts in self._vectors.values():
+                rows.drop(memory_id)
+                texts.pop(memory_id, None)
             await self._commit(snap)
             return True
 
@@ -220,6 +227,62 @@ class InMemoryStorage:
             seen.add(nxt.id)
             cur = nxt
         return chain
+
+    # -- vectors (memora.memory.vectors) -------------------------------------------------------
+
+    async def put_vectors(self, space: str, vectors: Sequence[tuple[str, Sequence[float]]]) -> None:
+        self._check_open()
+        rows, texts = self._vectors.setdefault(space, (VectorRows(), {}))
+        for memory_id, vector in vectors:
+            record = self._records.get(memory_id)
+            if record is None:
+                continue
+            rows.put(memory_id, list(vector))
+            texts[memory_id] = embed_text(record)
+
+    async def missing_vectors(self, space: str, *, limit: int = 32) -> builtins.list[MemoryRecord]:
+        self._check_open()
+        await self._refresh()
+        _, texts = self._vectors.get(space, (None, {}))
+        out = [r for r in self._records.values() if texts.get(r.id) != embed_text(r)]
+        out.sort(key=lambda r: (r.created_at, r.id))
+        return out[: clamp_limit(limit)]
+
+    async def search_by_vector(
+        self,
+        space: str,
+        vector: Sequence[float],
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        self._check_open()
+        await self._refresh()
+        limit = clamp_limit(limit)
+        entry = self._vectors.get(space)
+        if entry is None or limit <= 0:
+            return []
+        rows, texts = entry
+        scope = set(round_ids) if round_ids is not None else None
+        k = max(limit * 4, 40)
+        while True:
+            ranked = rows.ranked(vector, k)
+            hits = []
+            for memory_id, score in ranked:
+                r = self._records.get(memory_id)
+                if (
+                    r is not None
+                    and texts.get(memory_id) == embed_text(r)
+                    and (source is None or r.source == source)
+                    and (include_superseded or r.superseded_by is None)
+                    and (scope is None or r.round_id in scope)
+                ):
+                    hits.append(ScoredMemory(r, score))
+            if len(hits) >= limit or len(ranked) < k:
+                return hits[:limit]
+            k *= 4
 
     async def close(self) -> None:
         self._closed = True

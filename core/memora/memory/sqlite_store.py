@@ -37,6 +37,7 @@ from .storage import (
     update_changes,
 )
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
+from .vectors import VectorRows, pack, unpack
 
 __all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
 
@@ -84,8 +85,25 @@ def _m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+def _m002_vectors(db: sqlite3.Connection) -> None:
+    # semantic recall (memora.memory.vectors): one float32 BLOB per memory and vector space
+    _script(
+        db,
+        """
+        CREATE TABLE memory_vectors (
+            space TEXT NOT NULL,
+            memory_rowid INTEGER NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (space, memory_rowid)
+        ) WITHOUT ROWID;
+        CREATE INDEX memory_vectors_memory ON memory_vectors(memory_rowid);
+        """,
+    )
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("001_initial", _m001_initial),
+    ("002_vectors", _m002_vectors),
 )
 """Applied in order when a store opens; each is recorded in ``_memora_migrations``."""
 
@@ -142,6 +160,11 @@ class _Core:
         self.db.execute("PRAGMA busy_timeout=10000")
         if not read_only:
             self._migrate()
+        # vectors per space, loaded on the first vector search; kept up to date by this
+        # connection's writes and reloaded when another connection committed (data_version)
+        self._vectors: dict[str, tuple[int, VectorRows]] = {}
+        # per space: (data_version, rowid) — every memory up to rowid has a vector
+        self._vectors_done: dict[str, tuple[int, int]] = {}
 
     def _migrate(self) -> None:
         db = self.db
@@ -233,6 +256,7 @@ class _Core:
                     "UPDATE memories_fts SET tokens=? WHERE rowid=?",
                     (" ".join(index_tokens(f"{updated.name}\n{updated.content}")), rowid),
                 )
+                self._forget_vectors(rowid, memory_id)  # re-embedded from the new text
             return updated
 
         return self._tx(work)
@@ -246,6 +270,7 @@ class _Core:
                 return False
             self.db.execute("DELETE FROM memories WHERE rowid = ?", (row[0],))
             self.db.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
+            self._forget_vectors(row[0], memory_id)
             return True
 
         return self._tx(work)
@@ -375,6 +400,115 @@ class _Core:
             cur = nxt
         return chain
 
+    # -- vectors (memora.memory.vectors) -------------------------------------------------------
+
+    def _data_version(self) -> int:
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    def _has_vector_table(self) -> bool:
+        return (
+            self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_vectors'"
+            ).fetchone()
+            is not None
+        )
+
+    def _forget_vectors(self, rowid: int, memory_id: str) -> None:
+        self.db.execute("DELETE FROM memory_vectors WHERE memory_rowid = ?", (rowid,))
+        for _, rows in self._vectors.values():
+            rows.drop(memory_id)
+        for space, (version, done) in list(self._vectors_done.items()):
+            if rowid <= done:
+                self._vectors_done[space] = (version, rowid - 1)
+
+    def put_vectors(self, space: str, vectors: builtins.list[tuple[str, Any]]) -> None:
+        def work() -> builtins.list[tuple[str, Any]]:
+            stored = []
+            for memory_id, vector in vectors:
+                row = self.db.execute(
+                    "SELECT rowid FROM memories WHERE id = ?", (memory_id,)
+                ).fetchone()
+                if row is None:
+                    continue  # deleted meanwhile
+                self.db.execute(
+                    "INSERT OR REPLACE INTO memory_vectors (space, memory_rowid, vector) "
+                    "VALUES (?, ?, ?)",
+                    (space, row[0], pack(vector)),
+                )
+                stored.append((memory_id, vector))
+            return stored
+
+        stored = self._tx(work)
+        cached = self._vectors.get(space)
+        if cached is not None:
+            for memory_id, vector in stored:
+                cached[1].put(memory_id, vector)
+
+    def missing_vectors(self, space: str, limit: int) -> builtins.list[MemoryRecord]:
+        if not self._has_vector_table():
+            return []
+        version = self._data_version()
+        seen_version, done = self._vectors_done.get(space, (version, 0))
+        if seen_version != version:
+            done = 0  # another process wrote: look at everything again
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = self.db.execute(
+            f"SELECT m.rowid, {cols} FROM memories m WHERE m.rowid > ? AND NOT EXISTS "
+            "(SELECT 1 FROM memory_vectors v WHERE v.space = ? AND v.memory_rowid = m.rowid) "
+            "ORDER BY m.rowid LIMIT ?",
+            (done, space, limit),
+        ).fetchall()
+        if not rows:
+            top = self.db.execute("SELECT max(rowid) FROM memories").fetchone()[0] or 0
+            self._vectors_done[space] = (version, int(top))
+        else:
+            self._vectors_done[space] = (version, int(rows[0][0]) - 1)
+        return [record_from_row(r[1:]) for r in rows]
+
+    def _vector_rows(self, space: str) -> VectorRows:
+        version = self._data_version()
+        cached = self._vectors.get(space)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        rows = VectorRows()
+        for memory_id, blob in self.db.execute(
+            "SELECT m.id, v.vector FROM memory_vectors v JOIN memories m "
+            "ON m.rowid = v.memory_rowid WHERE v.space = ? ORDER BY v.memory_rowid",
+            (space,),
+        ):
+            rows.put(memory_id, unpack(blob))
+        self._vectors[space] = (version, rows)
+        return rows
+
+    def search_vector(
+        self,
+        space: str,
+        vector: builtins.list[float],
+        source: str | None,
+        limit: int,
+        include_superseded: bool,
+        round_ids: builtins.list[str] | None,
+    ) -> builtins.list[ScoredMemory]:
+        if limit <= 0 or not self._has_vector_table():
+            return []
+        rows = self._vector_rows(space)
+        where, args = self._filters(source, include_superseded, round_ids, prefix="m.")
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        sql = f"SELECT {cols} FROM memories m WHERE m.id IN (SELECT value FROM json_each(?))"
+        sql += "".join(f" AND {w}" for w in where)
+        k = max(limit * 4, 40)
+        while True:
+            ranked = rows.ranked(vector, k)
+            scores = dict(ranked)
+            found = {
+                r[0]: record_from_row(r)
+                for r in self.db.execute(sql, (json.dumps([i for i, _ in ranked]), *args))
+            }
+            hits = [ScoredMemory(found[i], scores[i]) for i, _ in ranked if i in found]
+            if len(hits) >= limit or len(ranked) < k:
+                return hits[:limit]
+            k *= 4
+
     def integrity_check(self) -> str:
         return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
 
@@ -475,6 +609,32 @@ class SqliteStorage:
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         return await self._run(self._core.history, memory_id)
+
+    async def put_vectors(self, space: str, vectors: Sequence[tuple[str, Sequence[float]]]) -> None:
+        await self._run(self._core.put_vectors, space, [(i, list(v)) for i, v in vectors])
+
+    async def missing_vectors(self, space: str, *, limit: int = 32) -> builtins.list[MemoryRecord]:
+        return await self._run(self._core.missing_vectors, space, clamp_limit(limit))
+
+    async def search_by_vector(
+        self,
+        space: str,
+        vector: Sequence[float],
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        return await self._run(
+            self._core.search_vector,
+            space,
+            list(vector),
+            source,
+            clamp_limit(limit),
+            include_superseded,
+            list(round_ids) if round_ids is not None else None,
+        )
 
     async def integrity_check(self) -> str:
         return await self._run(self._core.integrity_check)

@@ -1,4 +1,5 @@
-"""memora plugin: an embedded GGUF model through llama-cpp-python (provider ``llamacpp``)."""
+"""memora plugin: an embedded GGUF model through llama-cpp-python (provider ``llamacpp``), and
+embedded GGUF embedding models (embedder ``llamacpp``, see :mod:`.embeddings`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ __all__ = [
     "build_features",
     "check_build",
     "default_model_path",
+    "register_embedders",
     "register_providers",
 ]
 
@@ -379,6 +381,17 @@ def _factory(options: Mapping[str, Any]) -> LlamaCppProvider:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("llamacpp", probed(project_settable(_factory, PROJECT), _load_llama))
+
+
+def _embedder(options: Mapping[str, Any]) -> Any:
+    from .embeddings import embedder_factory
+
+    return embedder_factory(options)
+
+
+@hookimpl
+def register_embedders(register: Any) -> None:
+    register("llamacpp", probed(_embedder, _load_llama))
 
 
 def _drop_oldest(messages: list[Any]) -> list[Any] | None:

@@ -1,4 +1,5 @@
-"""memora plugin: an OpenAI-compatible Chat Completions provider named ``openai``.
+"""memora plugin: an OpenAI-compatible Chat Completions provider named ``openai``, and an
+embedder of the same name (``/v1/embeddings``; ``"embedder": {"type": "openai", ...}``).
 
 Options (``config["providers"][name]`` or ``memora run --provider openai --base-url ...``):
 ``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
@@ -17,10 +18,19 @@ from memora.plugins import probed
 from memora.security.trust import ANY, AtMost, project_settable
 
 if TYPE_CHECKING:
+    from .embeddings import OpenAIEmbedder
     from .provider import Completion, OpenAIProvider, encode_message
     from .sse import SSEDecoder
 
-__all__ = ["Completion", "OpenAIProvider", "SSEDecoder", "encode_message", "register_providers"]
+__all__ = [
+    "Completion",
+    "OpenAIEmbedder",
+    "OpenAIProvider",
+    "SSEDecoder",
+    "encode_message",
+    "register_embedders",
+    "register_providers",
+]
 
 _OPTIONS = {
     "model",
@@ -53,6 +63,7 @@ _LAZY = {
     "OpenAIProvider": ".provider",
     "encode_message": ".provider",
     "SSEDecoder": ".sse",
+    "OpenAIEmbedder": ".embeddings",
 }
 
 
@@ -95,3 +106,42 @@ def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("openai", probed(project_settable(_factory, PROJECT), _load))
+
+
+_EMBEDDER_OPTIONS = {
+    "model",
+    "base_url",
+    "api_key_env",
+    "headers",
+    "dimensions",
+    "query_prefix",
+    "document_prefix",
+    "input_type",
+    "batch_size",
+    "connect_timeout",
+    "timeout",
+    "max_response_bytes",
+}
+
+
+def _load_embedder() -> Any:
+    from .embeddings import OpenAIEmbedder
+
+    return OpenAIEmbedder
+
+
+def _embedder_factory(options: Mapping[str, Any]) -> OpenAIEmbedder:
+    unknown = set(options) - _EMBEDDER_OPTIONS
+    if unknown:
+        raise ValueError(
+            f"unknown openai embedder option(s) {', '.join(sorted(unknown))}; legal: "
+            f"{', '.join(sorted(_EMBEDDER_OPTIONS))}"
+        )
+    from .embeddings import OpenAIEmbedder
+
+    return OpenAIEmbedder(**options)
+
+
+@hookimpl
+def register_embedders(register: Any) -> None:
+    register("openai", probed(_embedder_factory, _load_embedder))

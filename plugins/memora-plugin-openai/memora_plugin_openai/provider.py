@@ -174,7 +174,107 @@ class Completion:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-class OpenAIProvider:
+class HTTPEndpoint:
+    """What the chat provider and the embedder share: capped reads and classified errors of
+    one OpenAI-compatible server (``base_url``, ``model``)."""
+
+    base_url: str
+    model: str
+
+    async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
+        """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
+        ``aread()`` would hold all of it: a gzip bomb of a few kilobytes inflates to gigabytes."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                await response.aclose()
+                return b"".join(parts)[:limit], True
+        return b"".join(parts), False
+
+    async def _http_error(self, response: httpx2.Response) -> ProviderError:
+        # an error body is only read for its message: a small cap, whatever the server sends
+        try:
+            raw, _ = await self._read_capped(response, _ERROR_BODY_LIMIT)
+            body = raw.decode("utf-8", errors="replace")
+        except httpx2.HTTPError:
+            body = ""
+        message = body[:500]
+        try:
+            parsed = json.loads(body)
+            err = parsed.get("error") if isinstance(parsed, dict) else None
+            if isinstance(err, dict) and err.get("message"):
+                message = str(err["message"])
+            elif isinstance(err, str):
+                message = err
+        except ValueError:
+            pass
+        status = response.status_code
+        hint = ""
+        if status in (401, 403):
+            hint = " (check MEMORA_API_KEY / OPENAI_API_KEY)"
+        elif status == 404:
+            hint = f" (check the base URL {self.base_url} and the model {self.model!r})"
+        return ProviderError(
+            f"HTTP {status} from {self.base_url}: {message}{hint}",
+            category="unknown",
+            retryable=status in _RETRYABLE_STATUS,
+            retry_after=_retry_after(response.headers),
+            status=status,
+        )
+
+    def _transport_error(self, exc: Exception) -> ProviderError:
+        if isinstance(exc, httpx2.TimeoutException):
+            kind = (
+                "connect"
+                if isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
+                else "stall"
+            )
+            what = "connecting to" if kind == "connect" else "waiting for tokens from"
+            return ProviderError(
+                f"timed out {what} {self.base_url}", category="timeout", retryable=True
+            )
+        return ProviderError(
+            f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
+            category="connection",
+            retryable=True,
+        )
+
+
+def endpoint_client(
+    base_url: str,
+    *,
+    api_key_env: str | None,
+    headers: Mapping[str, str] | None,
+    accept: str,
+    timeout: httpx2.Timeout,
+    http2: bool = False,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> httpx2.AsyncClient:
+    """An httpx2 client for ``base_url``: the key from the environment only (``api_key_env``,
+    else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``), no proxy from the environment, an
+    uncompressed answer (a compressed one could expand without bound)."""
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+    else:
+        key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    hdrs = {"Content-Type": "application/json", "Accept": accept, "Accept-Encoding": "identity"}
+    if key:
+        hdrs["Authorization"] = f"Bearer {key}"
+    hdrs.update(headers or {})
+    return httpx2.AsyncClient(
+        base_url=base_url,
+        headers=hdrs,
+        timeout=timeout,
+        http2=http2,
+        transport=transport,
+        trust_env=False,
+    )
+
+
+class OpenAIProvider(HTTPEndpoint):
     """Chat Completions over httpx2: pooled connections, SSE streaming, classified errors.
 
     The API key comes from the environment only (``api_key_env``, default ``MEMORA_API_KEY``
@@ -205,30 +305,18 @@ class OpenAIProvider:
         self.base_url = (
             base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-        else:
-            key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        # identity: an answer is small text; a compressed one could expand without bound
-        hdrs = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream, application/json",
-            "Accept-Encoding": "identity",
-        }
-        if key:
-            hdrs["Authorization"] = f"Bearer {key}"
-        hdrs.update(headers or {})
         self._context_window = int(context_window)
         self._extra = dict(extra_body or {})
-        self._client = httpx2.AsyncClient(
-            base_url=self.base_url,
-            headers=hdrs,
+        self._client = endpoint_client(
+            self.base_url,
+            api_key_env=api_key_env,
+            headers=headers,
+            accept="text/event-stream, application/json",
             timeout=httpx2.Timeout(
                 connect=connect_timeout, read=stall_timeout, write=30.0, pool=connect_timeout
             ),
             http2=http2,
             transport=transport,
-            trust_env=False,
         )
         self._history: OrderedDict[str, _HistoryEntry] = OrderedDict()
         self._tools_cache: tuple[tuple[int, ...], str] | None = None
@@ -306,69 +394,6 @@ class OpenAIProvider:
             extra.append(json.dumps(more, ensure_ascii=False)[1:-1])
         return (head + ("," + ",".join(e for e in extra if e) if extra else "") + "}").encode(
             "utf-8"
-        )
-
-    # -- errors ------------------------------------------------------------------------------------
-
-    async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
-        """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
-        ``aread()`` would hold all of it: a gzip bomb of a few kilobytes inflates to gigabytes."""
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                await response.aclose()
-                return b"".join(parts)[:limit], True
-        return b"".join(parts), False
-
-    async def _http_error(self, response: httpx2.Response) -> ProviderError:
-        # an error body is only read for its message: a small cap, whatever the server sends
-        try:
-            raw, _ = await self._read_capped(response, _ERROR_BODY_LIMIT)
-            body = raw.decode("utf-8", errors="replace")
-        except httpx2.HTTPError:
-            body = ""
-        message = body[:500]
-        try:
-            parsed = json.loads(body)
-            err = parsed.get("error") if isinstance(parsed, dict) else None
-            if isinstance(err, dict) and err.get("message"):
-                message = str(err["message"])
-            elif isinstance(err, str):
-                message = err
-        except ValueError:
-            pass
-        status = response.status_code
-        hint = ""
-        if status in (401, 403):
-            hint = " (check MEMORA_API_KEY / OPENAI_API_KEY)"
-        elif status == 404:
-            hint = f" (check the base URL {self.base_url} and the model {self.model!r})"
-        return ProviderError(
-            f"HTTP {status} from {self.base_url}: {message}{hint}",
-            category="unknown",
-            retryable=status in _RETRYABLE_STATUS,
-            retry_after=_retry_after(response.headers),
-            status=status,
-        )
-
-    def _transport_error(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, httpx2.TimeoutException):
-            kind = (
-                "connect"
-                if isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
-                else "stall"
-            )
-            what = "connecting to" if kind == "connect" else "waiting for tokens from"
-            return ProviderError(
-                f"timed out {what} {self.base_url}", category="timeout", retryable=True
-            )
-        return ProviderError(
-            f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
-            category="connection",
-            retryable=True,
         )
 
     # -- streaming ---------------------------------------------------------------------------------

@@ -138,7 +138,30 @@ async def _m1_tables(conn: AsyncConnection[Any]) -> None:
     )
 
 
-MIGRATIONS: list[tuple[str, Migration]] = [("0001_tables", _m1_tables)]
+async def _m2_vectors(conn: AsyncConnection[Any]) -> None:
+    # semantic recall (memora.memory.vectors): one unit vector per memory and vector space
+    await conn.execute(
+        """
+        CREATE TABLE memora_memory_vectors (
+            namespace text NOT NULL,
+            space text NOT NULL,
+            memory_id text NOT NULL,
+            vector real[] NOT NULL,
+            PRIMARY KEY (namespace, space, memory_id),
+            FOREIGN KEY (namespace, memory_id) REFERENCES memora_memories (namespace, id)
+                ON DELETE CASCADE
+        )
+        """
+    )
+    await conn.execute(
+        "CREATE INDEX memora_memory_vectors_memory ON memora_memory_vectors (namespace, memory_id)"
+    )
+
+
+MIGRATIONS: list[tuple[str, Migration]] = [
+    ("0001_tables", _m1_tables),
+    ("0002_vectors", _m2_vectors),
+]
 """Applied in order, each once, recorded in ``memora_migrations``; new ones are appended."""
 
 

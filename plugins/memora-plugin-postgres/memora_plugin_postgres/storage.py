@@ -197,6 +197,11 @@ class PostgresStorage:
                     memory_id,
                 ),
             )
+            if "content" in changes or "name" in changes:  # re-embedded from the new text
+                await conn.execute(
+                    "DELETE FROM memora_memory_vectors WHERE namespace=%s AND memory_id=%s",
+                    (self.namespace, memory_id),
+                )
             return updated
 
     async def delete(self, memory_id: str) -> bool:
@@ -325,6 +330,72 @@ class PostgresStorage:
                     break
                 offset += page
         return scored[:limit]
+
+    # -- vectors (memora.memory.vectors) -------------------------------------------------------
+
+    async def put_vectors(self, space: str, vectors: Sequence[tuple[str, Sequence[float]]]) -> None:
+        rows = [(self.namespace, space, i, [float(x) for x in v]) for i, v in vectors]
+        if not rows:
+            return
+        async with await self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            # a memory deleted meanwhile is skipped (the SELECT finds no row)
+            await cur.executemany(
+                "INSERT INTO memora_memory_vectors (namespace, space, memory_id, vector) "
+                "SELECT %s, %s, id, %s::real[] FROM memora_memories WHERE namespace=%s AND id=%s "
+                "ON CONFLICT (namespace, space, memory_id) DO UPDATE SET vector = EXCLUDED.vector",
+                [(ns, sp, vec, ns, mid) for ns, sp, mid, vec in rows],
+            )
+
+    async def missing_vectors(self, space: str, *, limit: int = 32) -> builtins.list[MemoryRecord]:
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {cols} FROM memora_memories m WHERE m.namespace=%s AND NOT EXISTS "
+                "(SELECT 1 FROM memora_memory_vectors v WHERE v.namespace=m.namespace "
+                "AND v.space=%s AND v.memory_id=m.id) ORDER BY m.created_at, m.id LIMIT %s",
+                (self.namespace, space, clamp_limit(limit)),
+            )
+            return [record_from_row(r) for r in await cur.fetchall()]
+
+    async def search_by_vector(
+        self,
+        space: str,
+        vector: Sequence[float],
+        *,
+        source: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        round_ids: Collection[str] | None = None,
+    ) -> builtins.list[ScoredMemory]:
+        """Cosine of unit vectors, computed in the database over every vector of the space
+        (a linear scan: no extension such as pgvector is needed)."""
+        self._check_open()
+        limit = clamp_limit(limit)
+        ids = list(round_ids) if round_ids is not None else None
+        if limit == 0 or ids == []:
+            return []
+        where, args = self._filters(source, include_superseded, ids)
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {cols}, s.score FROM (SELECT v.memory_id, "
+                "(SELECT sum(a * b) FROM unnest(v.vector, %s::real[]) AS t(a, b)) AS score "
+                "FROM memora_memory_vectors v WHERE v.namespace=%s AND v.space=%s) s "
+                "JOIN memora_memories m ON m.namespace=%s AND m.id=s.memory_id "
+                f"WHERE s.score IS NOT NULL AND {' AND '.join('m.' + w for w in where)} "
+                "ORDER BY s.score DESC, m.created_at DESC LIMIT %s",
+                (
+                    [float(x) for x in vector],
+                    self.namespace,
+                    space,
+                    self.namespace,
+                    *args,
+                    limit,
+                ),
+            )
+            return [
+                ScoredMemory(record_from_row(r[:11]), float(r[11])) for r in await cur.fetchall()
+            ]
 
     async def count(self) -> int:
         return await self._count(None)
