@@ -159,3 +159,35 @@ def stall_scenario(after_events: list[bytes] | None = None) -> Scenario:
 
 def json_scenario(obj: dict[str, Any]) -> Scenario:
     return status_scenario(200, json.dumps(obj).encode())
+
+
+CONCEPTS: tuple[tuple[str, ...], ...] = (
+    ("dog", "puppy", "hound", "rex"),
+    ("car", "automobile", "vehicle", "tyres"),
+    ("hike", "hiking", "mountain", "爬山"),
+    ("invoice", "payment", "bill"),
+)
+"""Word groups a scripted embedder maps to one axis each: a query finds a memory through a
+synonym it does not share (``hound`` → ``puppy``)."""
+
+
+def concept_vector(text: str) -> list[float]:
+    low = text.lower()
+    return [0.05] + [float(sum(w in low for w in words)) for words in CONCEPTS]
+
+
+def embeddings_scenario() -> Scenario:
+    """An OpenAI-compatible ``/v1/embeddings`` answer: a concept vector per input text."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        request = json.loads(body)
+        texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+        data = [
+            {"object": "embedding", "index": i, "embedding": concept_vector(t)}
+            for i, t in enumerate(texts)
+        ]
+        await json_scenario({"object": "list", "data": data, "model": request["model"]})(
+            reader, writer, body
+        )
+
+    return run

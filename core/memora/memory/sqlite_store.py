@@ -37,7 +37,7 @@ from .storage import (
     update_changes,
 )
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
-from .vectors import VectorRows, pack, unpack
+from .vectors import VectorRows, pack
 
 __all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
 
@@ -471,12 +471,13 @@ class _Core:
         if cached is not None and cached[0] == version:
             return cached[1]
         rows = VectorRows()
-        for memory_id, blob in self.db.execute(
-            "SELECT m.id, v.vector FROM memory_vectors v JOIN memories m "
-            "ON m.rowid = v.memory_rowid WHERE v.space = ? ORDER BY v.memory_rowid",
-            (space,),
-        ):
-            rows.put(memory_id, unpack(blob))
+        rows.load(
+            self.db.execute(
+                "SELECT m.id, v.vector FROM memory_vectors v JOIN memories m "
+                "ON m.rowid = v.memory_rowid WHERE v.space = ? ORDER BY v.memory_rowid",
+                (space,),
+            ).fetchall()
+        )
         self._vectors[space] = (version, rows)
         return rows
 
@@ -494,8 +495,10 @@ class _Core:
         rows = self._vector_rows(space)
         where, args = self._filters(source, include_superseded, round_ids, prefix="m.")
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
-        sql = f"SELECT {cols} FROM memories m WHERE m.id IN (SELECT value FROM json_each(?))"
-        sql += "".join(f" AND {w}" for w in where)
+        # CROSS JOIN: the candidates drive the lookup by id (a plain IN lets the planner walk
+        # the superseded_by index over every memory instead)
+        sql = f"SELECT {cols} FROM json_each(?) AS j CROSS JOIN memories m ON m.id = j.value"
+        sql += (" WHERE " + " AND ".join(where)) if where else ""
         k = max(limit * 4, 40)
         while True:
             ranked = rows.ranked(vector, k)

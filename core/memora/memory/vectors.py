@@ -169,8 +169,11 @@ class VectorRows:
     is installed (``pip install 'memora-kernel[vectors]'``), else plain Python (fine for a few
     thousand memories).  Rows are keyed by memory id; replacing or dropping one is O(1)."""
 
-    def __init__(self, dims: int | None = None) -> None:
-        self._np = _numpy()
+    def __init__(self, dims: int | None = None, *, use_numpy: bool | None = None) -> None:
+        """``use_numpy``: None uses numpy when it is installed; False never does."""
+        self._np = _numpy() if use_numpy is not False else None
+        if use_numpy and self._np is None:
+            raise ImportError("numpy is not installed: pip install 'memora-kernel[vectors]'")
         self._reset(dims)
 
     def _reset(self, dims: int | None) -> None:
@@ -212,6 +215,23 @@ class VectorRows:
                 self._rows.append(row)
             else:
                 self._rows[at] = row
+
+    def load(self, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Add many ``(id, packed float32 vector)`` rows at once (a store's first search)."""
+        if not rows:
+            return
+        np = self._np
+        width = len(rows[0][1])
+        if np is None or self.index or any(len(blob) != width for _, blob in rows):
+            for memory_id, blob in rows:
+                self.put(memory_id, unpack(blob))
+            return
+        matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4")
+        self._reset(width // 4)
+        self._matrix = matrix.reshape(len(rows), width // 4).astype(np.float32)
+        ids = [memory_id for memory_id, _ in rows]
+        self.ids = list(ids)
+        self.index = {memory_id: i for i, memory_id in enumerate(ids)}
 
     def drop(self, memory_id: str) -> None:
         at = self.index.pop(memory_id, None)

@@ -29,6 +29,7 @@ import pytest_asyncio
 from ..errors import MemoraError
 from ..memory.storage import MemoryStorage
 from ..memory.types import NewMemory
+from ..memory.vectors import VectorStorage, normalize
 
 __all__ = ["StorageConformance"]
 
@@ -391,3 +392,70 @@ class StorageConformance:
             )
         finally:
             await again.close()
+
+    # -- vectors (semantic recall; backends that keep them: memora.memory.vectors) ---------------
+
+    async def _vector_store(self, store: MemoryStorage) -> VectorStorage:
+        if not isinstance(store, VectorStorage):
+            pytest.skip("backend keeps no vectors (no put_vectors/search_by_vector)")
+        return store
+
+    async def test_vectors_rank_by_cosine_with_filters(self, store: MemoryStorage) -> None:
+        vs = await self._vector_store(store)
+        dog, car, cat, old = await store.add_many(
+            [
+                NewMemory("Rex the puppy", round_id="r1"),
+                NewMemory("the red automobile", round_id="r2"),
+                NewMemory("a kitten", source="persona", round_id="r1"),
+                NewMemory("an old dog note", round_id="r1"),
+            ]
+        )
+        assert {r.id for r in await vs.missing_vectors("t:4")} == {dog.id, car.id, cat.id, old.id}
+        await vs.put_vectors(
+            "t:4",
+            [
+                (dog.id, normalize([1, 0, 0, 0])),
+                (car.id, normalize([0, 1, 0, 0])),
+                (cat.id, normalize([0.8, 0, 0.6, 0])),
+                (old.id, normalize([0.9, 0.1, 0, 0])),
+                ("no-such-memory", normalize([1, 1, 1, 1])),  # skipped, never an error
+            ],
+        )
+        assert await vs.missing_vectors("t:4") == [], "every memory has a vector now"
+        assert len(await vs.missing_vectors("other:8")) == 4, "vector spaces are separate"
+        query = normalize([1, 0, 0, 0])
+        hits = await vs.search_by_vector("t:4", query, limit=3)
+        assert [h.record.id for h in hits] == [dog.id, old.id, cat.id], "closest first"
+        assert abs(hits[0].score - 1.0) < 1e-4, "the score is the cosine"
+        only = await vs.search_by_vector("t:4", query, source="persona")
+        assert [h.record.id for h in only] == [cat.id], "source= filters"
+        scoped = await vs.search_by_vector("t:4", query, round_ids=["r2"])
+        assert [h.record.id for h in scoped] == [car.id], "round_ids= scopes"
+        assert await vs.search_by_vector("t:4", query, round_ids=[]) == []
+        assert await vs.search_by_vector("other:8", query) == [], "no vectors in that space"
+        await store.supersede(old.id, NewMemory("the dog note, corrected"))
+        hits = await vs.search_by_vector("t:4", query, limit=10)
+        assert old.id not in {h.record.id for h in hits}, "superseded memories are excluded"
+        with_old = await vs.search_by_vector("t:4", query, limit=10, include_superseded=True)
+        assert old.id in {h.record.id for h in with_old}, "unless include_superseded"
+        assert [r.content for r in await vs.missing_vectors("t:4")] == [
+            "the dog note, corrected"
+        ], "a new memory has no vector until one is put"
+
+    async def test_vectors_follow_updates_and_deletes(self, store: MemoryStorage) -> None:
+        vs = await self._vector_store(store)
+        a, b = await store.add_many([NewMemory("alpha text"), NewMemory("beta text")])
+        await vs.put_vectors("t:2", [(a.id, normalize([1, 0])), (b.id, normalize([0, 1]))])
+        assert (await vs.search_by_vector("t:2", [1.0, 0.0], limit=1))[0].record.id == a.id
+        await store.update(a.id, meta={"k": 1})
+        assert await vs.missing_vectors("t:2") == [], "a change of meta keeps the vector"
+        await store.update(a.id, content="alpha, rewritten")
+        assert [r.id for r in await vs.missing_vectors("t:2")] == [a.id], (
+            "a memory whose content changed is embedded again"
+        )
+        assert a.id not in {h.record.id for h in await vs.search_by_vector("t:2", [1.0, 0.0])}, (
+            "its old vector no longer finds it"
+        )
+        await store.delete(b.id)
+        assert await vs.search_by_vector("t:2", [0.0, 1.0]) == [], "a deleted memory is not found"
+        assert [r.id for r in await vs.missing_vectors("t:2")] == [a.id]

@@ -147,6 +147,9 @@ async def _m2_vectors(conn: AsyncConnection[Any]) -> None:
             space text NOT NULL,
             memory_id text NOT NULL,
             vector real[] NOT NULL,
+            -- the writing transaction: a process keeps the vectors in memory and reads only
+            -- the rows written since its last read (xid >= the oldest then in flight)
+            xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
             PRIMARY KEY (namespace, space, memory_id),
             FOREIGN KEY (namespace, memory_id) REFERENCES memora_memories (namespace, id)
                 ON DELETE CASCADE
@@ -155,6 +158,9 @@ async def _m2_vectors(conn: AsyncConnection[Any]) -> None:
     )
     await conn.execute(
         "CREATE INDEX memora_memory_vectors_memory ON memora_memory_vectors (namespace, memory_id)"
+    )
+    await conn.execute(
+        "CREATE INDEX memora_memory_vectors_recent ON memora_memory_vectors (namespace, space, xid)"
     )
 
 
