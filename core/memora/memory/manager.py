@@ -46,6 +46,7 @@ class MemoryManager:
         """Semantic recall when an embedder is configured (see :mod:`memora.memory.vectors`)."""
         self._fill_task: asyncio.Task[None] | None = None
         self._fill_again = False
+        self._warm = False
 
     async def search(
         self,
@@ -84,7 +85,8 @@ class MemoryManager:
 
     def embed_pending(self) -> None:
         """With an embedder: write, in the background, the vectors of memories that have none
-        (one pass at a time; a call during a pass makes it look again).  Without: nothing."""
+        (one pass at a time; a call during a pass makes it look again), and after the first
+        pass read the vectors into memory for searches.  Without: nothing."""
         if self.semantic is None:
             return
         self._fill_again = True
@@ -99,6 +101,9 @@ class MemoryManager:
             self._fill_again = False
             try:
                 await self.semantic.fill()
+                if not self._warm:
+                    self._warm = True
+                    await self.semantic.warm()
             except Exception as exc:  # the storage failed: logged, tried again on the next write
                 logger.warning("writing memory vectors failed: %s", exc)
                 return

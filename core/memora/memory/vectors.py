@@ -374,6 +374,12 @@ class SemanticSearch:
             self._warned = False
         return written
 
+    async def warm(self) -> None:
+        """Read the space's vectors into process memory now (a store keeps them there after
+        its first vector search): at 100k memories that read takes seconds, better spent in
+        the background after opening than in the first search."""
+        await self.storage.search_by_vector(self.space, [0.0], limit=1)
+
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
