@@ -416,8 +416,12 @@ class SemanticSearch:
                 round_ids=round_ids,
             )
         )
-        vector = await self._query_vector(query)
-        keyword: list[ScoredMemory] = await keyword_task
+        try:
+            vector = await self._query_vector(query)
+            keyword: list[ScoredMemory] = await keyword_task
+        finally:
+            if not keyword_task.done():  # cancelled while embedding the query
+                keyword_task.cancel()
         if vector is None:
             return keyword[:limit]
         semantic = await self.storage.search_by_vector(
