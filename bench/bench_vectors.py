@@ -83,6 +83,7 @@ async def main() -> None:
             await store.close()
         finally:
             vec._numpy = numpy_of
+    results += sqlite_vec_rows(rows, queries)
     memory = InMemoryStorage()
     await fill(memory, rows)
     results.append(("in-memory, numpy", *await timed(memory, queries)))
@@ -104,6 +105,52 @@ async def main() -> None:
     base = results[0][2]
     for name, first, p50 in results:
         print(f"  {name:28} first {first:8.1f} ms   p50 {p50:8.1f} ms   {p50 / base:6.1f}×")
+
+
+def sqlite_vec_rows(rows: list[list[float]], queries: list[list[float]]) -> list[tuple[str, float, float]]:
+    """sqlite-vec through apsw (whose SQLite can load extensions): its vec0 KNN index and its
+    scalar distance over a BLOB table — raw top 50, without memora's filters."""
+    try:
+        import apsw
+        import sqlite_vec
+    except ImportError:
+        print("sqlite-vec: not measured (pip install apsw sqlite-vec)")
+        return []
+    from memora.memory.vectors import pack
+
+    out: list[tuple[str, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = apsw.Connection(str(Path(tmp) / "vec.db"))
+        db.enable_load_extension(True)
+        db.load_extension(sqlite_vec.loadable_path())
+        db.execute(f"CREATE VIRTUAL TABLE knn USING vec0(embedding float[{DIMS}])")
+        db.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, embedding BLOB)")
+        with db:
+            db.executemany(
+                "INSERT INTO knn(rowid, embedding) VALUES (?, ?)",
+                ((i + 1, pack(v)) for i, v in enumerate(rows)),
+            )
+            db.executemany(
+                "INSERT INTO blobs VALUES (?, ?)", ((i + 1, pack(v)) for i, v in enumerate(rows))
+            )
+        for name, sql in (
+            (
+                "sqlite-vec vec0 KNN (apsw)",
+                "SELECT rowid, distance FROM knn WHERE embedding MATCH ? AND k = 50",
+            ),
+            (
+                "sqlite-vec scalar scan (apsw)",
+                "SELECT id, vec_distance_cosine(embedding, ?) AS d FROM blobs ORDER BY d LIMIT 50",
+            ),
+        ):
+            took = []
+            for q in queries:
+                t0 = time.perf_counter()
+                assert len(list(db.execute(sql, (pack(q),)))) == 50
+                took.append(time.perf_counter() - t0)
+            out.append((name, took[0] * 1000, statistics.median(took[1:]) * 1000))
+        db.close()
+    return out
 
 
 def _postgres(stack: contextlib.ExitStack) -> str | None:

@@ -280,7 +280,12 @@ def _refuse_user_side_keys(config: MemoraConfig, path: Path, user_dir: Path) -> 
             f"{path}: {found[0]} cannot be set in a project's config: a cloned project could "
             "send your keys to a host of its choosing. Set it in your user config "
             f"({user_dir / 'config.json'}), with a MEMORA_* variable, an Agent option or a "
-            "command-line flag; the project may then pick that provider by name",
+            "command-line flag"
+            + (
+                " (the embedder, and where it sends memory text, is yours to choose)"
+                if found[0].startswith("embedder.")
+                else "; the project may then pick that provider by name"
+            ),
             context={"path": str(path), "keys": found},
         )
 
