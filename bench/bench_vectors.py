@@ -13,10 +13,14 @@ import contextlib
 import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _server import postgres_cluster
 
 N = 100_000
 DIMS = 384
@@ -88,7 +92,7 @@ async def main() -> None:
     await fill(memory, rows)
     results.append(("in-memory, numpy", *await timed(memory, queries)))
     with contextlib.ExitStack() as stack:
-        dsn = _postgres(stack)
+        dsn = postgres_cluster(stack)
         if dsn:
             from memora_plugin_postgres.database import Database
             from memora_plugin_postgres.storage import PostgresStorage
@@ -107,7 +111,9 @@ async def main() -> None:
         print(f"  {name:28} first {first:8.1f} ms   p50 {p50:8.1f} ms   {p50 / base:6.1f}×")
 
 
-def sqlite_vec_rows(rows: list[list[float]], queries: list[list[float]]) -> list[tuple[str, float, float]]:
+def sqlite_vec_rows(
+    rows: list[list[float]], queries: list[list[float]]
+) -> list[tuple[str, float, float]]:
     """sqlite-vec through apsw (whose SQLite can load extensions): its vec0 KNN index and its
     scalar distance over a BLOB table — raw top 50, without memora's filters."""
     try:
@@ -151,19 +157,6 @@ def sqlite_vec_rows(rows: list[list[float]], queries: list[list[float]]) -> list
             out.append((name, took[0] * 1000, statistics.median(took[1:]) * 1000))
         db.close()
     return out
-
-
-def _postgres(stack: contextlib.ExitStack) -> str | None:
-    try:
-        from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
-    except ImportError:
-        print("PostgreSQL: skipped (memora-plugin-postgres is not installed)")
-        return None
-    try:
-        return str(stack.enter_context(temporary_cluster()))
-    except ClusterUnavailable as exc:
-        print(f"PostgreSQL: skipped ({exc})")
-        return None
 
 
 if __name__ == "__main__":

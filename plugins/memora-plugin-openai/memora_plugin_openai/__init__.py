@@ -83,16 +83,22 @@ def _load() -> Any:
     return OpenAIProvider
 
 
-def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown openai option(s) {', '.join(sorted(unknown))}; legal: {', '.join(sorted(_OPTIONS))}"
-        )
+def _check(options: Mapping[str, Any], legal: set[str], what: str) -> None:
     if "api_key" in options:
         raise ValueError(
-            "API keys are read from the environment only (MEMORA_API_KEY or OPENAI_API_KEY)"
+            "API keys are read from the environment only (MEMORA_API_KEY or OPENAI_API_KEY, "
+            "or the variable named by api_key_env)"
         )
+    unknown = set(options) - legal
+    if unknown:
+        raise ValueError(
+            f"unknown {what} option(s) {', '.join(sorted(unknown))}; legal: "
+            f"{', '.join(sorted(legal))}"
+        )
+
+
+def _factory(options: Mapping[str, Any]) -> OpenAIProvider:
+    _check(options, _OPTIONS, "openai")
     opts = dict(options)
     if not opts.get("model"):
         import os
@@ -131,12 +137,7 @@ def _load_embedder() -> Any:
 
 
 def _embedder_factory(options: Mapping[str, Any]) -> OpenAIEmbedder:
-    unknown = set(options) - _EMBEDDER_OPTIONS
-    if unknown:
-        raise ValueError(
-            f"unknown openai embedder option(s) {', '.join(sorted(unknown))}; legal: "
-            f"{', '.join(sorted(_EMBEDDER_OPTIONS))}"
-        )
+    _check(options, _EMBEDDER_OPTIONS, "openai embedder")
     from .embeddings import OpenAIEmbedder
 
     return OpenAIEmbedder(**options)

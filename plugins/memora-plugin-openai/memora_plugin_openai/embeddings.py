@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -14,7 +13,7 @@ import httpx2
 
 from memora.llm import ProviderError
 
-from .provider import HTTPEndpoint, endpoint_client
+from .provider import HTTPEndpoint, default_base_url, endpoint_client
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -53,9 +52,7 @@ class OpenAIEmbedder(HTTPEndpoint):
         if int(batch_size) < 1:
             raise ValueError("embedder option batch_size must be at least 1")
         self.model = model
-        self.base_url = (
-            base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1"
-        ).rstrip("/")
+        self.base_url = default_base_url(base_url)
         self.dimensions = int(dimensions) if dimensions is not None else None
         self.prefixes = {"query": str(query_prefix), "document": str(document_prefix)}
         self.input_type = bool(input_type)

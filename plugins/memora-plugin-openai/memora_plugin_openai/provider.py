@@ -243,6 +243,13 @@ class HTTPEndpoint:
         )
 
 
+def default_base_url(base_url: str | None) -> str:
+    """``base_url``, else ``MEMORA_BASE_URL``, else OpenAI's; without a trailing slash."""
+    return (base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1").rstrip(
+        "/"
+    )
+
+
 def endpoint_client(
     base_url: str,
     *,
@@ -302,9 +309,7 @@ class OpenAIProvider(HTTPEndpoint):
         self.model = model
         self.total_timeout = float(total_timeout)
         self.max_response_bytes = int(max_response_bytes)
-        self.base_url = (
-            base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1"
-        ).rstrip("/")
+        self.base_url = default_base_url(base_url)
         self._context_window = int(context_window)
         self._extra = dict(extra_body or {})
         self._client = endpoint_client(
