@@ -321,3 +321,22 @@ async def test_llamacpp_embedder_embeds_in_process(tmp_path: Path) -> None:
         await manager.close()
         await asyncio.wait_for(embedder.aclose(), 30)
         await store.close()
+
+
+async def test_a_backfill_says_it_started_and_fills_everything(
+    server: FaultServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager, store, embedder = await _manager(tmp_path, server.url)
+    try:
+        # memories from before the embedder was on: written to the store directly
+        await store.add_many([NewMemory(f"note {i} about the puppy") for i in range(70)])
+        with caplog.at_level(logging.INFO, logger="memora.memory"):
+            manager.embed_pending()
+            await manager.idle()
+        assert any("in the background" in r.getMessage() for r in caplog.records)
+        assert await store.missing_vectors(embedder.name) == []
+        assert sorted(len(r["body"]["input"]) for r in server.requests) == [6, 32, 32]
+    finally:
+        await manager.close()
+        await embedder.aclose()
+        await store.close()

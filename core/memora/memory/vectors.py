@@ -370,6 +370,11 @@ class SemanticSearch:
                 written += len(rows)
                 if len(todo) < BATCH:
                     break
+                if batches == 1:  # more than a batch: a backfill (a new embedder, or a model)
+                    logger.info(
+                        "writing the vectors of memories that have none with %s, in the background",
+                        self.space,
+                    )
         if written:
             self._warned = False
         return written
