@@ -43,6 +43,19 @@ def test_rows_rank_by_dot_product(use_numpy: bool) -> None:
     assert rows.ranked(query, 5) == [], "a query of another length finds nothing"
 
 
+@pytest.mark.parametrize("use_numpy", [True, False])
+def test_dropped_rows_never_rank_and_never_shorten_a_page(use_numpy: bool) -> None:
+    rows = VectorRows(use_numpy=use_numpy)
+    rows.put("kept-1", [-1.0, 0.0])
+    rows.put("kept-2", [-0.8, -0.6])
+    for i in range(5):
+        rows.put(f"gone-{i}", [1.0, 0.0])
+        rows.drop(f"gone-{i}")
+    got = rows.ranked([1.0, 0.0], 2)
+    assert [i for i, _ in got] == ["kept-2", "kept-1"], "a negative score still ranks"
+    assert len(rows.ranked([1.0, 0.0], 10)) == 2
+
+
 def _plain() -> list[tuple[int, list[float]]]:
     rng = random.Random(7)
     return [(i, normalize([rng.gauss(0, 1) for _ in range(16)])) for i in range(300)]

@@ -243,14 +243,19 @@ class VectorRows:
             self._matrix[at] = 0.0
 
     def ranked(self, query: Sequence[float], k: int) -> list[tuple[str, float]]:
-        """The ``k`` ids closest to ``query`` (dot product of unit vectors), best first."""
+        """The ``k`` ids closest to ``query`` (dot product of unit vectors), best first; fewer
+        than ``k`` only when fewer rows are kept."""
         n = len(self.ids)
         if n == 0 or k <= 0 or self.dims is None or len(query) != self.dims:
             return []
         if self._np is not None:
             np = self._np
             scores = self._matrix[:n] @ np.asarray(query, dtype=np.float32)
-            k = min(k, n)
+            if self._free:  # dropped rows never rank (a zero row would beat a negative score)
+                scores[self._free] = -np.inf
+            k = min(k, len(self.index))
+            if k == 0:
+                return []
             top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
             order = top[np.argsort(-scores[top], kind="stable")]
             out = [(self.ids[i], float(scores[i])) for i in order.tolist()]
