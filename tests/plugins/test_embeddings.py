@@ -340,3 +340,24 @@ async def test_a_backfill_says_it_started_and_fills_everything(
         await manager.close()
         await embedder.aclose()
         await store.close()
+
+
+async def test_a_write_embeds_its_memory_without_searching_for_others(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    manager, store, embedder = await _manager(tmp_path, server.url)
+    try:
+        await store.add_many([NewMemory(f"old note {i}") for i in range(3)])  # no vectors yet
+        new = await manager.write(NewMemory("My puppy Rex"))
+        await manager.idle()
+        assert [r["body"]["input"] for r in server.requests] == [["My puppy Rex"]]
+        missing = {r.content for r in await store.missing_vectors(embedder.name)}
+        assert missing == {"old note 0", "old note 1", "old note 2"}
+        assert new.id not in {r.id for r in await store.missing_vectors(embedder.name)}
+        manager.embed_pending()  # what the Agent does when it opens: every missing one
+        await manager.idle()
+        assert await store.missing_vectors(embedder.name) == []
+    finally:
+        await manager.close()
+        await embedder.aclose()
+        await store.close()

@@ -45,7 +45,9 @@ class MemoryManager:
         self.semantic = semantic
         """Semantic recall when an embedder is configured (see :mod:`memora.memory.vectors`)."""
         self._fill_task: asyncio.Task[None] | None = None
-        self._fill_again = False
+        self._queue: list[MemoryRecord] = []  # written here: embedded without a search
+        self._scan = False  # look for every memory without a vector (open, after a failure)
+        self._scan_later = False  # an embedding failed: the next write scans too
         self._warm = False
 
     async def search(
@@ -74,22 +76,27 @@ class MemoryManager:
         the background (:meth:`idle` waits for it)."""
         record = await self.storage.add(item)
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
-        self.embed_pending()
+        self.embed_pending([record])
         return record
 
     async def supersede(self, old_id: str, item: NewMemory) -> MemoryRecord:
         record = await self.storage.supersede(old_id, item)
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
-        self.embed_pending()
+        self.embed_pending([record])
         return record
 
-    def embed_pending(self) -> None:
-        """With an embedder: write, in the background, the vectors of memories that have none
-        (one pass at a time; a call during a pass makes it look again), and after the first
-        pass read the vectors into memory for searches.  Without: nothing."""
+    def embed_pending(self, records: Sequence[MemoryRecord] | None = None) -> None:
+        """With an embedder: write, in the background, the vectors of ``records`` (memories
+        just written), or — without — of every memory that has none (at open; also on the next
+        write after an embedding failed); after the first pass, read the vectors into memory
+        for searches.  One pass at a time: a call during a pass queues its work.  Without an
+        embedder: nothing."""
         if self.semantic is None:
             return
-        self._fill_again = True
+        if records is None or self._scan_later:
+            self._scan, self._scan_later = True, False
+        if records:
+            self._queue.extend(records)
         if self._fill_task is None or self._fill_task.done():
             self._fill_task = asyncio.get_running_loop().create_task(
                 self._fill(), name="memora-embed-memories"
@@ -97,15 +104,21 @@ class MemoryManager:
 
     async def _fill(self) -> None:
         assert self.semantic is not None
-        while self._fill_again:
-            self._fill_again = False
+        while self._queue or self._scan:
+            records, self._queue = self._queue, []
+            scan, self._scan = self._scan, False
             try:
-                await self.semantic.fill()
+                if records and not await self.semantic.embed_records(records):
+                    self._scan_later = True
+                    continue
+                if scan:
+                    await self.semantic.fill()
                 if not self._warm:
                     self._warm = True
                     await self.semantic.warm()
             except Exception as exc:  # the storage failed: logged, tried again on the next write
                 logger.warning("writing memory vectors failed: %s", exc)
+                self._scan_later = True
                 return
 
     async def idle(self) -> None:

@@ -6,7 +6,7 @@ user's config (or the Agent option ``embedder``); then
 * every memory gets a vector from the embedder, written in the background after the write that
   made it (a turn's ``done`` never waits for it; ``await agent.idle()`` does), and memories
   without one — written before the embedder was on, or while it was down — are filled in when
-  the store opens and after each write;
+  the store opens and on the next write after an embedding failed;
 * :meth:`SemanticSearch.search` ranks by a *weighed* fusion of the keyword (BM25) ranking and the
   vector (cosine) ranking: each list's scores are scaled to 0..1 and added with the weights
   ``1 - semantic_weight`` and ``semantic_weight``.  The weight is measured on LoCoMo (see
@@ -346,6 +346,33 @@ class SemanticSearch:
     def space(self) -> str:
         return str(self.embedder.name)
 
+    async def _embed(self, todo: Sequence[MemoryRecord]) -> bool:
+        """Embed ``todo`` and store the vectors; False (warned once) when the embedder failed."""
+        try:
+            vectors = await self.embedder.embed([embed_text(r) for r in todo], kind="document")
+            if len(vectors) != len(todo):
+                raise ValueError(
+                    f"the embedder returned {len(vectors)} vectors for {len(todo)} texts"
+                )
+            rows = [(r.id, normalize(v)) for r, v in zip(todo, vectors, strict=True)]
+        except Exception as exc:
+            self._warn(f"embedding memories with {self.space} failed: {exc}")
+            return False
+        await self.storage.put_vectors(self.space, rows)
+        self._warned = False
+        return True
+
+    async def embed_records(self, records: Sequence[MemoryRecord]) -> bool:
+        """Write the vectors of ``records`` (just written: no search for what is missing);
+        False when the embedder failed (they stay missing for :meth:`fill`)."""
+        if self._filling is None:
+            self._filling = asyncio.Lock()
+        async with self._filling:
+            for start in range(0, len(records), BATCH):
+                if not await self._embed(records[start : start + BATCH]):
+                    return False
+        return True
+
     async def fill(self, *, max_batches: int | None = None) -> int:
         """Embed memories that have no vector yet; returns how many were written.  Stops at the
         first failure (logged once; the next call tries again)."""
@@ -357,22 +384,9 @@ class SemanticSearch:
             while max_batches is None or batches < max_batches:
                 batches += 1
                 todo = await self.storage.missing_vectors(self.space, limit=BATCH)
-                if not todo:
+                if not todo or not await self._embed(todo):
                     break
-                try:
-                    vectors = await self.embedder.embed(
-                        [embed_text(r) for r in todo], kind="document"
-                    )
-                    if len(vectors) != len(todo):
-                        raise ValueError(
-                            f"the embedder returned {len(vectors)} vectors for {len(todo)} texts"
-                        )
-                    rows = [(r.id, normalize(v)) for r, v in zip(todo, vectors, strict=True)]
-                except Exception as exc:
-                    self._warn(f"embedding memories with {self.space} failed: {exc}")
-                    break
-                await self.storage.put_vectors(self.space, rows)
-                written += len(rows)
+                written += len(todo)
                 if len(todo) < BATCH:
                     break
                 if batches == 1:  # more than a batch: a backfill (a new embedder, or a model)
@@ -380,8 +394,6 @@ class SemanticSearch:
                         "writing the vectors of memories that have none with %s, in the background",
                         self.space,
                     )
-        if written:
-            self._warned = False
         return written
 
     async def warm(self) -> None:

@@ -360,13 +360,35 @@ class PostgresStorage:
             )
 
     async def missing_vectors(self, space: str, *, limit: int = 32) -> builtins.list[MemoryRecord]:
-        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        """Two plain scans compared here, not an anti-join in SQL: with the vector table's
+        statistics stale (right after a backfill) the planner chose a nested loop that took
+        8 minutes at 100k memories.  Called when a store opens and after a failure, not per
+        write (new memories are embedded as they are written)."""
+        limit = clamp_limit(limit)
+        if limit == 0:
+            return []
         async with await self._conn() as conn:
             cur = await conn.execute(
-                f"SELECT {cols} FROM memora_memories m WHERE m.namespace=%s AND NOT EXISTS "
-                "(SELECT 1 FROM memora_memory_vectors v WHERE v.namespace=m.namespace "
-                "AND v.space=%s AND v.memory_id=m.id) ORDER BY m.created_at, m.id LIMIT %s",
-                (self.namespace, space, clamp_limit(limit)),
+                "SELECT memory_id FROM memora_memory_vectors WHERE namespace=%s AND space=%s",
+                (self.namespace, space),
+            )
+            have = {row[0] for row in await cur.fetchall()}
+            cur = await conn.execute(
+                "SELECT id FROM memora_memories WHERE namespace=%s ORDER BY created_at, id",
+                (self.namespace,),
+            )
+            wanted: builtins.list[str] = []
+            for (memory_id,) in await cur.fetchall():
+                if memory_id not in have:
+                    wanted.append(memory_id)
+                    if len(wanted) == limit:
+                        break
+            if not wanted:
+                return []
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM memora_memories WHERE namespace=%s AND id = ANY(%s) "
+                "ORDER BY created_at, id",
+                (self.namespace, wanted),
             )
             return [record_from_row(r) for r in await cur.fetchall()]
 
