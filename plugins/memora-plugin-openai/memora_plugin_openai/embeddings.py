@@ -63,9 +63,8 @@ class OpenAIEmbedder(HTTPEndpoint):
             api_key_env=api_key_env,
             headers=headers,
             accept="application/json",
-            timeout=httpx2.Timeout(
-                connect=connect_timeout, read=timeout, write=30.0, pool=connect_timeout
-            ),
+            connect_timeout=connect_timeout,
+            read_timeout=timeout,
             transport=transport,
         )
 

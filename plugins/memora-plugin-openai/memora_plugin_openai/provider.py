@@ -256,13 +256,15 @@ def endpoint_client(
     api_key_env: str | None,
     headers: Mapping[str, str] | None,
     accept: str,
-    timeout: httpx2.Timeout,
+    connect_timeout: float,
+    read_timeout: float,
     http2: bool = False,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> httpx2.AsyncClient:
     """An httpx2 client for ``base_url``: the key from the environment only (``api_key_env``,
     else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``), no proxy from the environment, an
-    uncompressed answer (a compressed one could expand without bound)."""
+    uncompressed answer (a compressed one could expand without bound); ``read_timeout`` is the
+    longest silence while reading an answer."""
     if api_key_env:
         key = os.environ.get(api_key_env)
     else:
@@ -274,7 +276,9 @@ def endpoint_client(
     return httpx2.AsyncClient(
         base_url=base_url,
         headers=hdrs,
-        timeout=timeout,
+        timeout=httpx2.Timeout(
+            connect=connect_timeout, read=read_timeout, write=30.0, pool=connect_timeout
+        ),
         http2=http2,
         transport=transport,
         trust_env=False,
@@ -317,9 +321,8 @@ class OpenAIProvider(HTTPEndpoint):
             api_key_env=api_key_env,
             headers=headers,
             accept="text/event-stream, application/json",
-            timeout=httpx2.Timeout(
-                connect=connect_timeout, read=stall_timeout, write=30.0, pool=connect_timeout
-            ),
+            connect_timeout=connect_timeout,
+            read_timeout=stall_timeout,
             http2=http2,
             transport=transport,
         )
