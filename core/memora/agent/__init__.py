@@ -1,38 +1,51 @@
-"""The Agent facade, its project runtime, live session, paused turns and the turn loop."""
+"""The Agent facade, its project runtime, live session, paused turns and the turn loop.
 
-from .agent import (
-    Agent,
-    Checkpoint,
-    PolishManager,
-    SecurityManager,
-    SessionManager,
-    ToolCallResult,
-)
-from .context_window import ContextWindow
-from .exposure import ToolExposure, TurnTools
-from .loop import TurnDeps, TurnEngine, TurnState
-from .options import AgentOptions, TeamConfig
-from .pause import PausedTurn, TurnControl
-from .prompts import Prompts, TurnPrompts
-from .record import (
-    ApprovalDecision,
-    ApprovalPause,
-    HostPause,
-    PauseMeta,
-    PendingCall,
-    PlanItemOutcome,
-    QuestionPause,
-    TurnRecord,
-)
-from .runtime import ProjectRuntime
-from .session import LiveSession, SummaryPlan
-from .state import (
-    DuplicateCallInterceptor,
-    DuplicateCheckContext,
-    Outbox,
-    SessionState,
-    StatusTransition,
-)
+Names are imported on first use (as in :mod:`memora`): ``from memora import Agent`` loads the
+facade, not the turn loop, the stores and the tools, which ``init()`` and the first turn load.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+_LAZY: dict[str, str] = {
+    "Agent": "memora.agent.agent",
+    "AgentOptions": "memora.agent.options",
+    "ApprovalDecision": "memora.agent.record",
+    "ApprovalPause": "memora.agent.record",
+    "Checkpoint": "memora.agent.agent",
+    "ContextWindow": "memora.agent.context_window",
+    "DuplicateCallInterceptor": "memora.agent.state",
+    "DuplicateCheckContext": "memora.agent.state",
+    "HostPause": "memora.agent.record",
+    "LiveSession": "memora.agent.session",
+    "Outbox": "memora.agent.state",
+    "PauseMeta": "memora.agent.record",
+    "PausedTurn": "memora.agent.pause",
+    "PendingCall": "memora.agent.record",
+    "PlanItemOutcome": "memora.agent.record",
+    "PolishManager": "memora.agent.agent",
+    "ProjectRuntime": "memora.agent.runtime",
+    "Prompts": "memora.agent.prompts",
+    "QuestionPause": "memora.agent.record",
+    "SecurityManager": "memora.agent.agent",
+    "SessionManager": "memora.agent.agent",
+    "SessionState": "memora.agent.state",
+    "StatusTransition": "memora.agent.state",
+    "SummaryPlan": "memora.agent.session",
+    "TeamConfig": "memora.agent.options",
+    "ToolCallResult": "memora.agent.agent",
+    "ToolExposure": "memora.agent.exposure",
+    "TurnControl": "memora.agent.pause",
+    "TurnDeps": "memora.agent.loop",
+    "TurnEngine": "memora.agent.loop",
+    "TurnPrompts": "memora.agent.prompts",
+    "TurnRecord": "memora.agent.record",
+    "TurnState": "memora.agent.loop",
+    "TurnTools": "memora.agent.exposure",
+}
 
 __all__ = [
     "Agent",
@@ -70,3 +83,64 @@ __all__ = [
     "TurnState",
     "TurnTools",
 ]
+
+if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
+    from .agent import (
+        Agent as Agent,
+        Checkpoint as Checkpoint,
+        PolishManager as PolishManager,
+        SecurityManager as SecurityManager,
+        SessionManager as SessionManager,
+        ToolCallResult as ToolCallResult,
+    )
+    from .context_window import (
+        ContextWindow as ContextWindow,
+    )
+    from .exposure import (
+        ToolExposure as ToolExposure,
+        TurnTools as TurnTools,
+    )
+    from .loop import (
+        TurnDeps as TurnDeps,
+        TurnEngine as TurnEngine,
+        TurnState as TurnState,
+    )
+    from .options import (
+        AgentOptions as AgentOptions,
+        TeamConfig as TeamConfig,
+    )
+    from .pause import (
+        PausedTurn as PausedTurn,
+        TurnControl as TurnControl,
+    )
+    from .prompts import (
+        Prompts as Prompts,
+        TurnPrompts as TurnPrompts,
+    )
+    from .record import (
+        ApprovalDecision as ApprovalDecision,
+        ApprovalPause as ApprovalPause,
+        HostPause as HostPause,
+        PauseMeta as PauseMeta,
+        PendingCall as PendingCall,
+        PlanItemOutcome as PlanItemOutcome,
+        QuestionPause as QuestionPause,
+        TurnRecord as TurnRecord,
+    )
+    from .runtime import (
+        ProjectRuntime as ProjectRuntime,
+    )
+    from .session import (
+        LiveSession as LiveSession,
+        SummaryPlan as SummaryPlan,
+    )
+    from .state import (
+        DuplicateCallInterceptor as DuplicateCallInterceptor,
+        DuplicateCheckContext as DuplicateCheckContext,
+        Outbox as Outbox,
+        SessionState as SessionState,
+        StatusTransition as StatusTransition,
+    )
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -20,18 +20,9 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ..capabilities import CapabilityMap
-from ..checks import ApprovalMode
-from ..chunks import (
-    AbortedChunk,
-    AgentChunk,
-    DoneChunk,
-    ErrorChunk,
-    ToolProgressChunk,
-    ToolResultChunk,
-)
+from .._lazy import lazy_exports
 from ..errors import (
     AbortedError,
     BusyError,
@@ -44,30 +35,42 @@ from ..errors import (
     TurnFailedError,
 )
 from ..events import EventEmitter, GoalDriftDetected, SessionForked
-from ..llm.provider import Provider, complete_text
+from ..llm.provider import complete_text
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
 from ..llm.types import LLMRequest, Message, clean_text
-from ..memory.manager import MemoryManager
-from ..plugins import Plugins
-from ..role_pack.manager import RolePackManager
-from ..tools.base import Tool, ToolRegistry
-from ..tools.context import ToolContext
-from ..tools.process import child_environment
-from ..tools.task_table import PlanItem, TaskTable
-from ..tools.works import WorksRegistry
 from .context_window import ContextWindow
-from .exposure import ToolExposure
-from .loop import TurnDeps, TurnEngine, new_round_id
 from .options import AgentOptions
-from .pause import PAUSE_STATE_VERSION, PausedTurn, TurnControl
-from .prompts import Prompts
-from .record import ApprovalDecision, ApprovalPause, PendingCall, TurnRecord
-from .results import Checkpoint, PolishManager, SecurityManager, SessionManager, ToolCallResult
+from .pause import PAUSE_STATE_VERSION, TurnControl
 from .runtime import SESSION_OPTIONS, ProjectRuntime
 from .serialize import message_from_dict, message_to_dict
-from .session import LiveSession, SummaryPlan
-from .state import DuplicateCallInterceptor, Outbox, SessionState, StatusTransition
+from .state import DuplicateCallInterceptor, Outbox, SessionState
+
+# The turn loop, the stores, the role packs and the tools are imported where they are first
+# used (init(), the first turn), so ``from memora import Agent`` loads the facade only.
+if TYPE_CHECKING:
+    from ..capabilities import CapabilityMap
+    from ..checks import ApprovalMode
+    from ..chunks import AgentChunk
+    from ..llm.provider import Provider
+    from ..memory.manager import MemoryManager
+    from ..plugins import Plugins
+    from ..role_pack.manager import RolePackManager
+    from ..tools.base import Tool, ToolRegistry
+    from ..tools.context import ToolContext
+    from ..tools.task_table import PlanItem
+    from ..tools.works import WorksRegistry
+    from .loop import TurnDeps
+    from .pause import PausedTurn
+    from .record import TurnRecord
+    from .results import (
+        Checkpoint,
+        PolishManager,
+        SecurityManager,
+        SessionManager,
+        ToolCallResult,
+    )
+    from .state import StatusTransition
 
 __all__ = [
     "PAUSE_STATE_VERSION",
@@ -80,6 +83,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memora.agent")
+
+# the result types live in .results (imported with the session); still importable from here
+_RESULTS = ("Checkpoint", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult")
+__getattr__, _ = lazy_exports(__name__, dict.fromkeys(_RESULTS, "memora.agent.results"), ())
 
 
 def _upgrade_pause_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,6 +112,8 @@ def _upgrade_pause_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def _chat_text_error(chunk: AgentChunk) -> MemoraError | None:
     """What ``chat_text`` raises for a chunk that ends the turn without an answer."""
+    from ..chunks import AbortedChunk, ErrorChunk
+
     if isinstance(chunk, ErrorChunk):
         code = chunk.code
         if code is not None and code in ErrorCode.__members__ and code != "PROVIDER_ERROR":
@@ -331,6 +340,16 @@ class Agent:
 
     def _setup(self) -> None:
         """The session's objects, on the open runtime."""
+        from ..role_pack.manager import RolePackManager
+        from ..tools.base import ToolRegistry
+        from ..tools.context import ToolContext
+        from ..tools.process import child_environment
+        from ..tools.task_table import TaskTable
+        from .exposure import ToolExposure
+        from .prompts import Prompts
+        from .results import PolishManager, SessionManager
+        from .session import LiveSession
+
         runtime = self._runtime
         opts = self.options
         self.messages = opts.messages
@@ -474,6 +493,9 @@ class Agent:
         """What the turn engine sees (built once per turn or resumption): values and objects,
         no callbacks into the Agent.  A model turn whose tools do not fit the window runs as
         ``toolMode: block``; a host's own ``call_tool`` (``model_turn=False``) is not."""
+        from .loop import TurnDeps
+        from .session import SummaryPlan
+
         opts = self.options
         router = self.router
         provider = router.for_task("chat")
@@ -630,6 +652,8 @@ class Agent:
             yield chunk
 
     async def _drive(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
+        from .loop import TurnEngine
+
         live, control = self._live, self._control
         self._consumer = asyncio.current_task()
         self._driving = record
@@ -666,7 +690,9 @@ class Agent:
         ``ProviderError`` (the model's provider failed), ``TurnFailedError`` (memora or a
         plugin failed), ``AbortedError``, ``BusyError`` (the turn paused) — each a
         ``MemoraError`` with its code."""
-        turn = cast(AsyncGenerator[AgentChunk, None], self.chat(text))
+        from ..chunks import DoneChunk
+
+        turn = cast("AsyncGenerator[AgentChunk, None]", self.chat(text))
         async with contextlib.aclosing(turn) as stream:
             async for chunk in stream:
                 if isinstance(chunk, DoneChunk):
@@ -783,6 +809,11 @@ class Agent:
 
         A check answering ``Ask`` runs the call only with ``approve=True``; otherwise the result
         says approval is needed (``needs_approval``)."""
+        from ..chunks import ToolProgressChunk, ToolResultChunk
+        from .loop import TurnEngine, new_round_id
+        from .record import ApprovalDecision, ApprovalPause, PendingCall
+        from .results import ToolCallResult
+
         self._start()
         await self._exposure.load_capability_tools()
         raw = args if isinstance(args, str) else json.dumps(dict(args or {}), ensure_ascii=False)
@@ -846,6 +877,8 @@ class Agent:
         """The paused turn (:class:`~memora.agent.pause.PausedTurn`: ``paused`` is a
         ``QuestionPause``, an ``ApprovalPause`` or a ``HostPause``; ``approve``, ``deny``,
         ``answer``, ``to_json``, ``discard``, ``resume``), or ``None``."""
+        from .pause import PausedTurn
+
         turn = self._live.turn if self._initialised else None
         return PausedTurn(self, turn) if turn is not None and turn.paused is not None else None
 
@@ -885,6 +918,8 @@ class Agent:
     def checkpoint(self) -> Checkpoint:
         """The session's checkpoint: status and error, goals, the plan and its step log, the
         pause (with its source), executed tool calls, heartbeat."""
+        from .results import Checkpoint
+
         session_id = self.session_id
         state, live = self.session_state, self._live
         turn = live.turn
@@ -921,6 +956,8 @@ class Agent:
 
     async def resume(self, state: Mapping[str, Any]) -> None:
         """Restore a paused turn saved with :meth:`pause_state` (after a restart)."""
+        from .record import TurnRecord
+
         data = _upgrade_pause_state(state)
         if self._live.busy or self.paused_turn is not None:
             raise BusyError("another turn is active")

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..checks import ApprovalMode
 from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
-from ..role_pack.strategy import resolve_strategy
 
 __all__ = ["AgentOptions", "TeamConfig"]
 
@@ -194,6 +193,8 @@ class AgentOptions(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> AgentOptions:
         if self.strategy_override is not None:
+            from ..role_pack.strategy import resolve_strategy
+
             _, issues = resolve_strategy(None, self.strategy_override)
             if issues:
                 raise ValueError("; ".join(f"{i.path}: {i.message}" for i in issues))

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInputError, PauseExpiredError
-from .record import ApprovalDecision, ApprovalPause, HostPause, QuestionPause, TurnRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a PausedTurn holds a TurnRecord: .record is loaded by the time one exists
     from ..chunks import AgentChunk
     from .agent import Agent
-    from .record import Pause, PauseMeta
+    from .record import ApprovalPause, Pause, PauseMeta, TurnRecord
 
 __all__ = ["PAUSE_STATE_VERSION", "PausedTurn", "TurnControl"]
 
@@ -63,6 +62,8 @@ class PausedTurn:
     @property
     def kind(self) -> str:
         """``question``, ``approval`` or ``host``."""
+        from .record import ApprovalPause, QuestionPause
+
         pause = self.record.paused
         if isinstance(pause, QuestionPause):
             return "question"
@@ -98,6 +99,8 @@ class PausedTurn:
 
     def answer(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
         """Answer a question: ``answer({"slot": "text"})`` or ``answer("slot", "text")``."""
+        from .record import QuestionPause
+
         self._live()
         paused = self.record.paused
         if not isinstance(paused, QuestionPause):
@@ -114,6 +117,8 @@ class PausedTurn:
         self.record.answers.update({k: str(v) for k, v in given.items()})
 
     def _approval(self, tool_call_id: str | None) -> ApprovalPause:
+        from .record import ApprovalPause
+
         self._live()
         paused = self.record.paused
         if not isinstance(paused, ApprovalPause):
@@ -129,6 +134,8 @@ class PausedTurn:
     ) -> None:
         """Approve the pending call, optionally with **edited** arguments (re-validated: what
         runs is exactly what was approved).  ``tool_call_id`` checks it is the call meant."""
+        from .record import ApprovalDecision
+
         paused = self._approval(tool_call_id)
         approved_args = None
         if args is not None:
@@ -140,6 +147,8 @@ class PausedTurn:
 
     def deny(self, reason: str = "", *, tool_call_id: str | None = None) -> None:
         """Refuse the pending call; the model is told ``reason``."""
+        from .record import ApprovalDecision
+
         paused = self._approval(tool_call_id)
         self.record.approval = ApprovalDecision(paused.tool_call_id, False, None, reason)
 
@@ -165,6 +174,8 @@ class PausedTurn:
     async def resume(self) -> AsyncIterator[AgentChunk]:
         """Run the turn on (same round) after answering or approving — or, for a pause the
         host requested, as it is."""
+        from .record import ApprovalPause, HostPause, QuestionPause
+
         self._live()
         record = self.record
         if isinstance(record.paused, HostPause):

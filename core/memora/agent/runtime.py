@@ -20,26 +20,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checks import CheckContext, CheckDecision, ToolCallInfo
 from ..errors import BusyError, ErrorCode, InvalidConfigError, MemoraError
 from ..events import EventEmitter
-from ..hookspecs import hookimpl
-from ..llm.provider import Provider
 from ..llm.router import ProviderRouter
-from ..memory.manager import MemoryManager
-from ..memory.vectors import Embedder, SemanticSearch, VectorStorage
-from ..plugins import Plugins, create_plugin_manager
-from ..security.paths import PathGuard
-from ..security.state import ensure_state_dir, warn_if_shared
-from ..services import LazyServices
-from ..tools.process import BackgroundTasks
-from ..tools.works import WorksRegistry
-from ..tracing import Tracer, combine_tracers
 from .options import AgentOptions
-from .results import SecurityManager
 
+# the stores, plugins, services and tools are imported by open(), not with the class
 if TYPE_CHECKING:
+    from ..checks import CheckContext, CheckDecision, ToolCallInfo
+    from ..llm.provider import Provider
+    from ..memory.vectors import SemanticSearch
+    from ..plugins import Plugins
     from ..settings import AgentSettings, Settings
+    from ..tracing import Tracer
     from .agent import Agent
 
 __all__ = ["SESSION_OPTIONS", "ProjectRuntime"]
@@ -50,17 +43,18 @@ SESSION_OPTIONS = frozenset({"session_id", "active_role_pack", "approvals"})
 """The options an Agent made from a shared runtime may set for itself."""
 
 
-class _HostCheck:
-    """Wraps the ``pre_execution_check`` Agent option as a plugin."""
+def _host_check(fn: Callable[[ToolCallInfo, CheckContext], CheckDecision | None]) -> object:
+    """The ``pre_execution_check`` Agent option as a plugin."""
+    from ..hookspecs import hookimpl
 
-    def __init__(self, fn: Callable[[ToolCallInfo, CheckContext], CheckDecision | None]) -> None:
-        self._fn = fn
+    class HostCheck:
+        @hookimpl
+        def pre_execution_check(
+            self, call: ToolCallInfo, context: CheckContext
+        ) -> CheckDecision | None:
+            return fn(call, context)
 
-    @hookimpl
-    def pre_execution_check(
-        self, call: ToolCallInfo, context: CheckContext
-    ) -> CheckDecision | None:
-        return self._fn(call, context)
+    return HostCheck()
 
 
 async def maybe_await(result: Any) -> Any:
@@ -144,6 +138,9 @@ class ProjectRuntime:
 
     async def open(self) -> ProjectRuntime:
         """Assemble plugins, take the project lock, open the stores (idempotent)."""
+        from ..plugins import create_plugin_manager
+        from ..security.state import ensure_state_dir, warn_if_shared
+
         if self._open:
             return self
         if self._closed:
@@ -154,7 +151,7 @@ class ProjectRuntime:
             raise InvalidConfigError(f"project_path {project} is not a folder")
         extra: list[Any] = list(host.plugins)
         if host.pre_execution_check is not None:
-            extra.append(("host-check", _HostCheck(host.pre_execution_check)))
+            extra.append(("host-check", _host_check(host.pre_execution_check)))
         # the plugins first: they declare which of their options a project's config may set
         self.plugins: Plugins = create_plugin_manager(
             load_entrypoints=host.load_entrypoints, extra=extra
@@ -222,6 +219,14 @@ class ProjectRuntime:
         )
 
     async def _assemble(self, project: Path, data_dir: Path, lock: Any) -> None:
+        from ..memory.manager import MemoryManager
+        from ..security.paths import PathGuard
+        from ..services import LazyServices
+        from ..tools.process import BackgroundTasks
+        from ..tools.works import WorksRegistry
+        from ..tracing import combine_tracers
+        from .results import SecurityManager
+
         opts = self.options
         resolved = self._need_resolved()
         plugins = self.plugins
@@ -260,6 +265,8 @@ class ProjectRuntime:
 
     def _semantic(self, storage: Any) -> SemanticSearch | None:
         """Semantic recall when an embedder is configured (user config or Agent option)."""
+        from ..memory.vectors import Embedder, SemanticSearch, VectorStorage
+
         spec, options = self._need_resolved().embedder_spec()
         if spec is None:
             return None
@@ -285,6 +292,8 @@ class ProjectRuntime:
         """Each service kind -> a ready object (an Agent option) or a factory called on first
         use.  A service named in the options must exist (checked now); otherwise the first
         installed one by name is used."""
+        from ..services import LazyServices
+
         opts = self.options
         plugins = self.plugins
         sources: dict[str, Any] = {}

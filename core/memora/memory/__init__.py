@@ -1,11 +1,31 @@
 """Memory and persistence: the storage protocol, backends, keywords, sessions and rounds."""
 
-from .keywords import extract_keywords, index_tokens, query_terms
-from .manager import MemoryManager, MemorySnapshot
-from .sessions import InMemorySessionStore, JsonlSessionStore, RoundRecord, SessionInfo
-from .simple_backends import InMemoryStorage, JsonFileStorage
-from .storage import MemoryStorage, ReadOnlyMemoryStorage, ReadOnlyView
-from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+_LAZY: dict[str, str] = {
+    "InMemorySessionStore": "memora.memory.sessions",
+    "InMemoryStorage": "memora.memory.simple_backends",
+    "JsonFileStorage": "memora.memory.simple_backends",
+    "JsonlSessionStore": "memora.memory.sessions",
+    "MemoryManager": "memora.memory.manager",
+    "MemoryRecord": "memora.memory.types",
+    "MemorySnapshot": "memora.memory.manager",
+    "MemoryStorage": "memora.memory.storage",
+    "NewMemory": "memora.memory.types",
+    "ReadOnlyMemoryStorage": "memora.memory.storage",
+    "ReadOnlyView": "memora.memory.storage",
+    "RoundRecord": "memora.memory.sessions",
+    "SOURCE_LABELS": "memora.memory.types",
+    "ScoredMemory": "memora.memory.types",
+    "SessionInfo": "memora.memory.sessions",
+    "extract_keywords": "memora.memory.keywords",
+    "index_tokens": "memora.memory.keywords",
+    "query_terms": "memora.memory.keywords",
+}
 
 __all__ = [
     "SOURCE_LABELS",
@@ -27,3 +47,37 @@ __all__ = [
     "index_tokens",
     "query_terms",
 ]
+
+if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
+    from .keywords import (
+        extract_keywords as extract_keywords,
+        index_tokens as index_tokens,
+        query_terms as query_terms,
+    )
+    from .manager import (
+        MemoryManager as MemoryManager,
+        MemorySnapshot as MemorySnapshot,
+    )
+    from .sessions import (
+        InMemorySessionStore as InMemorySessionStore,
+        JsonlSessionStore as JsonlSessionStore,
+        RoundRecord as RoundRecord,
+        SessionInfo as SessionInfo,
+    )
+    from .simple_backends import (
+        InMemoryStorage as InMemoryStorage,
+        JsonFileStorage as JsonFileStorage,
+    )
+    from .storage import (
+        MemoryStorage as MemoryStorage,
+        ReadOnlyMemoryStorage as ReadOnlyMemoryStorage,
+        ReadOnlyView as ReadOnlyView,
+    )
+    from .types import (
+        SOURCE_LABELS as SOURCE_LABELS,
+        MemoryRecord as MemoryRecord,
+        NewMemory as NewMemory,
+        ScoredMemory as ScoredMemory,
+    )
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
