@@ -34,27 +34,22 @@ and ``trylast`` behave as pluggy documents.
 from __future__ import annotations
 
 import contextvars
-import difflib
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pluggy
 
 from . import hookspecs
-from .checks import (
-    CheckContext,
-    CheckDecision,
-    CheckOutcome,
-    Deny,
-    ToolCallInfo,
-    combine_decisions,
-)
 from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
+
+if TYPE_CHECKING:  # memora.checks is imported by the first check, not by `memora plugins`
+    from .checks import CheckContext, CheckDecision, CheckOutcome, ToolCallInfo
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -350,6 +345,8 @@ def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
             except Exception as exc:
                 # fail closed: a check that cannot decide denies, naming itself
                 logger.warning("pre_execution_check of plugin %r raised: %r", plugin, exc)
+                from .checks import Deny
+
                 answer = Deny(f"check of plugin {plugin!r} failed: {exc}")
             sink = _CHECK_ANSWERS.get()
             if sink is not None and answer is not None:
@@ -478,6 +475,8 @@ class Plugins:
             self.pm.unregister(obj)
             hints = []
             for hook in unknown:
+                import difflib
+
                 close = difflib.get_close_matches(hook, [*KINDS.values(), "pre_execution_check"])
                 hints.append(f"{hook!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise PluginError(
@@ -600,6 +599,8 @@ class Plugins:
         A check that raises denies the call (fail closed) with a reason naming the plugin; so
         does a hook wrapper that raises.  Answers a wrapper adds are attributed to the wrapper.
         """
+        from .checks import Deny, combine_decisions
+
         answers: list[tuple[str, object]] = []
         token = _CHECK_ANSWERS.set(answers)
         try:
@@ -790,6 +791,73 @@ def _dist_of(entry_point: Any) -> tuple[str | None, str | None]:
         return getattr(dist, "name", None), None
 
 
+def _entry_point_owners(group: str) -> dict[str, tuple[str | None, str | None]]:
+    """Entry point name of ``group`` -> (distribution, version).  Read from the metadata
+    folders on ``sys.path`` (the first folder of a distribution wins, as importlib.metadata
+    has it): each ``entry_points.txt``, then the ``Name``/``Version`` lines at the head of
+    ``METADATA`` for the few with ``group`` — importlib.metadata's full scan and its e-mail
+    parser cost ~10 ms of every start-up.  A name not found that way (an installation of
+    another shape) is looked up through importlib.metadata."""
+    owners: dict[str, tuple[str | None, str | None]] = {}
+    seen: set[str] = set()
+    header = f"[{group}]"
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as it:
+                folders = sorted(e.name for e in it if e.name.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+        for folder in folders:
+            key = folder.rsplit(".", 1)[0].split("-")[0].lower().replace("-", "_").replace(".", "_")
+            if key in seen:
+                continue
+            seen.add(key)
+            path = os.path.join(entry or ".", folder)
+            try:
+                with open(os.path.join(path, "entry_points.txt"), encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, ValueError):
+                continue
+            if header not in text:
+                continue
+            names = _section_names(text, header)
+            if names:
+                dist = _name_and_version(path, folder)
+                for name in names:
+                    owners.setdefault(name, dist)
+    return owners
+
+
+def _section_names(text: str, header: str) -> list[str]:
+    names: list[str] = []
+    inside = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            inside = line == header
+        elif inside and "=" in line and not line.startswith(("#", ";")):
+            names.append(line.split("=", 1)[0].strip())
+    return names
+
+
+def _name_and_version(path: str, folder: str) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from the header of a metadata folder's METADATA (PKG-INFO)."""
+    fields: dict[str, str] = {}
+    for file in ("METADATA", "PKG-INFO"):
+        try:
+            with open(os.path.join(path, file), encoding="utf-8") as fh:
+                for line in fh:
+                    if not line.strip():
+                        break  # the end of the header
+                    key, sep, value = line.partition(":")
+                    if sep and key in ("Name", "Version"):
+                        fields.setdefault(key, value.strip())
+            break
+        except (OSError, ValueError):
+            continue
+    return fields.get("Name"), fields.get("Version")
+
+
 def _discover_entry_points(
     only: list[str] | None, strict: bool, failures: list[PluginFailure]
 ) -> list[tuple[str, object, str | None, str | None]]:
@@ -803,11 +871,9 @@ def _discover_entry_points(
     # keyed by sys.path and file mtimes, still makes the scan cheap).
     ExtensionManager.ENTRY_POINT_CACHE.pop(ENTRY_POINT_GROUP, None)
 
-    from importlib.metadata import entry_points
-
     # stevedore may hand back entry points rebuilt from its cache, without ``dist``: look the
-    # distributions up from importlib.metadata once.
-    owners = {ep.name: _dist_of(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    # distributions up once
+    owners = _entry_point_owners(ENTRY_POINT_GROUP)
 
     def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
         name = getattr(entry_point, "name", str(entry_point))
@@ -839,6 +905,12 @@ def _discover_entry_points(
     for ext in mgr.extensions:
         dist, version = _dist_of(ext.entry_point)
         if dist is None:
+            if owners.get(ext.name, (None, None))[0] is None:
+                from importlib.metadata import entry_points
+
+                for ep in entry_points(group=ENTRY_POINT_GROUP):
+                    if owners.get(ep.name, (None, None))[0] is None:
+                        owners[ep.name] = _dist_of(ep)
             dist, version = owners.get(ext.name, (None, None))
         loaded.append((ext.name, ext.plugin, dist, version))
     if only is None:

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from .checks import stricter
 from .config import MemoraConfig, ProviderConfig, format_config_error, read_config_file
 from .errors import ErrorCode, MemoraError
+from .security.state import user_config_dir
 from .security.trust import (
     ANY,
     AtMost,
@@ -136,17 +137,6 @@ PROJECT_KEYS: frozenset[str] = frozenset(_SCALARS) - {"approvals"}
 """Top-level keys a project's config may set on its own: each picks, by name, something the user
 installed or configured (a provider entry, a storage backend, a session store, a lock).  It may
 also set ``approvals``, but only to a mode at least as strict as the user's."""
-
-
-def user_config_dir(config_dir: str | Path | None = None) -> Path:
-    """The user's memora folder: ``config_dir``, else ``$MEMORA_HOME``, else the XDG folder."""
-    if config_dir is not None:
-        return Path(config_dir)
-    home = os.environ.get("MEMORA_HOME")
-    if home:
-        return Path(home)
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".config") / "memora"
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,49 @@ def test_import_memora_is_lazy() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def _loaded_after(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\nprint(json.dumps([m for m in {modules!r} if m in sys.modules]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_from_memora_import_agent_loads_the_facade_only() -> None:
+    """Issue #29: the turn loop, the stores, role packs, tools and chunks load with init() and
+    the first turn; importing the Agent class does not pay for them."""
+    heavy = (
+        "memora.agent.loop",
+        "memora.agent.record",
+        "memora.memory.manager",
+        "memora.memory.sessions",
+        "memora.role_pack.manager",
+        "memora.tools.base",
+        "memora.chunks",
+        "memora.plugins",
+        "pluggy",
+    )
+    assert _loaded_after("from memora import Agent", heavy) == []
+    # and a class of the package still imports from where it is documented
+    assert _loaded_after("from memora.agent import TurnEngine", ("memora.agent.loop",)) == [
+        "memora.agent.loop"
+    ]
+
+
+def test_memora_plugins_json_imports_no_command_module_nor_asyncio() -> None:
+    """``memora plugins --json`` loads its own command module only, and nothing of the
+    installed plugins or the built-in tools pulls in asyncio (issue #29's start-up row)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "sys.argv = ['memora', 'plugins', '--json']\n"
+        "from memora.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['plugins', '--json'])\n"
+    )
+    modules = ("memora.cli.chat_cmd", "memora.cli.run_cmd", "memora.cli.tools_cmd", "asyncio")
+    assert _loaded_after(code, modules) == []

@@ -299,3 +299,32 @@ def test_hookspec_docstrings_mention_return() -> None:
     for name in HOOK_NAMES:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert re.search(r"[Rr]eturn", doc), name
+
+
+def test_installed_plugins_carry_their_distribution_and_version(
+    fake_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The distribution of each entry point is read from the metadata folders on sys.path;
+    one installed in another shape (here a zip archive on sys.path) is looked up through
+    importlib.metadata."""
+    import zipfile
+
+    make_dist(
+        fake_site, "Memora-Good", {"good": "memora_good_mod"}, {"memora_good_mod": GOOD}, "2.3"
+    )
+    zipped = tmp_path / "zipped.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("memora_zip_mod.py", GOOD)
+        archive.writestr(
+            "memora_zip-1.5.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: memora-zip\nVersion: 1.5\n",
+        )
+        archive.writestr(
+            "memora_zip-1.5.dist-info/entry_points.txt", "[memora]\nzip = memora_zip_mod\n"
+        )
+    monkeypatch.syspath_prepend(str(zipped))
+    plugins = create_plugin_manager()
+    infos = {i.name: i for i in plugins.plugin_infos()}
+    assert (infos["good"].distribution, infos["good"].version) == ("Memora-Good", "2.3")
+    assert (infos["zip"].distribution, infos["zip"].version) == ("memora-zip", "1.5")
+    assert infos["fetch"].distribution == "memora-plugin-fetch"

@@ -381,3 +381,27 @@ async def test_run_tool_validates_once_and_passes_typed_values(ctx: ToolContext)
     assert _validated == [7]
     bad = await run_tool(counted_tool, ctx, '{"n": "x", "where": "a"}')
     assert not bad.ok and bad.error_code == "INVALID_ARGS" and _validated == [7]
+
+
+def test_a_hosts_tool_has_its_annotations_checked_when_decorated() -> None:
+    """Only the kernel's own tools evaluate their annotations late (start-up, issue #29): a
+    host's mistake is still an error at the decorator, not at the first turn."""
+    source = (
+        "from __future__ import annotations\n"
+        "async def lookup(ctx, key: NoSuchType) -> str:\n"
+        '    """Look a key up."""\n'
+        "    return key\n"
+    )
+    namespace: dict[str, object] = {}
+    exec(source, namespace)
+    with pytest.raises(NameError, match="NoSuchType"):
+        tool(namespace["lookup"])  # type: ignore[arg-type]
+
+
+def test_every_builtin_tool_builds_its_argument_model() -> None:
+    from memora.tools import resident_tools
+    from memora.tools.privileged import PRIVILEGED_TOOLS
+
+    for t in [*resident_tools(), *PRIVILEGED_TOOLS]:
+        assert t.takes_context, t.name
+        assert t.parameters["type"] == "object", t.name

@@ -119,7 +119,7 @@ def _probe(plugins: Any) -> None:
     package metadata only)."""
     from ..plugins import PluginFailure
     from ..security.atomic import atomic_write_text
-    from ..settings import user_config_dir
+    from ..security.state import user_config_dir
     from .base import installed_key
 
     key = installed_key()

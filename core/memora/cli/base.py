@@ -5,10 +5,11 @@ JSON printer, the logging set-up.  Command modules import from here (never from
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import click
@@ -98,9 +99,43 @@ def installed_key() -> str:
 
 
 def _listing_cache() -> Any:
-    from ..settings import user_config_dir
+    from ..security.state import user_config_dir
 
     return user_config_dir() / "cache" / "plugin-commands.json"
+
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands, each imported the first time it is looked up: ``memora plugins``
+    does not import the chat command's modules.  ``"module:attribute"`` names a command not
+    loaded yet; listing the names (``in``, iterating) imports nothing."""
+
+    def __init__(self, commands: Mapping[str, click.Command | str]) -> None:
+        self._entries: dict[str, click.Command | str] = dict(commands)
+
+    def __getitem__(self, name: str) -> click.Command:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, attribute = entry.partition(":")
+            entry = getattr(importlib.import_module(module), attribute)
+            if not isinstance(entry, click.Command):
+                raise TypeError(f"{module}:{attribute} is not a click command")
+            self._entries[name] = entry
+        return entry
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._entries[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
 
 
 class MemoraGroup(click.Group):
@@ -124,10 +159,9 @@ class MemoraGroup(click.Group):
         kernel = set(self.commands)
         loader(self)
         if self.cache_listing:
+            added = {name: self.commands[name] for name in self.commands if name not in kernel}
             listing = {
-                name: cmd.get_short_help_str(60)
-                for name, cmd in self.commands.items()
-                if name not in kernel and not cmd.hidden
+                name: cmd.get_short_help_str(60) for name, cmd in added.items() if not cmd.hidden
             }
             with contextlib.suppress(OSError):
                 from ..security.atomic import atomic_write_text

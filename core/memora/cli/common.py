@@ -23,7 +23,7 @@ def find_project_root(start: Path) -> Path:
     nearest folder holding a ``.memora/`` folder (not the user's own config folder), else the
     root of the enclosing git repository, else ``start`` itself — so a subfolder never gets a
     fresh ``.memora/`` of its own."""
-    from ..settings import user_config_dir
+    from ..security.state import user_config_dir
 
     start = start.resolve()
     user = user_config_dir().resolve()

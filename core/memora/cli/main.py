@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from .base import CommandError, MemoraGroup, emit_json, setup_logging
+from .base import CommandError, LazyCommands, MemoraGroup, emit_json, setup_logging
 
 __all__ = ["CommandError", "build_cli", "cli", "emit_json", "main", "setup_logging"]
 
@@ -43,32 +43,22 @@ def _root(verbose: int, quiet: bool) -> None:
     setup_logging(verbose, quiet)
 
 
-def _kernel_commands() -> list[click.Command]:
-    from . import (
-        admin_cmd,
-        chat_cmd,
-        init_cmd,
-        memory_cmd,
-        role_pack_cmd,
-        run_cmd,
-        tools_cmd,
-        trust_cmd,
-    )
-
-    return [
-        chat_cmd.chat_cmd,
-        admin_cmd.config_group,
-        init_cmd.init_cmd,
-        admin_cmd.install_cmd,
-        memory_cmd.memory_group,
-        admin_cmd.plugins_cmd,
-        role_pack_cmd.role_pack_group,
-        run_cmd.run_cmd,
-        memory_cmd.sessions_group,
-        tools_cmd.tools_group,
-        trust_cmd.trust_group,
-        admin_cmd.uninstall_cmd,
-    ]
+KERNEL_COMMANDS: dict[str, str] = {
+    "chat": "memora.cli.chat_cmd:chat_cmd",
+    "config": "memora.cli.admin_cmd:config_group",
+    "init": "memora.cli.init_cmd:init_cmd",
+    "install": "memora.cli.admin_cmd:install_cmd",
+    "memory": "memora.cli.memory_cmd:memory_group",
+    "plugins": "memora.cli.admin_cmd:plugins_cmd",
+    "role-pack": "memora.cli.role_pack_cmd:role_pack_group",
+    "run": "memora.cli.run_cmd:run_cmd",
+    "sessions": "memora.cli.memory_cmd:sessions_group",
+    "tools": "memora.cli.tools_cmd:tools_group",
+    "trust": "memora.cli.trust_cmd:trust_group",
+    "uninstall": "memora.cli.admin_cmd:uninstall_cmd",
+}
+"""The kernel's commands: name -> ``module:attribute``, imported when the command runs (or
+its help is shown), so a command does not pay for the others' imports."""
 
 
 def _plugin_commands(plugins: Any) -> Callable[[click.Group], None]:
@@ -91,14 +81,13 @@ def build_cli(*, plugins: Any = None, plugin_commands: bool = True) -> click.Gro
         callback=_root,
         help=_root.__doc__,
         context_settings={"help_option_names": ["-h", "--help"]},
+        commands=LazyCommands(KERNEL_COMMANDS),
         params=[
             click.Option(["-v", "--verbose"], count=True, help="Show more on stderr (-vv: debug)."),
             click.Option(["-q", "--quiet"], is_flag=True, help="Show only errors on stderr."),
         ],
     )
     click.version_option(__version__, prog_name="memora")(group)
-    for command in _kernel_commands():
-        group.add_command(command)
     if plugin_commands:
         group.plugin_loader = _plugin_commands(plugins)
         group.cache_listing = plugins is None  # the installed plugins' commands, remembered

@@ -53,8 +53,8 @@ def trust_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def trust_show(project: Path, config_dir: Path | None, as_json: bool) -> None:
     """What the project's config asks for, and whether it is allowed."""
+    from ..security.state import user_config_dir
     from ..security.trust import TrustStore
-    from ..settings import user_config_dir
 
     project = project.resolve()
     _, request = _request(project, config_dir)
@@ -82,8 +82,8 @@ def trust_show(project: Path, config_dir: Path | None, as_json: bool) -> None:
 
 
 def _answer(project: Path, config_dir: Path | None, allow: bool) -> None:
+    from ..security.state import user_config_dir
     from ..security.trust import TrustStore
-    from ..settings import user_config_dir
 
     project = project.resolve()
     _, request = _request(project, config_dir)
@@ -117,8 +117,8 @@ def trust_deny(project: Path, config_dir: Path | None) -> None:
 @config_dir_option
 def trust_forget(project: Path, config_dir: Path | None) -> None:
     """Drop the remembered answer for the project (it is asked again)."""
+    from ..security.state import user_config_dir
     from ..security.trust import TrustStore
-    from ..settings import user_config_dir
 
     project = project.resolve()
     gone = TrustStore(user_config_dir(config_dir)).forget(project)
@@ -130,8 +130,8 @@ def trust_forget(project: Path, config_dir: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def trust_list(config_dir: Path | None, as_json: bool) -> None:
     """Every project with a remembered answer."""
+    from ..security.state import user_config_dir
     from ..security.trust import TrustStore
-    from ..settings import user_config_dir
 
     entries = TrustStore(user_config_dir(config_dir)).entries()
     if as_json:

@@ -6,8 +6,12 @@ with "any deny wins", a plugin's ``Deny`` always beats this default ``Allow``.
 
 from __future__ import annotations
 
-from ..checks import Allow, Ask, CheckContext, CheckDecision, Deny, ToolCallInfo, approval_for
+from typing import TYPE_CHECKING
+
 from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:  # memora.checks is imported by the first check, not by `memora plugins`
+    from ..checks import CheckContext, CheckDecision, ToolCallInfo
 
 
 def _what(call: ToolCallInfo) -> str:
@@ -18,6 +22,8 @@ def _what(call: ToolCallInfo) -> str:
 
 @hookimpl(trylast=True)
 def pre_execution_check(call: ToolCallInfo, context: CheckContext) -> CheckDecision:
+    from ..checks import Allow, Ask, Deny, approval_for
+
     mode = context.approvals
     verdict = approval_for(mode, call.name, writes=call.writes, runs_code=call.runs_code)
     if verdict == "refused":

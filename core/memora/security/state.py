@@ -32,6 +32,7 @@ __all__ = [
     "ensure_state_dir",
     "open_state_file",
     "private_file",
+    "user_config_dir",
     "warn_if_shared",
 ]
 
@@ -160,3 +161,15 @@ def open_state_file(path: Path, flags: int, root: Path, mode: int = PRIVATE_FILE
         os.close(fd)
         raise _refuse(Path(path), "is not a regular file")
     return fd
+
+
+def user_config_dir(config_dir: str | Path | None = None) -> Path:
+    """The user's memora folder: ``config_dir``, else ``$MEMORA_HOME``, else the XDG folder
+    (also :func:`memora.settings.user_config_dir`)."""
+    if config_dir is not None:
+        return Path(config_dir)
+    home = os.environ.get("MEMORA_HOME")
+    if home:
+        return Path(home)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "memora"

@@ -230,55 +230,98 @@ def tool(
     plans: bool = False,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a :class:`Tool` from a typed async function (usable bare or with options)."""
+    options: dict[str, Any] = dict(
+        name=name,
+        description=description,
+        idempotency=idempotency,
+        writes=writes,
+        runs_code=runs_code,
+        capability=capability,
+        pauses=pauses,
+        plans=plans,
+    )
 
     def build(func: Handler) -> Tool:
-        if not inspect.iscoroutinefunction(func):
-            raise TypeError(f"tool {func.__name__} must be an async function")
-        sig = inspect.signature(func)
-        hints = get_type_hints(func, include_extras=True)
-        params = list(sig.parameters.values())
-        takes_context = bool(params) and (
-            params[0].name == "ctx"
-            or getattr(hints.get(params[0].name), "__name__", "") == "ToolContext"
-        )
-        fields: dict[str, Any] = {}
-        for p in params[1:] if takes_context else params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"tool {func.__name__}: *args/**kwargs are not supported")
-            annotation = hints.get(p.name, Any)
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            fields[p.name] = (annotation, default)
-
-        def model() -> type[BaseModel]:
-            try:
-                return create_model(
-                    f"{func.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
-                )
-            except Exception as exc:
-                raise TypeError(
-                    f"tool {func.__name__}: its parameters cannot be validated: {exc}"
-                ) from exc
-
-        doc = description or inspect.cleandoc(func.__doc__ or "").strip()
-        if not doc:
-            raise TypeError(f"tool {func.__name__} needs a description (a docstring)")
-        return Tool(
-            name=name or func.__name__,
-            description=doc,
-            args_model=model,
-            handler=func,
-            idempotency=idempotency,
-            writes=writes,
-            runs_code=runs_code,
-            takes_context=takes_context,
-            capability=capability,
-            pauses=pauses,
-            plans=plans,
-        )
+        return _build_tool(func, deferred=False, **options)
 
     if fn is not None:
         return build(fn)
     return build
+
+
+def builtin_tool(**options: Any) -> Callable[[Handler], Tool]:
+    """:func:`tool` for the kernel's own tools: their annotations are evaluated when the
+    argument model is first built (``get_type_hints`` costs ~0.5 ms a tool, ~10 ms of every
+    start-up); a host's tool has them checked when it is decorated."""
+
+    def build(func: Handler) -> Tool:
+        return _build_tool(func, deferred=True, **options)
+
+    return build
+
+
+def _build_tool(
+    func: Handler,
+    *,
+    deferred: bool,
+    name: str | None = None,
+    description: str | None = None,
+    idempotency: Idempotency = "non-idempotent",
+    writes: bool = False,
+    runs_code: bool = False,
+    capability: str | None = None,
+    pauses: bool = False,
+    plans: bool = False,
+) -> Tool:
+    if not inspect.iscoroutinefunction(func):
+        raise TypeError(f"tool {func.__name__} must be an async function")
+    params = list(inspect.signature(func).parameters.values())
+    hints: dict[str, Any] | None = None
+    takes_context = bool(params) and params[0].name == "ctx"
+    if not deferred or (params and not takes_context):
+        hints = get_type_hints(func, include_extras=True)
+        takes_context = bool(params) and (
+            takes_context or getattr(hints.get(params[0].name), "__name__", "") == "ToolContext"
+        )
+    args = params[1:] if takes_context else params
+    for p in args:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {func.__name__}: *args/**kwargs are not supported")
+
+    def model() -> type[BaseModel]:
+        try:
+            types = hints if hints is not None else get_type_hints(func, include_extras=True)
+            fields: dict[str, Any] = {
+                p.name: (
+                    types.get(p.name, Any),
+                    ... if p.default is inspect.Parameter.empty else p.default,
+                )
+                for p in args
+            }
+            return create_model(
+                f"{func.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields
+            )
+        except Exception as exc:
+            raise TypeError(
+                f"tool {func.__name__}: its parameters cannot be validated: {exc}"
+            ) from exc
+
+    doc = description or inspect.cleandoc(func.__doc__ or "").strip()
+    if not doc:
+        raise TypeError(f"tool {func.__name__} needs a description (a docstring)")
+    return Tool(
+        name=name or func.__name__,
+        description=doc,
+        args_model=model,
+        handler=func,
+        idempotency=idempotency,
+        writes=writes,
+        runs_code=runs_code,
+        takes_context=takes_context,
+        capability=capability,
+        pauses=pauses,
+        plans=plans,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,8 @@ from pydantic import Field
 
 from ..errors import ToolError, ToolErrorCode
 from ..security.permissions import check_permission
-from .base import ToolOutput, tool
+from .base import ToolOutput, builtin_tool
 from .context import ToolContext
-from .process import run_process
 
 __all__ = ["COMMAND_TOOLS", "script_argv"]
 
@@ -41,7 +40,7 @@ def _result_text(
     return ToolOutput(text, f"{status}, {total} bytes of output")
 
 
-@tool(writes=True, runs_code=True, idempotency="non-idempotent")
+@builtin_tool(writes=True, runs_code=True, idempotency="non-idempotent")
 async def run_command(
     ctx: ToolContext,
     command: Annotated[
@@ -58,6 +57,8 @@ async def run_command(
     """Run a shell command in the project. Foreground commands are killed (with their children)
     at the timeout and their output is capped; background commands return a task id to check with
     background_task_output and stop with kill_background_task."""
+    from .process import run_process
+
     check_permission(
         "run_command", writes=True, runs_code=True, permission=ctx.permission, readonly=ctx.readonly
     )
@@ -80,7 +81,7 @@ async def run_command(
     )
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def list_background_tasks(ctx: ToolContext) -> ToolOutput:
     """List background commands with their state."""
     tasks = ctx.background.list()
@@ -93,7 +94,7 @@ async def list_background_tasks(ctx: ToolContext) -> ToolOutput:
     return ToolOutput("\n".join(lines), f"{len(tasks)} background tasks")
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def background_task_output(
     ctx: ToolContext,
     task_id: Annotated[str, Field(description="Task id from run_command(background=true)")],
@@ -105,7 +106,7 @@ async def background_task_output(
     return ToolOutput(f"[{task.id} {state}]\n{task.tail(max_chars)}", f"{task.id} {state}")
 
 
-@tool(runs_code=True, idempotency="idempotent")
+@builtin_tool(runs_code=True, idempotency="idempotent")
 async def kill_background_task(
     ctx: ToolContext, task_id: Annotated[str, Field(description="Task id to stop")]
 ) -> ToolOutput:
@@ -133,6 +134,8 @@ def script_argv(script: Path, args: list[str], node_path: str) -> list[str]:
 async def _run_script(
     ctx: ToolContext, script: Path, args: list[str], timeout: float, cwd: Path
 ) -> ToolOutput:
+    from .process import run_process
+
     if any("\x00" in a for a in args):
         raise ToolError(ToolErrorCode.INVALID_ARGS, "an argument contains a NUL byte")
     argv = script_argv(script, args, ctx.node_path)
@@ -147,7 +150,7 @@ async def _run_script(
     )
 
 
-@tool(runs_code=True, idempotency="non-idempotent")
+@builtin_tool(runs_code=True, idempotency="non-idempotent")
 async def run_skill_script(
     ctx: ToolContext,
     skill: Annotated[str, Field(description="Skill name")],
@@ -170,7 +173,7 @@ async def run_skill_script(
     return await _run_script(ctx, path, list(args), timeout, ctx.project)
 
 
-@tool(writes=True, runs_code=True, idempotency="non-idempotent")
+@builtin_tool(writes=True, runs_code=True, idempotency="non-idempotent")
 async def run_project_script(
     ctx: ToolContext,
     path: Annotated[str, Field(description="Script path inside the project (.py, .sh, .js/.mjs)")],

@@ -9,15 +9,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..security.paths import PathGuard
 from ..security.permissions import Permission
-from .process import BackgroundTasks
 from .task_table import TaskTable
 
 if TYPE_CHECKING:
     from ..memory.manager import MemoryManager
     from ..role_pack.manager import RolePackManager
+    from .process import BackgroundTasks
     from .works import WorksRegistry
 
 __all__ = ["ToolContext"]
+
+
+def _background_tasks() -> BackgroundTasks:
+    # tools/process.py (asyncio, subprocess) loads with the first context, not with the tools
+    from .process import BackgroundTasks
+
+    return BackgroundTasks()
 
 
 @dataclass
@@ -32,7 +39,7 @@ class ToolContext:
     memory: MemoryManager | None = None
     role_packs: RolePackManager | None = None
     works: WorksRegistry | None = None
-    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    background: BackgroundTasks = field(default_factory=_background_tasks)
     task_table: TaskTable = field(default_factory=TaskTable)
     services: Mapping[str, Any] = field(default_factory=dict)
     """Service objects by kind: ``web_search``, ``web_fetch``, ``code_executor``, ``project_search``."""

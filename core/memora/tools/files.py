@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
 
 from ..errors import ToolError, ToolErrorCode
 from ..security.permissions import check_permission
-from .base import ToolOutput, tool
+from .base import ToolOutput, builtin_tool
 from .context import ToolContext
 
 __all__ = ["FILE_TOOLS", "decode_text"]
@@ -21,6 +21,16 @@ MAX_SCAN_BYTES = 64 * 1024 * 1024
 """Line-based reads scan at most this much; beyond it use byte ranges."""
 MAX_WRITE_BYTES = 10 * 1024 * 1024
 MAX_LIST = 500
+
+_T = TypeVar("_T")
+
+
+async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``asyncio.to_thread``; asyncio is imported by the running loop, not by listing the tools
+    (``memora plugins``)."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)
 
 
 def decode_text(data: bytes) -> tuple[str, str]:
@@ -111,7 +121,7 @@ def _read_lines(fd: int, size: int, start: int, end: int) -> tuple[list[bytes], 
     return lines, line_no, False
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def read_file(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File path, relative to the project root")],
@@ -136,7 +146,7 @@ async def read_file(
         size = os.fstat(fd).st_size
         shown = ctx.guard.display(resolved)
         if offset is not None:
-            data = await asyncio.to_thread(_read_range, fd, offset, length)
+            data = await _in_thread(_read_range, fd, offset, length)
             text, enc = decode_text(data)
             end = offset + len(data)
             more = f"; continue with offset={end}" if end < size else ""
@@ -147,9 +157,9 @@ async def read_file(
             raise ToolError(
                 ToolErrorCode.INVALID_ARGS, f"end_line {last} is before start_line {start_line}"
             )
-        probe = await asyncio.to_thread(_read_range, fd, 0, 8192)
+        probe = await _in_thread(_read_range, fd, 0, 8192)
         decode_text(probe)  # binary check up front
-        raw_lines, total, capped = await asyncio.to_thread(_read_lines, fd, size, start_line, last)
+        raw_lines, total, capped = await _in_thread(_read_lines, fd, size, start_line, last)
         text, enc = decode_text(b"\n".join(raw_lines))
         got_last = start_line + len(raw_lines) - 1
         if not raw_lines:
@@ -171,7 +181,7 @@ async def read_file(
         os.close(fd)
 
 
-@tool(writes=True, idempotency="idempotent-key")
+@builtin_tool(writes=True, idempotency="idempotent-key")
 async def write_file(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File path, relative to the project root")],
@@ -188,14 +198,14 @@ async def write_file(
             ToolErrorCode.OUTPUT_TOO_LARGE,
             f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}",
         )
-    resolved = await asyncio.to_thread(ctx.guard.write_atomic, path, data)
+    resolved = await _in_thread(ctx.guard.write_atomic, path, data)
     st = os.stat(resolved)
     ctx.file_stamps[str(resolved)] = (st.st_mtime_ns, st.st_size)
     summary = f"wrote {ctx.guard.display(resolved)} ({len(data)} bytes)"
     return ToolOutput(summary, summary)
 
 
-@tool(writes=True, idempotency="non-idempotent")
+@builtin_tool(writes=True, idempotency="non-idempotent")
 async def edit_file(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File path, relative to the project root")],
@@ -224,7 +234,7 @@ async def edit_file(
                 ToolErrorCode.OUTPUT_TOO_LARGE,
                 f"{ctx.guard.display(resolved)} is too large to edit ({size} bytes)",
             )
-        data = await asyncio.to_thread(_read_range, fd, 0, size)
+        data = await _in_thread(_read_range, fd, 0, size)
     finally:
         os.close(fd)
     text, enc = decode_text(data)
@@ -250,14 +260,14 @@ async def edit_file(
             ToolErrorCode.INVALID_ARGS,
             f"{shown} is {enc}-encoded and new_text has characters {enc} cannot hold",
         ) from exc
-    await asyncio.to_thread(ctx.guard.write_atomic, str(resolved), encoded)
+    await _in_thread(ctx.guard.write_atomic, str(resolved), encoded)
     st = os.stat(resolved)
     ctx.file_stamps[str(resolved)] = (st.st_mtime_ns, st.st_size)
     summary = f"edited {shown}: {count if replace_all else 1} replacement(s)"
     return ToolOutput(summary, summary)
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def list_dir(
     ctx: ToolContext,
     path: Annotated[str, Field(description="Folder, relative to the project root")] = ".",
@@ -330,7 +340,7 @@ async def list_dir(
         finally:
             os.close(top)
 
-    lines, capped = await asyncio.to_thread(walk)
+    lines, capped = await _in_thread(walk)
     shown = ctx.guard.display(root)
     body = "\n".join(lines) if lines else "(empty)"
     if capped:

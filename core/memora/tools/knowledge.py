@@ -7,14 +7,14 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ..errors import ErrorCode, MemoraError, ToolError, ToolErrorCode
-from .base import ToolOutput, tool
+from .base import ToolOutput, builtin_tool
 from .context import ToolContext
 from .files import decode_text
 
 __all__ = ["KNOWLEDGE_TOOLS"]
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def search_project(
     ctx: ToolContext,
     pattern: Annotated[
@@ -46,7 +46,7 @@ async def search_project(
     return ToolOutput(body + capped, f"{len(matches)} matches for {pattern!r}")
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def memory_search(
     ctx: ToolContext,
     query: Annotated[
@@ -76,7 +76,7 @@ async def memory_search(
     return ToolOutput("\n".join(lines), f"{len(hits)} memories")
 
 
-@tool(writes=False, idempotency="idempotent-key")
+@builtin_tool(writes=False, idempotency="idempotent-key")
 async def register_work(
     ctx: ToolContext,
     path: Annotated[str, Field(description="The work's text file, relative to the project root")],
@@ -101,7 +101,7 @@ async def register_work(
     return ToolOutput(info.projection(), f"registered {info.title} ({info.chars:,} chars)")
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def read_skill(
     ctx: ToolContext, name: Annotated[str, Field(description="Skill name from the skills list")]
 ) -> ToolOutput:
@@ -119,7 +119,7 @@ async def read_skill(
     return ToolOutput(f"# {skill.name}\n{body}{extra}", f"skill {skill.name}")
 
 
-@tool(idempotency="read-only")
+@builtin_tool(idempotency="read-only")
 async def read_resource(
     ctx: ToolContext,
     skill: Annotated[str, Field(description="Skill name")],

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..chunks import QuestionSpec
-from .base import ControlSignal, ToolOutput, tool
+from .base import ControlSignal, ToolOutput, builtin_tool
 from .context import ToolContext
 from .task_table import PlanItem
+
+if TYPE_CHECKING:  # the chunk types load with the first question, not with the tool list
+    from ..chunks import QuestionSpec
 
 __all__ = [
     "PLAN_TOOLS",
@@ -55,7 +57,7 @@ class AskUserSignal(ControlSignal):
         self.questions = questions
 
 
-@tool(idempotency="idempotent", plans=True)
+@builtin_tool(idempotency="idempotent", plans=True)
 async def task_table_update(
     ctx: ToolContext,
     items: Annotated[list[PlanItemArg], Field(min_length=1, max_length=50)],
@@ -71,12 +73,14 @@ async def task_table_update(
     return ToolOutput(table, f"task table: {len(ctx.task_table.items())} items")
 
 
-@tool(idempotency="read-only", pauses=True)
+@builtin_tool(idempotency="read-only", pauses=True)
 async def ask_user(
     ctx: ToolContext,
     questions: Annotated[list[QuestionArg], Field(min_length=1, max_length=5)],
 ) -> ToolOutput:
     """Ask the user one or more questions and wait for the answers (the turn pauses)."""
+    from ..chunks import QuestionSpec
+
     specs: list[QuestionSpec] = []
     used: set[str] = set()
     for q in questions:

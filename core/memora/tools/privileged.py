@@ -8,13 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from ..errors import ToolError, ToolErrorCode
-from .base import ToolOutput, tool
+from .base import ToolOutput, builtin_tool
 from .context import ToolContext
 
 __all__ = ["PRIVILEGED_TOOLS"]
 
 
-@tool(idempotency="read-only", capability="web:search")
+@builtin_tool(idempotency="read-only", capability="web:search")
 async def web_search(
     ctx: ToolContext,
     query: Annotated[str, Field(min_length=1, max_length=500)],
@@ -59,7 +59,7 @@ async def web_search(
     return ToolOutput("\n".join(lines), f"{len(hits)} results")
 
 
-@tool(idempotency="read-only", capability="web:fetch")
+@builtin_tool(idempotency="read-only", capability="web:fetch")
 async def web_fetch(
     ctx: ToolContext,
     url: Annotated[str, Field(min_length=1, max_length=4000)],
@@ -83,7 +83,7 @@ async def web_fetch(
     )
 
 
-@tool(runs_code=True, idempotency="non-idempotent", capability="code:execute")
+@builtin_tool(runs_code=True, idempotency="non-idempotent", capability="code:execute")
 async def run_code(
     ctx: ToolContext,
     code: Annotated[str, Field(min_length=1, max_length=100_000)],

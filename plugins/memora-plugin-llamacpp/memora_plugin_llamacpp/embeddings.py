@@ -49,7 +49,7 @@ class LlamaCppEmbedder:
     def _load(self) -> Any:
         from llama_cpp import Llama
 
-        from . import amx_supported, build_features, check_build
+        from .provider import amx_supported, build_features, check_build
 
         check_build(build_features(), amx_supported())
         return Llama(
