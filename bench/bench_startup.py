@@ -75,6 +75,8 @@ def main() -> None:
             f"   x floor {own / floor:5.2f}"
         )
     print("  targets: from memora import Agent <= 1.4x floor, memora plugins --json <= 1.5x")
+    print("  when issue #29 was filed: from memora import Agent 1.65-2.2x, memora plugins --json")
+    print("  ~2x; before its start-up work (commit ec1548f, this bench): 1.62-1.75x and 1.85-2.12x")
 
 
 if __name__ == "__main__":
