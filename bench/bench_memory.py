@@ -5,6 +5,9 @@ Side by side in one run, on the same database file:
   * raw FTS5 — the same MATCH + bm25 query on a plain sqlite3 connection (the floor);
   * LIKE     — a naive '%term%' scan, what a backend without an index does.
 
+Then group commit: CPU per row of ``add`` alone and with 10 and 100 concurrent callers (the
+sessions of ``memora serve``), next to one ``add_many`` of 100 (one transaction, the floor).
+
 Usage: python bench/bench_memory.py [N ...]   (default: 100000 1000000)
 """
 
@@ -152,6 +155,34 @@ async def run(n: int, folder: Path) -> None:
     )
 
 
+async def group_commit(folder: Path) -> None:
+    store = SqliteStorage(folder / "group.db")
+
+    def item() -> NewMemory:
+        return NewMemory(summary(), source="round_summary", name="a round")
+
+    print("group commit: CPU per row of add() (worker thread included), median of 5 passes")
+    try:
+        for callers in (1, 10, 100):
+            samples = []
+            for _ in range(5):
+                t = time.process_time()
+                for _ in range(max(1, 400 // callers)):
+                    await asyncio.gather(*(store.add(item()) for _ in range(callers)))
+                samples.append((time.process_time() - t) / (max(1, 400 // callers) * callers))
+            print(
+                f"  {callers:3} concurrent adds            {statistics.median(samples) * 1e3:6.3f} ms"
+            )
+        samples = []
+        for _ in range(5):
+            t = time.process_time()
+            await store.add_many([item() for _ in range(100)])
+            samples.append((time.process_time() - t) / 100)
+        print(f"  add_many(100), one transaction {statistics.median(samples) * 1e3:6.3f} ms")
+    finally:
+        await store.close()
+
+
 def main() -> None:
     sizes = [int(a) for a in sys.argv[1:]] or [100_000, 1_000_000]
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,6 +190,7 @@ def main() -> None:
             asyncio.run(run(n, Path(tmp)))
             for f in Path(tmp).glob("bench-*"):
                 f.unlink()
+        asyncio.run(group_commit(Path(tmp)))
 
 
 if __name__ == "__main__":

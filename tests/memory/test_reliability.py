@@ -200,3 +200,100 @@ async def test_two_processes_write_one_json_file(tmp_path: Path) -> None:
         assert len(await store.search_by_keyword("updated", limit=10)) == 2
     finally:
         await store.close()
+
+
+GROUP_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memora.memory import NewMemory
+    from memora.memory.sqlite_store import SqliteStorage
+
+    async def main():
+        store = SqliteStorage(sys.argv[1])
+        i = 0
+        while True:  # twenty sessions at a time: their adds share commits (group commit)
+            batch = [store.add(NewMemory(f"entry {i + n} 记忆条目")) for n in range(20)]
+            for rec in await asyncio.gather(*batch):
+                sys.stdout.write(rec.id + "\\n")
+            sys.stdout.flush()
+            i += 20
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_sqlite_group_commit_survives_kill_9(tmp_path: Path) -> None:
+    """Concurrent adds share a transaction; each one that returned was committed."""
+    db = tmp_path / "memory.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GROUP_WRITER, str(db)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    acknowledged: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(acknowledged) < 400 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        acknowledged.append(line.strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert len(acknowledged) >= 400
+    store = SqliteStorage(db)
+    try:
+        assert await store.integrity_check() == "ok"
+        for memory_id in acknowledged:
+            assert await store.get(memory_id) is not None, memory_id
+    finally:
+        await store.close()
+
+
+async def test_one_failing_add_of_a_group_fails_alone(tmp_path: Path) -> None:
+    """Adds written together: one the database refuses gets its error, the rest are kept."""
+    import asyncio
+
+    db = tmp_path / "memory.db"
+    store = SqliteStorage(db)
+    await store.add(NewMemory("first"))  # the schema exists
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE TRIGGER poison BEFORE INSERT ON memories WHEN NEW.name = 'poison' "
+        "BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
+    )
+    conn.commit()
+    conn.close()
+    adds = [
+        store.add(NewMemory(f"row {n}", name="poison" if n == 3 else f"n{n}")) for n in range(8)
+    ]
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    try:
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert len(failed) == 1 and isinstance(failed[0], MemoraError)
+        assert failed[0].code == "STORAGE_ERROR" and "poisoned row" in failed[0].message
+        for n, r in enumerate(results):
+            if n != 3:
+                assert not isinstance(r, BaseException)
+                assert (await store.get(r.id)) is not None
+        assert len(await store.search_by_keyword("row", limit=50)) == 7
+    finally:
+        await store.close()
+
+
+async def test_close_writes_the_adds_it_accepted(tmp_path: Path) -> None:
+    import asyncio
+
+    db = tmp_path / "memory.db"
+    store = SqliteStorage(db)
+    adds = [asyncio.ensure_future(store.add(NewMemory(f"late {n}"))) for n in range(30)]
+    await asyncio.sleep(0)  # accepted: the first batch is being written, the rest wait
+    await store.close()
+    records = await asyncio.gather(*adds)
+    with pytest.raises(MemoraError, match="closed"):
+        await store.add(NewMemory("after close"))
+    reopened = SqliteStorage(db)
+    try:
+        for r in records:
+            assert await reopened.get(r.id) is not None
+    finally:
+        await reopened.close()

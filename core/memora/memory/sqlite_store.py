@@ -209,18 +209,37 @@ class _Core:
         ).fetchone()
         return record_from_row(row) if row else None
 
+    def _add_one(self, item: NewMemory) -> tuple[MemoryRecord]:
+        existing = self.get(item.id) if item.id else None
+        if existing is not None:
+            return (existing,)
+        record = MemoryRecord.from_new(item)
+        self._insert(record)
+        return (record,)
+
     def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
-        def work() -> builtins.list[MemoryRecord]:
-            out = []
+        return self._tx(lambda: [r for item in items for r in self._add_one(item)])
+
+    def add_each(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord | sqlite3.Error]:
+        """``add`` for each of ``items`` in one transaction (one commit: a group commit); with
+        several, each under a savepoint of its own, so one that fails is rolled back alone and
+        answered with its error while the others are written."""
+        if len(items) == 1:  # a lone add: its own transaction is its isolation
+            try:
+                return [*self.add_many(items)]
+            except sqlite3.Error as exc:
+                return [exc]
+
+        def work() -> builtins.list[MemoryRecord | sqlite3.Error]:
+            out: builtins.list[MemoryRecord | sqlite3.Error] = []
             for item in items:
-                if item.id:
-                    existing = self.get(item.id)
-                    if existing is not None:
-                        out.append(existing)
-                        continue
-                record = MemoryRecord.from_new(item)
-                self._insert(record)
-                out.append(record)
+                self.db.execute("SAVEPOINT one")
+                try:
+                    out.extend(self._add_one(item))
+                except sqlite3.Error as exc:
+                    self.db.execute("ROLLBACK TO one")
+                    out.append(exc)
+                self.db.execute("RELEASE one")
             return out
 
         return self._tx(work)
@@ -528,6 +547,9 @@ class SqliteStorage:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memora-sqlite")
         self._closed = False
         self._core: _Core = self._executor.submit(_Core, self.path, read_only).result()
+        self._pending: builtins.list[tuple[NewMemory, asyncio.Future[MemoryRecord]]] = []
+        """Adds waiting for the batch being written (see :meth:`add`)."""
+        self._batch: asyncio.Future[Any] | None = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -543,7 +565,69 @@ class SqliteStorage:
             ) from exc
 
     async def add(self, item: NewMemory) -> MemoryRecord:
-        return (await self.add_many([item]))[0]
+        """Write one memory; it has been committed when this returns.  Group commit: adds that
+        arrive while a batch is being written go together in the next transaction (each under
+        a savepoint of its own), so concurrent sessions (``memora serve``) share a commit and
+        the full-text index's segment writes; a lone add is written at once, as before."""
+        check_new(item)
+        check_source(item.source)
+        if self._closed:
+            raise MemoraError(ErrorCode.STORAGE_ERROR, f"the memory storage {self.path} is closed")
+        loop = asyncio.get_running_loop()
+        if self._batch is not None:  # a batch is being written: join the next one
+            future: asyncio.Future[MemoryRecord] = loop.create_future()
+            self._pending.append((item, future))
+            return await future
+        # nothing being written: this add goes at once, awaited directly (no extra trip round
+        # the event loop); adds arriving meanwhile wait for the next batch
+        job = self._batch = loop.run_in_executor(self._executor, self._core.add_each, [item])
+        try:
+            (outcome,) = await job
+        finally:
+            self._batch = None
+            if self._pending:
+                self._write_batch(loop)
+        if isinstance(outcome, MemoryRecord):
+            return outcome
+        raise self._storage_error(outcome)
+
+    def _write_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        # every pending add was accepted before close(), which waits for this batch: written
+        batch, self._pending = self._pending, []
+        job = loop.run_in_executor(self._executor, self._core.add_each, [i for i, _ in batch])
+        self._batch = job
+        job.add_done_callback(lambda done: self._batch_written(loop, batch, done))
+
+    def _batch_written(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        batch: builtins.list[tuple[NewMemory, asyncio.Future[MemoryRecord]]],
+        job: asyncio.Future[Any],
+    ) -> None:
+        self._batch = None
+        failure = None if job.cancelled() else job.exception()
+        results = job.result() if failure is None and not job.cancelled() else None
+        for n, (_, future) in enumerate(batch):
+            if future.done():  # its caller was cancelled: the memory is written all the same
+                continue
+            outcome = results[n] if results is not None else failure
+            if isinstance(outcome, MemoryRecord):
+                future.set_result(outcome)
+            else:
+                future.set_exception(self._storage_error(outcome))
+        if self._pending:
+            self._write_batch(loop)
+
+    def _storage_error(self, exc: BaseException | None) -> BaseException:
+        if isinstance(exc, sqlite3.Error):
+            error = MemoraError(
+                ErrorCode.STORAGE_ERROR,
+                f"SQLite error on {self.path}: {exc}",
+                context={"path": str(self.path)},
+            )
+            error.__cause__ = exc
+            return error
+        return exc if exc is not None else asyncio.CancelledError()
 
     async def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
         for item in items:
@@ -646,6 +730,9 @@ class SqliteStorage:
         if self._closed:
             return
         self._closed = True
+        while self._batch is not None:  # adds already accepted are written, then answered
+            await asyncio.wait([self._batch])
+            await asyncio.sleep(0)  # their callbacks (and a last batch's) run first
         await asyncio.get_running_loop().run_in_executor(self._executor, self._core.close)
         self._executor.shutdown(wait=True)
 
