@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -39,9 +40,9 @@ WRITER = textwrap.dedent(
 )
 
 
-def _kill_mid_stream(kind: str, path: Path, at_least: int) -> list[str]:
+def _kill_mid_stream(kind: str, path: Path, at_least: int, writer: str = WRITER) -> list[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, kind, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", writer, kind, str(path)], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     ids: list[str] = []
@@ -209,7 +210,7 @@ GROUP_WRITER = textwrap.dedent(
     from memora.memory.sqlite_store import SqliteStorage
 
     async def main():
-        store = SqliteStorage(sys.argv[1])
+        store = SqliteStorage(sys.argv[2])
         i = 0
         while True:  # twenty sessions at a time: their adds share commits (group commit)
             batch = [store.add(NewMemory(f"entry {i + n} 记忆条目")) for n in range(20)]
@@ -226,20 +227,7 @@ GROUP_WRITER = textwrap.dedent(
 async def test_sqlite_group_commit_survives_kill_9(tmp_path: Path) -> None:
     """Concurrent adds share a transaction; each one that returned was committed."""
     db = tmp_path / "memory.db"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", GROUP_WRITER, str(db)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    acknowledged: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(acknowledged) < 400 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        acknowledged.append(line.strip())
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert len(acknowledged) >= 400
+    acknowledged = _kill_mid_stream("sqlite", db, 400, GROUP_WRITER)
     store = SqliteStorage(db)
     try:
         assert await store.integrity_check() == "ok"
@@ -251,8 +239,6 @@ async def test_sqlite_group_commit_survives_kill_9(tmp_path: Path) -> None:
 
 async def test_one_failing_add_of_a_group_fails_alone(tmp_path: Path) -> None:
     """Adds written together: one the database refuses gets its error, the rest are kept."""
-    import asyncio
-
     db = tmp_path / "memory.db"
     store = SqliteStorage(db)
     await store.add(NewMemory("first"))  # the schema exists
@@ -281,8 +267,6 @@ async def test_one_failing_add_of_a_group_fails_alone(tmp_path: Path) -> None:
 
 
 async def test_close_writes_the_adds_it_accepted(tmp_path: Path) -> None:
-    import asyncio
-
     db = tmp_path / "memory.db"
     store = SqliteStorage(db)
     adds = [asyncio.ensure_future(store.add(NewMemory(f"late {n}"))) for n in range(30)]

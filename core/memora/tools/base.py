@@ -242,7 +242,7 @@ def tool(
     )
 
     def build(func: Handler) -> Tool:
-        return _build_tool(func, deferred=False, **options)
+        return _build_tool(func, deferred=False, options=options)
 
     if fn is not None:
         return build(fn)
@@ -255,24 +255,13 @@ def builtin_tool(**options: Any) -> Callable[[Handler], Tool]:
     start-up); a host's tool has them checked when it is decorated."""
 
     def build(func: Handler) -> Tool:
-        return _build_tool(func, deferred=True, **options)
+        return _build_tool(func, deferred=True, options=options)
 
     return build
 
 
-def _build_tool(
-    func: Handler,
-    *,
-    deferred: bool,
-    name: str | None = None,
-    description: str | None = None,
-    idempotency: Idempotency = "non-idempotent",
-    writes: bool = False,
-    runs_code: bool = False,
-    capability: str | None = None,
-    pauses: bool = False,
-    plans: bool = False,
-) -> Tool:
+def _build_tool(func: Handler, *, deferred: bool, options: Mapping[str, Any]) -> Tool:
+    """The tool of ``func`` with ``options`` (the keyword arguments of :func:`tool`)."""
     if not inspect.iscoroutinefunction(func):
         raise TypeError(f"tool {func.__name__} must be an async function")
     params = list(inspect.signature(func).parameters.values())
@@ -306,21 +295,17 @@ def _build_tool(
                 f"tool {func.__name__}: its parameters cannot be validated: {exc}"
             ) from exc
 
-    doc = description or inspect.cleandoc(func.__doc__ or "").strip()
+    doc = options.get("description") or inspect.cleandoc(func.__doc__ or "").strip()
     if not doc:
         raise TypeError(f"tool {func.__name__} needs a description (a docstring)")
+    flags = {k: v for k, v in options.items() if k not in ("name", "description")}
     return Tool(
-        name=name or func.__name__,
+        name=options.get("name") or func.__name__,
         description=doc,
         args_model=model,
         handler=func,
-        idempotency=idempotency,
-        writes=writes,
-        runs_code=runs_code,
         takes_context=takes_context,
-        capability=capability,
-        pauses=pauses,
-        plans=plans,
+        **flags,
     )
 
 
