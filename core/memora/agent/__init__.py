@@ -15,7 +15,7 @@ _LAZY: dict[str, str] = {
     "AgentOptions": "memora.agent.options",
     "ApprovalDecision": "memora.agent.record",
     "ApprovalPause": "memora.agent.record",
-    "Checkpoint": "memora.agent.agent",
+    "Checkpoint": "memora.agent.results",
     "ContextWindow": "memora.agent.context_window",
     "DuplicateCallInterceptor": "memora.agent.state",
     "DuplicateCheckContext": "memora.agent.state",
@@ -26,17 +26,17 @@ _LAZY: dict[str, str] = {
     "PausedTurn": "memora.agent.pause",
     "PendingCall": "memora.agent.record",
     "PlanItemOutcome": "memora.agent.record",
-    "PolishManager": "memora.agent.agent",
+    "PolishManager": "memora.agent.results",
     "ProjectRuntime": "memora.agent.runtime",
     "Prompts": "memora.agent.prompts",
     "QuestionPause": "memora.agent.record",
-    "SecurityManager": "memora.agent.agent",
-    "SessionManager": "memora.agent.agent",
+    "SecurityManager": "memora.agent.results",
+    "SessionManager": "memora.agent.results",
     "SessionState": "memora.agent.state",
     "StatusTransition": "memora.agent.state",
     "SummaryPlan": "memora.agent.session",
     "TeamConfig": "memora.agent.options",
-    "ToolCallResult": "memora.agent.agent",
+    "ToolCallResult": "memora.agent.results",
     "ToolExposure": "memora.agent.exposure",
     "TurnControl": "memora.agent.pause",
     "TurnDeps": "memora.agent.loop",
@@ -87,11 +87,6 @@ __all__ = [
 if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
     from .agent import (
         Agent as Agent,
-        Checkpoint as Checkpoint,
-        PolishManager as PolishManager,
-        SecurityManager as SecurityManager,
-        SessionManager as SessionManager,
-        ToolCallResult as ToolCallResult,
     )
     from .context_window import (
         ContextWindow as ContextWindow,
@@ -126,6 +121,13 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
         PlanItemOutcome as PlanItemOutcome,
         QuestionPause as QuestionPause,
         TurnRecord as TurnRecord,
+    )
+    from .results import (
+        Checkpoint as Checkpoint,
+        PolishManager as PolishManager,
+        SecurityManager as SecurityManager,
+        SessionManager as SessionManager,
+        ToolCallResult as ToolCallResult,
     )
     from .runtime import (
         ProjectRuntime as ProjectRuntime,
