@@ -3,6 +3,8 @@ was written, a damaged line costs only itself, and both session stores answer al
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import logging
 import os
@@ -447,3 +449,45 @@ async def test_a_bare_json_value_in_a_log_is_skipped(tmp_path: Path) -> None:
     again = JsonlSessionStore(tmp_path)
     assert (await again.get("bare")).round_count == 1
     assert [r.round_id for r in await again.rounds("bare")] == ["r1"]
+
+
+async def test_concurrent_appends_land_whole_and_keep_no_lock_per_session(
+    tmp_path: Path,
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    await store.create(session_id="busy")
+
+    async def turn(n: int) -> None:
+        await store.append_turn("busy", [{"role": "user", "content": f"m{n}"}], _round(f"r{n}"))
+
+    await asyncio.gather(*(turn(n) for n in range(20)))  # one session, twenty at once
+    rounds = await store.rounds("busy")
+    assert sorted(r.round_id for r in rounds) == sorted(f"r{n}" for n in range(20))
+    # each turn's message and round are together: appends never interleave
+    lines = [
+        json.loads(x)
+        for p in (tmp_path / "sessions" / "busy").glob("*.jsonl")
+        for x in p.read_text(encoding="utf-8").splitlines()
+    ]
+    order = [x.get("content") or x.get("round_id") for x in lines if x["kind"] != "session"]
+    assert all(order[i][1:] == order[i + 1][1:] for i in range(0, len(order), 2))
+
+    # a waiter cancelled while another append holds the session leaves it usable
+    first = asyncio.ensure_future(turn(100))
+    waiting = asyncio.ensure_future(turn(101))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    await first
+    await turn(102)
+    assert {"r100", "r102"} <= {r.round_id for r in await store.rounds("busy")}
+
+    # a long-running process meets many sessions: no lock stays behind for each one
+    def locks() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, asyncio.Lock))
+
+    before = locks()
+    for n in range(200):
+        info = await store.create()
+        await store.append_turn(info.id, [], _round(f"s{n}"))
+    assert locks() - before < 10

@@ -134,11 +134,15 @@ def _line_bytes(line: dict[str, Any]) -> bytes:
     """One JSONL line, readable UTF-8; a line holding text UTF-8 cannot carry (a lone
     surrogate in a tool's output, say) is written with JSON escapes instead, so it is stored
     exactly and the append never fails."""
-    text = json.dumps(line, ensure_ascii=False) + "\n"
+    text = _LINE_JSON(line) + "\n"
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return (json.dumps(line) + "\n").encode("ascii")
+
+
+_LINE_JSON = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(..., ensure_ascii=False)`` without a new encoder per line."""
 
 
 def _day(ts: float) -> str:
@@ -276,12 +280,62 @@ def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
     return entry
 
 
+class _SessionLocks:
+    """One ``asyncio.Lock`` per session with an append running or waiting; a session's entry
+    leaves the table with its last user (a long-running server meets millions of sessions)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def lock(self, key: str) -> _SessionLock:
+        return _SessionLock(self._held, key)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+class _SessionLock:
+    """``async with``: the session's lock, counted in and out of :class:`_SessionLocks`."""
+
+    __slots__ = ("_held", "_key", "_lock")
+
+    def __init__(self, held: dict[str, tuple[asyncio.Lock, int]], key: str) -> None:
+        self._held = held
+        self._key = key
+        self._lock: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> None:
+        held, key = self._held, self._key
+        lock, users = held.get(key) or (asyncio.Lock(), 0)
+        held[key] = (lock, users + 1)
+        self._lock = lock
+        try:
+            await lock.acquire()
+        except BaseException:  # cancelled while waiting: no longer a user
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        lock, users = self._held[self._key]
+        if users <= 1:
+            del self._held[self._key]
+        else:
+            self._held[self._key] = (lock, users - 1)
+
+
 class JsonlSessionStore:
     """The built-in session store (``jsonl``)."""
 
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / "sessions"
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = _SessionLocks()
         self._root_checked = False
         """``sessions/`` was found (or made) a real folder, not a link."""
         self._unwritten: dict[str, SessionInfo] = {}
@@ -318,8 +372,8 @@ class JsonlSessionStore:
             )
         return folder
 
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id, asyncio.Lock())
+    def _lock(self, session_id: str) -> _SessionLock:
+        return self._locks.lock(session_id)
 
     def _read_meta(self, session_id: str) -> SessionInfo:
         """meta.json plus what is derived from the log (round count, last update, title)."""
