@@ -655,13 +655,17 @@ class Agent:
         from .loop import TurnEngine
 
         live, control = self._live, self._control
-        self._consumer = asyncio.current_task()
+        # the task iterating the turn, for abort(): looked up again after each chunk (a host may
+        # move the iteration to another task); with the loop given, current_task() skips
+        # get_running_loop(), a system call per chunk on Python 3.11
+        loop = asyncio.get_running_loop()
+        self._consumer = asyncio.current_task(loop)
         self._driving = record
         control.abort = False
         engine = TurnEngine(self._turn_deps(record), record)
         try:
             async for chunk in engine.run():
-                self._consumer = asyncio.current_task()
+                self._consumer = asyncio.current_task(loop)
                 yield chunk
         finally:
             # a host that stopped iterating early has its generator closed later (by the event

@@ -23,10 +23,14 @@ __all__ = [
 ]
 
 
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+"""json.dumps(sort_keys=True, ensure_ascii=False, default=str) without a new encoder per call."""
+
+
 def args_key(name: str, args: Any) -> str:
     """``name:sha1(arguments)``, the arguments as sorted JSON: what the duplicate guard, the
     outbox and the checks compare calls by."""
-    raw = json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
+    raw = _KEY_JSON(args)
     return name + ":" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
 

@@ -37,6 +37,8 @@ class TaskTable:
             self._items[item.id] = item
 
     def items(self) -> list[PlanItem]:
+        if not self._items:  # no plan (most turns): asked several times a step
+            return []
         return sorted(self._items.values(), key=lambda i: (i.order, i.id))
 
     def active(self) -> PlanItem | None:
