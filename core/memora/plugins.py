@@ -46,10 +46,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import pluggy
 
 from . import hookspecs
+from ._lazy import lazy_module
 from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
 
 if TYPE_CHECKING:  # memora.checks is imported by the first check, not by `memora plugins`
-    from .checks import CheckContext, CheckDecision, CheckOutcome, ToolCallInfo
+    from .checks import CheckContext, CheckDecision, CheckOutcome, Deny, ToolCallInfo
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -300,6 +301,9 @@ def _check_registration(kind: Kind, plugin: str, name_or_tool: Any, value: Any) 
         )
     return name, value
 
+
+_checks = lazy_module("memora.checks")
+"""memora.checks, imported by the first tool call's check (not by `memora plugins`)."""
 
 _CHECK_ANSWERS: contextvars.ContextVar[list[tuple[str, object]] | None] = contextvars.ContextVar(
     "memora_check_answers", default=None
@@ -599,8 +603,11 @@ class Plugins:
         A check that raises denies the call (fail closed) with a reason naming the plugin; so
         does a hook wrapper that raises.  Answers a wrapper adds are attributed to the wrapper.
         """
-        from .checks import Deny, combine_decisions
-
+        checks = _checks()
+        deny: type[Deny] = checks.Deny
+        combine: Callable[[Iterable[tuple[str, CheckDecision | None]]], CheckOutcome] = (
+            checks.combine_decisions
+        )
         answers: list[tuple[str, object]] = []
         token = _CHECK_ANSWERS.set(answers)
         try:
@@ -608,9 +615,7 @@ class Plugins:
         except Exception as exc:
             wrappers = self._wrapper_names("pre_execution_check") or ["a hook wrapper"]
             logger.warning("pre_execution_check wrapper raised: %r", exc)
-            return combine_decisions(
-                [(wrappers[0], Deny(f"check wrapper {wrappers[0]!r} failed: {exc}"))]
-            )
+            return combine([(wrappers[0], deny(f"check wrapper {wrappers[0]!r} failed: {exc}"))])
         finally:
             _CHECK_ANSWERS.reset(token)
         by_id = {id(answer): plugin for plugin, answer in answers}
@@ -620,7 +625,7 @@ class Plugins:
             if plugin is None:  # an answer a wrapper added
                 plugin = ", ".join(self._wrapper_names("pre_execution_check")) or "a hook wrapper"
             combined.append((plugin, answer))
-        return combine_decisions(combined)
+        return combine(combined)
 
     def _wrapper_names(self, hook_name: str) -> list[str]:
         impls = getattr(self.pm.hook, hook_name).get_hookimpls()

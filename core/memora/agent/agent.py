@@ -16,9 +16,18 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -607,10 +616,14 @@ class Agent:
         self._live.busy = True
         return self._live.new_record(text)
 
-    async def chat(self, text: str) -> AsyncIterator[AgentChunk]:
+    def chat(self, text: str) -> AsyncIterator[AgentChunk]:
         """Run one turn; yields every chunk.  Never raises once started (errors are chunks);
         a cancellation from outside the Agent (a host's timeout) ends the turn with an
-        ``aborted`` chunk and then propagates."""
+        ``aborted`` chunk and then propagates.  Nothing happens until the first chunk is
+        asked for (it is an async generator)."""
+        return self._drive(functools.partial(self._chat_turn, text))
+
+    async def _chat_turn(self, text: str) -> TurnRecord:
         record = self._begin(text)
         live = self._live
         live.duplicates.reset()
@@ -621,10 +634,9 @@ class Agent:
             live.busy = False
             raise
         live.turn = record
-        async for chunk in self._drive(record):
-            yield chunk
+        return record
 
-    async def meeting(
+    def meeting(
         self,
         question: str,
         *,
@@ -640,20 +652,27 @@ class Agent:
 
         ``team``: a team's name or leader (default: the team the active pack leads);
         ``members``: a subset of its members, in speaking order."""
-        self._need("tools")
-        chosen, speakers = self._prompts.meeting_team(
-            team, list(members) if members is not None else None
-        )
-        record = self._begin(question)
-        record.step = "meeting"
-        record.meeting = {"members": speakers, "chair": chosen.leader, "spoken": []}
-        self._live.turn = record
-        async for chunk in self._drive(record):
-            yield chunk
 
-    async def _drive(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
+        async def start() -> TurnRecord:
+            self._need("tools")
+            chosen, speakers = self._prompts.meeting_team(
+                team, list(members) if members is not None else None
+            )
+            record = self._begin(question)
+            record.step = "meeting"
+            record.meeting = {"members": speakers, "chair": chosen.leader, "spoken": []}
+            self._live.turn = record
+            return record
+
+        return self._drive(start)
+
+    async def _drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
+        """The chunks of a turn that ``start`` begins (or resumes) when the first is asked
+        for: ``chat``, ``meeting`` and a continued turn return this generator itself, so each
+        chunk passes one generator of the Agent, not two."""
         from .loop import TurnEngine
 
+        record = await start()  # outside the try: a refused start leaves another turn alone
         live, control = self._live, self._control
         # the task iterating the turn, for abort(): looked up again after each chunk (a host may
         # move the iteration to another task); with the loop given, current_task() skips
@@ -680,14 +699,17 @@ class Agent:
             if record.paused is None and live.turn is record:
                 live.turn = None
 
-    async def _continue(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
+    def _continue(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
         """Run a paused turn on (after :class:`PausedTurn` checked it may)."""
-        if self._live.busy:
-            raise BusyError("a turn is already running")
-        self.session_state.start()
-        self._live.busy = True
-        async for chunk in self._drive(record):
-            yield chunk
+
+        async def start() -> TurnRecord:
+            if self._live.busy:
+                raise BusyError("a turn is already running")
+            self.session_state.start()
+            self._live.busy = True
+            return record
+
+        return self._drive(start)
 
     async def chat_text(self, text: str) -> str:
         """Run one turn and return the final answer text.  Raises by what ended the turn:

@@ -252,17 +252,21 @@ def checks(c: GateCall) -> Verdict | None:
         idempotency=c.tool.idempotency,
         capability=c.tool.capability,
     )
-    ctx = CheckContext(
-        project_path=deps.project_path,
-        permission=deps.permission,
-        role_pack=deps.role_pack,
-        session_id=record.session_id,
-        round_id=record.round_id,
-        confirm_writes=deps.confirm_writes,
-        confirm_scripts=deps.confirm_scripts,
-        approvals=deps.approvals,
-        previous_result=previous.content if previous else None,
-    )
+    ctx = deps.check_context if previous is None else None
+    if ctx is None:
+        ctx = CheckContext(
+            project_path=deps.project_path,
+            permission=deps.permission,
+            role_pack=deps.role_pack,
+            session_id=record.session_id,
+            round_id=record.round_id,
+            confirm_writes=deps.confirm_writes,
+            confirm_scripts=deps.confirm_scripts,
+            approvals=deps.approvals,
+            previous_result=previous.content if previous else None,
+        )
+        if previous is None:  # the same for every such call of the turn (it is frozen)
+            deps.check_context = ctx
     outcome = deps.check(info, ctx)
     decision = outcome.decision
     who = f" (by {outcome.plugin})" if outcome.plugin else ""

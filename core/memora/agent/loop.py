@@ -200,6 +200,9 @@ class TurnDeps:
     """How the round summary is written when the turn asks for one (``None``: never)."""
     control: TurnControl
     """The host's abort and pause requests."""
+    check_context: CheckContext | None = None
+    """Where this turn's calls happen, for the checks (made by the first call's check; a call
+    with a previous identical result gets its own)."""
 
 
 class _Model:
@@ -225,6 +228,14 @@ class TurnEngine:
         """Text of the LLM call being streamed (kept with a marker if the turn ends in it)."""
         self._partial_stage = "answer"
         self._step_calls: list[str] = [c.name for c in record.pending_calls]
+        self._phases: dict[str, ThinkingChunk] = {}
+
+    def _thinking(self, phase: Literal["llm_calling", "processing"]) -> ThinkingChunk:
+        """The turn's ``thinking`` chunk of ``phase`` (frozen: made once, sent every step)."""
+        chunk = self._phases.get(phase)
+        if chunk is None:
+            chunk = self._phases[phase] = ThinkingChunk(phase=phase, round_id=self.record.round_id)
+        return chunk
 
     # -- the driver ----------------------------------------------------------------------------
 
@@ -383,7 +394,7 @@ class TurnEngine:
             record.note("plan_item", id=item.id, title=item.description)
             yield PlanItemBoundaryChunk(plan_item_id=item.id, title=item.description, round_id=rid)
 
-        yield ThinkingChunk(phase="llm_calling", round_id=rid)
+        yield self._thinking("llm_calling")
         out = _Model()
         transition: Transition | None = None
         async for chunk in self._call_model(out, tools=True, stage="answer"):
@@ -716,7 +727,7 @@ class TurnEngine:
         self._log_step()
         yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)
         # the results are in: memora works them into the next request
-        yield ThinkingChunk(phase="processing", round_id=record.round_id)
+        yield self._thinking("processing")
         yield Goto("model")
 
     def _log_step(self) -> None:
@@ -766,8 +777,7 @@ class TurnEngine:
         async def one(call: PendingCall) -> None:
             _ROUND.set(self.record.round_id)  # this task's context: services see the round
             try:
-                async for chunk in self._resolve(call, put):
-                    put(chunk)
+                await self._resolve(call, put)
             finally:
                 put(None)
 
@@ -798,45 +808,43 @@ class TurnEngine:
             if pending:
                 await asyncio.wait(pending, timeout=5)
 
-    async def _resolve(
-        self, call: PendingCall, emit: Callable[[AgentChunk], None]
-    ) -> AsyncIterator[AgentChunk]:
-        """One call: a resumed pause, else the gates, then the tool."""
+    async def _resolve(self, call: PendingCall, emit: Callable[[AgentChunk], None]) -> None:
+        """One call: a resumed pause, else the gates, then the tool; each chunk goes to
+        ``emit`` as it happens (coroutines, not async generators: no generator to create,
+        register with the event loop and resume per chunk, on every tool call)."""
         record = self.record
         if record.paused is not None and record.paused.tool_call_id == call.id:
-            async for chunk in self._resume_paused(call, emit):
-                yield chunk
+            await self._resume_paused(call, emit)
             return
         gate = GateCall(self.deps, record, call.id, call.name, call.arguments)
         verdict = run_gates(gate)
         if verdict is None:
             assert gate.tool is not None
-            async for chunk in self._execute(
+            await self._execute(
                 gate.tool, call.id, gate.args, emit, warn=gate.warn, model=gate.model, key=gate.key
-            ):
-                yield chunk
+            )
         elif isinstance(verdict, Refuse):
             if verdict.started:
-                yield self._start_chunk(call.id, call.name, {})
+                emit(self._start_chunk(call.id, call.name, {}))
             run = ToolRun(False, verdict.content, verdict.summary, verdict.code)
-            yield self._result(call.id, call.name, run, blocked=verdict.blocked)
+            emit(self._result(call.id, call.name, run, blocked=verdict.blocked))
         elif isinstance(verdict, Reuse):
-            yield self._result(call.id, call.name, verdict.run)
+            emit(self._result(call.id, call.name, verdict.run))
         elif isinstance(verdict, Approve):
             self._pause(ApprovalPause(call.id, call.name, gate.args, verdict.reason))
             record.note("approval_pending", tool_call_id=call.id, name=call.name, args=gate.args)
-            yield ApprovalPendingChunk(
-                tool_call_id=call.id,
-                name=call.name,
-                args=gate.args,
-                reason=verdict.reason,
-                round_id=record.round_id,
+            emit(
+                ApprovalPendingChunk(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    args=gate.args,
+                    reason=verdict.reason,
+                    round_id=record.round_id,
+                )
             )
-            yield PausedChunk(round_id=record.round_id)
+            emit(PausedChunk(round_id=record.round_id))
 
-    async def _resume_paused(
-        self, call: PendingCall, emit: Callable[[AgentChunk], None]
-    ) -> AsyncIterator[AgentChunk]:
+    async def _resume_paused(self, call: PendingCall, emit: Callable[[AgentChunk], None]) -> None:
         record = self.record
         paused = record.paused
         if isinstance(paused, QuestionPause):
@@ -844,8 +852,8 @@ class TurnEngine:
             record.answers = {}
             record.paused = None
             content = json.dumps({"answers": answers}, ensure_ascii=False)
-            yield self._result(
-                call.id, call.name, ToolRun(True, content, f"{len(answers)} answers")
+            emit(
+                self._result(call.id, call.name, ToolRun(True, content, f"{len(answers)} answers"))
             )
             return
         assert isinstance(paused, ApprovalPause)
@@ -861,17 +869,16 @@ class TurnEngine:
                 f"rejected: {reason}",
                 ToolErrorCode.PERMISSION_DENIED.value,
             )
-            yield self._result(call.id, call.name, run, blocked=True)
+            emit(self._result(call.id, call.name, run, blocked=True))
             return
         tool = self.deps.tools.get(call.name)
         if tool is None:
             msg = f"{ToolErrorCode.NOT_AVAILABLE}: there is no tool named {call.name!r} here"
             run = ToolRun(False, msg, msg, ToolErrorCode.NOT_AVAILABLE.value)
-            yield self._result(call.id, call.name, run, blocked=True)
+            emit(self._result(call.id, call.name, run, blocked=True))
             return
         args = decision.args if decision.args is not None else paused.args
-        async for chunk in self._execute(tool, call.id, args, emit):
-            yield chunk
+        await self._execute(tool, call.id, args, emit)
 
     async def _execute(
         self,
@@ -883,13 +890,13 @@ class TurnEngine:
         warn: bool = False,
         model: BaseModel | None = None,
         key: Callable[[], str] | None = None,
-    ) -> AsyncIterator[AgentChunk]:
+    ) -> None:
         """Run the tool; ``model``: the validated ``args`` (the gates made it), ``key``: gives
         their :func:`args_key` for the outbox."""
         deps, record = self.deps, self.record
         rid = record.round_id
         name = tool.name
-        yield self._start_chunk(call_id, name, args)
+        emit(self._start_chunk(call_id, name, args))
         record.note("tool_start", tool_call_id=call_id, name=name, args=args)
 
         def progress(text: str) -> None:
@@ -911,8 +918,8 @@ class TurnEngine:
             record.questions_asked += len(signal.questions)
             self._pause(QuestionPause(call_id, list(signal.questions), name))
             record.note("question_pending", questions=[q.model_dump() for q in signal.questions])
-            yield QuestionPendingChunk(questions=signal.questions, round_id=rid)
-            yield PausedChunk(round_id=rid)
+            emit(QuestionPendingChunk(questions=signal.questions, round_id=rid))
+            emit(PausedChunk(round_id=rid))
             return
         except BaseException as exc:
             err = exc
@@ -936,7 +943,7 @@ class TurnEngine:
                 tool.idempotency,
                 key=key() if key is not None else None,
             )
-        yield self._result(call_id, name, run)
+        emit(self._result(call_id, name, run))
 
     def _start_chunk(self, call_id: str, name: str, args: dict[str, Any]) -> ToolStartChunk:
         record = self.record
