@@ -513,6 +513,7 @@ class TurnEngine:
         )
         used_in = used_out = 0
         loop = asyncio.get_running_loop()
+        now = time.monotonic
         seen_tool = False
         err: BaseException | None = None
         try:
@@ -520,7 +521,7 @@ class TurnEngine:
                 watch = StallWatch(loop, deps.stall_timeout, deadline)
                 try:
                     async for raw in stream_with_retries(provider, request, policy):
-                        watch.last = loop.time()
+                        watch.last = now()
                         delta = clean_delta(raw)  # no lone surrogate enters the turn
                         kind = delta.kind
                         if kind == "text":
@@ -528,8 +529,6 @@ class TurnEngine:
                             parts.append(piece)
                             if not seen_tool:
                                 streamed.append(piece)
-                                if stage == "answer":
-                                    record.answer += piece
                                 if speaker is None:
                                     yield TextChunk(content=piece, stage=stage, round_id=rid)
                                 else:
@@ -559,7 +558,7 @@ class TurnEngine:
                             used_out += u.output_tokens
                         elif kind == "retry":
                             notice: RetryNotice = delta  # type: ignore[assignment]
-                            watch.last = loop.time() + notice.delay
+                            watch.last = now() + notice.delay
                             record.note("retry", attempt=notice.attempt, error=str(notice.error))
                             yield RetryChunk(
                                 attempt=notice.attempt,
@@ -570,6 +569,10 @@ class TurnEngine:
                             )
                 finally:
                     watch.close()
+                    if stage == "answer" and streamed:
+                        # once per call, not per delta (a str grown by += on an attribute is
+                        # copied each time); here, so an interrupted call keeps its text too
+                        record.answer += "".join(streamed)
         except TimeoutError as exc:
             err = exc
             record.note("error", category="timeout", message="LLM stalled")

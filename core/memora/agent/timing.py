@@ -4,6 +4,7 @@ start at once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -13,10 +14,11 @@ __all__ = ["StallWatch"]
 class StallWatch:
     """Ends the surrounding ``asyncio.timeout`` when nothing arrived for ``stall`` seconds.
 
-    The stream sets :attr:`last` on every delta (an attribute write); one timer checks it and
-    re-arms itself, instead of rescheduling a timer per delta (a cancelled and a new timer handle
-    for each of hundreds of tokens).  Armed from the start, so a server that never sends a
-    first delta stalls out too.
+    The stream sets :attr:`last` to ``time.monotonic()`` on every delta (one clock read and an
+    attribute write); one timer checks it and re-arms itself, instead of rescheduling a timer
+    per delta (a cancelled and a new timer handle for each of hundreds of tokens).  Armed from
+    the start, so a server that never sends a first delta stalls out too.  The timer is set
+    with ``call_later``, so the watch works with any event loop's clock.
     """
 
     __slots__ = ("_handle", "_loop", "_stall", "_timeout", "last")
@@ -27,16 +29,15 @@ class StallWatch:
         self._loop = loop
         self._stall = stall
         self._timeout = timeout
-        self.last = loop.time()
-        self._handle = loop.call_at(self.last + stall, self._check)
+        self.last = time.monotonic()
+        self._handle = loop.call_later(stall, self._check)
 
     def _check(self) -> None:
-        now = self._loop.time()
-        due = self.last + self._stall
-        if now >= due:
-            self._timeout.reschedule(now)  # expires: the task is cancelled -> TimeoutError
+        wait = self.last + self._stall - time.monotonic()
+        if wait <= 0:
+            self._timeout.reschedule(self._loop.time())  # expires: the task is cancelled
         else:
-            self._handle = self._loop.call_at(due, self._check)
+            self._handle = self._loop.call_later(wait, self._check)
 
     def close(self) -> None:
         self._handle.cancel()

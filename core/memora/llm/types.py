@@ -89,6 +89,8 @@ def clean_text(text: str) -> str:
     ``surrogateescape``) cannot be encoded as UTF-8: once in the history, every later request
     would fail.  Valid text is returned as is (one encode to check).
     """
+    if text.isascii():  # most deltas: a flag read, no copy
+        return text
     try:
         text.encode("utf-8")
         return text
