@@ -153,6 +153,63 @@ async def test_tool_calls_assembled_from_fragments(
     ]
 
 
+async def test_a_burst_of_events_in_one_read_streams_as_few_deltas(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    # a fast local server sends a whole answer in one write: its 200 tokens reach the loop as
+    # a few deltas (one per read), the same text in the same order
+    tokens = [f"词{i} " for i in range(200)]
+    events = [sse_chunk({"reasoning_content": "想"}), sse_chunk({"reasoning_content": "好了"})]
+    events += [sse_chunk({"content": t}) for t in tokens]
+    events += [sse_chunk(finish="stop"), sse_chunk(usage={"prompt_tokens": 3})]
+    server.script = [stream_scenario(events)]
+    out = await collect(provider)
+    texts = [d.text for d in out if isinstance(d, TextDelta)]
+    assert "".join(texts) == "".join(tokens) and len(texts) < 20
+    assert [d.text for d in out if isinstance(d, ReasoningDelta)] == ["想好了"]
+    kinds = [type(d).__name__ for d in out]
+    assert kinds.index("ReasoningDelta") < kinds.index("TextDelta") < kinds.index("FinishDelta")
+
+    # a tool call's fragments in one read: one fragment with the whole arguments; a second
+    # call in the same read stays its own
+    call = [
+        sse_chunk(
+            {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}}]}
+        ),
+        *(
+            sse_chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            for piece in ('{"pa', 'th": ', '"x.md"}')
+        ),
+        sse_chunk(
+            {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}
+        ),
+        sse_chunk(finish="tool_calls"),
+    ]
+    server.script = [stream_scenario(call)]
+    fragments = [d for d in await collect(provider) if isinstance(d, ToolCallDelta)]
+    assert [(d.index, d.id, d.name, d.arguments) for d in fragments] == [
+        (0, "a", "f", '{"path": "x.md"}'),
+        (1, "b", "g", "{}"),
+    ]
+
+    # an error event after text in the same read: the text first, then the error (and the
+    # text was output, so the failure is not retried)
+    server.script = [
+        stream_scenario(
+            [
+                sse_chunk({"content": "part"}),
+                sse_chunk({"content": "ial"}),
+                b'data: {"error": {"message": "overloaded"}}\n\n',
+            ]
+        )
+    ]
+    seen: list[object] = []
+    with pytest.raises(ProviderError) as info:
+        async for d in provider.stream(REQ):
+            seen.append(d)
+    assert seen == [TextDelta("partial")] and not info.value.retryable
+
+
 async def test_stream_cut_mid_tool_call(server: FaultServer, provider: OpenAIProvider) -> None:
     server.script = [
         cut_scenario(

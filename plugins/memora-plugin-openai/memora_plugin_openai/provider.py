@@ -55,6 +55,52 @@ def _encode_tools(tools: list[ToolSpec]) -> str:
     return json.dumps([tool_to_openai(t) for t in tools], ensure_ascii=False)
 
 
+def coalesce(deltas: list[Delta]) -> list[Delta]:
+    """``deltas`` with each run of text, of reasoning, or of one tool call's argument fragments
+    joined into one delta (order kept; a fragment naming a call starts a new one)."""
+    out: list[Delta] = []
+    run: list[str] = []  # the pieces of the run that out[-1] starts
+
+    def close() -> None:
+        if len(run) > 1:
+            head = out[-1]
+            text = "".join(run)
+            if isinstance(head, TextDelta):
+                out[-1] = TextDelta(text)
+            elif isinstance(head, ReasoningDelta):
+                out[-1] = ReasoningDelta(text)
+            elif isinstance(head, ToolCallDelta):
+                out[-1] = ToolCallDelta(head.index, head.id, head.name, text)
+        run.clear()
+
+    for delta in deltas:
+        head = out[-1] if out else None
+        if head is not None and run:
+            if isinstance(delta, TextDelta) and isinstance(head, TextDelta):
+                run.append(delta.text)
+                continue
+            if isinstance(delta, ReasoningDelta) and isinstance(head, ReasoningDelta):
+                run.append(delta.text)
+                continue
+            if (
+                isinstance(delta, ToolCallDelta)
+                and isinstance(head, ToolCallDelta)
+                and delta.index == head.index
+                and delta.id is None
+                and delta.name is None
+            ):
+                run.append(delta.arguments)
+                continue
+        close()
+        out.append(delta)
+        if isinstance(delta, (TextDelta, ReasoningDelta)):
+            run.append(delta.text)
+        elif isinstance(delta, ToolCallDelta):
+            run.append(delta.arguments)
+    close()
+    return out
+
+
 def _retry_after(headers: Mapping[str, str]) -> float | None:
     raw = headers.get("retry-after")
     if not raw:
@@ -458,15 +504,27 @@ class OpenAIProvider(HTTPEndpoint):
                             f"{self.total_timeout:g} s",
                             category="timeout",
                         )
-                    for data in decoder.feed(chunk):
-                        if data == "[DONE]":
-                            done = True
-                            break
-                        for delta in self._translate(data):
-                            produced = True
-                            if delta.kind == "finish":
-                                finished = True
-                            yield delta
+                    # the events of one read go on together: adjacent pieces of text (or of
+                    # one call's arguments) as one delta, so a fast server's burst of tokens
+                    # costs the loop one chunk, not one per token; an error event still comes
+                    # after what preceded it
+                    batch: list[Delta] = []
+                    failure: ProviderError | None = None
+                    try:
+                        for data in decoder.feed(chunk):
+                            if data == "[DONE]":
+                                done = True
+                                break
+                            batch.extend(self._translate(data))
+                    except ProviderError as exc:
+                        failure = exc
+                    for delta in coalesce(batch) if len(batch) > 1 else batch:
+                        produced = True
+                        if delta.kind == "finish":
+                            finished = True
+                        yield delta
+                    if failure is not None:
+                        raise failure
                 if not done:
                     for data in decoder.flush():
                         if data != "[DONE]":
