@@ -292,9 +292,6 @@ class _SessionLocks:
     def lock(self, key: str) -> _SessionLock:
         return _SessionLock(self._held, key)
 
-    def __len__(self) -> int:
-        return len(self._held)
-
 
 class _SessionLock:
     """``async with``: the session's lock, counted in and out of :class:`_SessionLocks`."""
