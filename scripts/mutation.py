@@ -48,7 +48,7 @@ MODULES: dict[str, list[str]] = {
         "tests/core/test_properties.py",
         "tests/tools/test_tools.py",
     ],
-    "settings.py": [
+    "settings/resolve.py": [
         "tests/core/test_settings.py",
         "tests/core/test_settings_layers.py",
         "tests/core/test_config.py",

@@ -10,8 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 logging.getLogger("memora").addHandler(logging.NullHandler())
 
@@ -23,8 +22,8 @@ _LAZY: dict[str, str] = {
     "ProjectRuntime": "memora.agent",
     "PausedTurn": "memora.agent",
     "Messages": "memora.messages",
-    "load_config": "memora.config",
-    "create_provider_from_config": "memora.config",
+    "load_config": "memora.settings",
+    "create_provider_from_config": "memora.settings",
     "tool": "memora.tools",
     "Tool": "memora.tools",
     "ToolContext": "memora.tools",
@@ -101,10 +100,6 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         ToolCallInfo as ToolCallInfo,
     )
     from .chunks import AgentChunk as AgentChunk, chunk_adapter as chunk_adapter
-    from .config import (
-        create_provider_from_config as create_provider_from_config,
-        load_config as load_config,
-    )
     from .errors import (
         AbortedError as AbortedError,
         BusyError as BusyError,
@@ -139,6 +134,10 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
     )
     from .messages import Messages as Messages
     from .plugins import Plugins as Plugins, create_plugin_manager as create_plugin_manager
+    from .settings import (
+        create_provider_from_config as create_provider_from_config,
+        load_config as load_config,
+    )
     from .tools import Tool as Tool, ToolContext as ToolContext, tool as tool
     from .tracing import Span as Span, Tracer as Tracer
 

@@ -47,7 +47,9 @@ import pluggy
 
 from . import hookspecs
 from ._lazy import lazy_module
+from ._version import __version__
 from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
+from .security.trust import factory_rules
 
 if TYPE_CHECKING:  # memora.checks is imported by the first check, not by `memora plugins`
     from .checks import CheckContext, CheckDecision, CheckOutcome, Deny, ToolCallInfo
@@ -673,8 +675,6 @@ class Plugins:
         """The options a project's config may set for the factory registered as ``name`` (of
         ``kind``, or of any kind: ``plugins[name]`` reaches every factory of that name), with
         their rules; an option two factories declare differently keeps neither's (stricter)."""
-        from .settings import factory_rules
-
         out: dict[str, Any] = {}
         clash: set[str] = set()
         for k, table in self._registry.items():
@@ -941,9 +941,7 @@ def create_plugin_manager(
     pm.add_hookspecs(hookspecs)
     plugins = Plugins(pm, strict=strict)
 
-    import memora
-
-    version = getattr(memora, "__version__", None)
+    version = __version__
     for module_name in DEFAULT_PLUGINS:
         module: ModuleType = importlib.import_module(module_name)
         plugins._add(module, module_name, KERNEL_DISTRIBUTION, version, "builtin")

@@ -280,7 +280,7 @@ def test_the_agent_settings_decide_the_precedence_once(tmp_path: Path) -> None:
     """A host's provider wins over the config's active one; with no background provider
     configured the background is the chat provider (not the config's active entry)."""
     from memora.agent.options import AgentOptions
-    from memora.settings import agent_settings
+    from memora.agent.resolved import agent_settings
 
     project = tmp_path / "p"
     (project / ".memora").mkdir(parents=True)

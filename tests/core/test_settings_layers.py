@@ -145,8 +145,8 @@ async def test_a_bad_option_value_names_the_first_field(
     dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     from memora.agent.options import AgentOptions
+    from memora.agent.resolved import agent_settings
     from memora.errors import MemoraError
-    from memora.settings import agent_settings
 
     project, user = dirs
     _write(user / "config.json", {"options": {"max_tokens": "many", "max_iterations": "lots"}})
@@ -158,7 +158,7 @@ async def test_a_bad_option_value_names_the_first_field(
 
 def test_the_hosts_options_win_over_the_files(dirs: tuple[Path, Path], tmp_path: Path) -> None:
     from memora.agent.options import AgentOptions
-    from memora.settings import agent_settings
+    from memora.agent.resolved import agent_settings
 
     project, user = dirs
     _write(user / "config.json", {"approvals": "full-auto", "session_store": "jsonl"})

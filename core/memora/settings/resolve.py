@@ -1,4 +1,5 @@
-"""Settings: one resolution of configuration, used by the Agent and by every command.
+"""Resolution: the user's file, the project's (through its trust guard), the environment and
+the explicit values merged in one precedence, each value with its origin.
 
 Sources, highest precedence first:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,106 +39,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from .checks import stricter
-from .config import MemoraConfig, ProviderConfig, format_config_error, read_config_file
-from .errors import ErrorCode, MemoraError
-from .security.state import user_config_dir
-from .security.trust import (
-    ANY,
-    AtMost,
-    OneOf,
-    ProjectRule,
-    Rules,
-    TrustRequest,
-    TrustStore,
-    factory_rules,
-    project_settable,
-    request_digest,
+from ..checks import stricter
+from ..errors import ErrorCode, MemoraError
+from ..security.state import user_config_dir
+from ..security.trust import Rules, TrustRequest, TrustStore, request_digest
+from .files import (
+    MemoraConfig,
+    ProviderConfig,
+    format_config_error,
+    read_layer,
 )
+from .keys import ENVIRONMENT, PROJECT_KEYS, SCALARS
 
 if TYPE_CHECKING:
-    from .plugins import Plugins
+    from ..plugins import Plugins
 
 log = logging.getLogger("memora")
 
-__all__ = [
-    "ANY",
-    "CONFIG_OPTIONS",
-    "ENVIRONMENT",
-    "PROJECT_KEYS",
-    "USER_SIDE_KEYS",
-    "AtMost",
-    "OneOf",
-    "ProjectRule",
-    "Settings",
-    "TrustRequest",
-    "factory_rules",
-    "project_settable",
-    "resolve_settings",
-    "user_config_dir",
-]
-
-ENVIRONMENT: dict[str, str] = {
-    "MEMORA_STORAGE": "storage",
-    "MEMORA_PROVIDER": "active_provider",
-    "MEMORA_BACKGROUND_PROVIDER": "background_provider",
-}
-"""Environment variables that set a setting, and the setting they set."""
-
-CONFIG_OPTIONS: frozenset[str] = frozenset(
-    {
-        "active_role_pack",
-        "archive_mode",
-        "disabled_skills",
-        "duplicate_call_threshold",
-        "enable_context_summary",
-        "file_consistency_check",
-        "llm_stall_timeout",
-        "max_context_tokens",
-        "max_iterations",
-        "max_tokens",
-        "resident_tools",
-        "retry_attempts",
-        "retry_base_delay",
-        "summary_verbatim_tokens",
-        "semantic_weight",
-    }
-)
-"""Agent options a config file may set under ``"options"``.  Options that widen what the agent
-may do (``permission``, ``allowed_paths``, ``confirm_writes``...) are set in code only."""
-
-USER_SIDE_KEYS: frozenset[str] = frozenset(
-    {
-        "base_url",
-        "api_key_env",
-        "headers",
-        "dsn",
-        "allow_private",
-        "allow",
-        "proxy",
-        "network",
-        "namespace",
-    }
-)
-"""Provider and plugin options that choose where secrets go (an endpoint, the variable a key is
-read from, extra headers, a database address and the ``namespace`` whose data it reads, a
-proxy) or widen a guard (``network`` of the code sandbox).  A project's config is
-untrusted input — a cloned repository — so these come from the user's side only: the user
-config, ``MEMORA_*`` variables, Agent options or command-line flags."""
-
-_SCALARS = (
-    "active_provider",
-    "background_provider",
-    "storage",
-    "session_store",
-    "project_lock",
-    "approvals",
-)
-
-PROJECT_KEYS: frozenset[str] = frozenset(_SCALARS) - {"approvals"}
-"""Top-level keys a project's config may set on its own: each picks, by name, something the user
-installed or configured (a provider entry, a storage backend, a session store, a lock).  It may
-also set ``approvals``, but only to a mode at least as strict as the user's."""
+__all__ = ["RuleLookup", "Settings", "TrustAnswer", "read_project_layer", "resolve_settings"]
 
 
 @dataclass(frozen=True)
@@ -217,7 +137,7 @@ class Settings:
         """``(key, value, origin)`` for every effective setting, for display; an origin that
         replaced another source's value says so."""
         out: list[tuple[str, Any, str]] = [
-            (key, getattr(self.config, key), self.shown_origin(key)) for key in _SCALARS
+            (key, getattr(self.config, key), self.shown_origin(key)) for key in SCALARS
         ]
         for name, entry in sorted(self.config.providers.items()):
             key = f"providers.{name}"
@@ -250,59 +170,6 @@ class Settings:
         }
 
 
-def _refuse_user_side_keys(config: MemoraConfig, path: Path, user_dir: Path) -> None:
-    found = [
-        f"providers.{name}.{key}"
-        for name, entry in config.providers.items()
-        for key in entry.options()
-        if key in USER_SIDE_KEYS
-    ] + [
-        f"plugins.{name}.{key}"
-        for name, options in config.plugins.items()
-        for key in options
-        if key in USER_SIDE_KEYS
-    ]
-    if config.embedder is not None:
-        found += [f"embedder.{key}" for key in config.embedder.options() if key in USER_SIDE_KEYS]
-    if found:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG,
-            f"{path}: {found[0]} cannot be set in a project's config: a cloned project could "
-            "send your keys to a host of its choosing. Set it in your user config "
-            f"({user_dir / 'config.json'}), with a MEMORA_* variable, an Agent option or a "
-            "command-line flag"
-            + (
-                " (the embedder, and where it sends memory text, is yours to choose)"
-                if found[0].startswith("embedder.")
-                else "; the project may then pick that provider by name"
-            ),
-            context={"path": str(path), "keys": found},
-        )
-
-
-def _read_layer(path: Path, project_of: Path | None = None) -> dict[str, Any] | None:
-    """One config file as the dict it sets (validated), or None when it does not exist.
-    ``project_of`` (the user config folder) marks a project's file: user-side keys refused."""
-    if not path.exists():
-        return None
-    if not path.is_file():
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG, f"{path} is not a file", context={"path": str(path)}
-        )
-    config = read_config_file(path)
-    if project_of is not None:
-        _refuse_user_side_keys(config, path, project_of)
-    unknown = sorted(set(config.options) - CONFIG_OPTIONS)
-    if unknown:
-        raise MemoraError(
-            ErrorCode.INVALID_CONFIG,
-            f"{path}: options.{unknown[0]} cannot be set in a config file; allowed: "
-            + ", ".join(sorted(CONFIG_OPTIONS)),
-            context={"path": str(path), "key": unknown[0]},
-        )
-    return config.model_dump(exclude_unset=True)
-
-
 RuleLookup = Callable[[str, str | None], Rules]
 """``lookup(name, kind)``: the project rules declared by the factory registered as ``name``
 (of ``kind``; of any kind when None)."""
@@ -325,11 +192,9 @@ def _installed_plugins() -> Plugins:
     """The installed plugins, discovered once per process (and per ``MEMORA_LOAD_PLUGINS`` and
     ``sys.path``): a command resolves its settings several times, and each discovery costs a
     few hundred milliseconds.  Only their declared project rules are read from it."""
-    import sys
-
     key = (os.environ.get("MEMORA_LOAD_PLUGINS"), tuple(sys.path))
     if key not in _INSTALLED:
-        from .plugins import create_plugin_manager
+        from ..plugins import create_plugin_manager  # down a layer; loaded only when needed
 
         _INSTALLED[key] = create_plugin_manager()
     return _INSTALLED[key]
@@ -446,7 +311,7 @@ def read_project_layer(
     ``AtMost`` rules compare with it).  The one guard every reader of a project's config goes
     through (:func:`resolve_settings`, :func:`memora.load_config`)."""
     path = project / ".memora" / "config.json"
-    layer = _read_layer(path, user_dir)
+    layer = read_layer(path, user_dir)
     if layer is None:
         return None, None, False
     allowed, requests = _split_project_layer(layer, lower or {}, _plugin_lookup(plugins))
@@ -484,7 +349,7 @@ class _Origins(dict[str, str]):
 def _merge(
     merged: dict[str, Any], origins: _Origins, layer: Mapping[str, Any], origin: str
 ) -> None:
-    for key in _SCALARS:
+    for key in SCALARS:
         if layer.get(key) is not None:
             merged[key] = layer[key]
             origins.set(key, origin)
@@ -542,7 +407,7 @@ def resolve_settings(
                 Path(project), user_dir, merged, plugins=plugins, trust=trust, warn=warn
             )
         else:
-            layer = _read_layer(path)
+            layer = read_layer(path)
         if layer is None:
             continue
         files.append(path)
@@ -579,123 +444,3 @@ def resolve_settings(
     return Settings(
         config, dict(origins), tuple(files), user_dir, request, trusted, dict(origins.shadowed)
     )
-
-
-@dataclass(slots=True)
-class AgentSettings:
-    """The host's Agent options over the resolved :class:`Settings`: the one place their
-    precedence is decided (an option the host set > the environment > the project > the user >
-    the defaults).  Built by :func:`agent_settings`; read by the project runtime."""
-
-    settings: Settings
-    options: Any
-    """The :class:`~memora.agent.AgentOptions` in force: the host's, with the config files'
-    ``options`` filled in where the host set nothing."""
-    explicit: frozenset[str]
-    """The option names the host set."""
-
-    @property
-    def approvals(self) -> Any:
-        """The approval mode: the host's, else the config's (a project only tightens it)."""
-        if "approvals" in self.explicit:
-            return self.options.approvals
-        return self.settings.config.approvals
-
-    def _host(self, name: str) -> Any:
-        """The host's value for ``name``, or None when it set none."""
-        return getattr(self.options, name) if name in self.explicit else None
-
-    def storage(self) -> Any:
-        """A storage backend name, or the host's storage object."""
-        host = self._host("storage")
-        return host if host is not None else self.settings.storage
-
-    def state_store(self, option: str, available: list[str], fallback: str) -> Any:
-        """The session store or project lock: the host's option, else the config's key, else
-        the one a plugin registered under the storage backend's name, else ``fallback``."""
-        host = self._host(option)
-        if host is not None:
-            return host
-        return self.settings.state_store(option, self.storage(), available, fallback)
-
-    def plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
-        ``plugin_options[name]`` < ``extra``."""
-        return {
-            **self.settings.plugin_options(name),
-            **self.options.plugin_options.get(name, {}),
-            **(extra or {}),
-        }
-
-    def embedder_spec(self) -> tuple[Any, dict[str, Any]]:
-        """``(name or object or None, options)`` of the embedder: the host's option, else the
-        config's ``"embedder"`` entry; options from the entry under the host's
-        ``embedder_options``."""
-        host = self._host("embedder")
-        entry = self.settings.config.embedder
-        options = dict(self.options.embedder_options)
-        if host is not None:
-            if isinstance(host, str) and entry is not None and entry.type == host:
-                options = {**entry.options(), **options}
-            return host, options
-        if entry is None:
-            return None, options
-        return entry.type, {**entry.options(), **options}
-
-    def provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
-        """The chat (``provider``) or ``background_provider``: ``(name or object, options)``.
-        A host's option wins, then the configured entry (``active_provider`` /
-        ``background_provider``); the chat provider defaults to the embedded ``llamacpp``."""
-        chat = key == "provider"
-        extra = dict(self.options.provider_options) if chat else {}
-        host = self._host(key)
-        if host is not None:
-            return host, extra
-        config = self.settings.config
-        name = config.active_provider if chat else config.background_provider
-        entry = self.settings.provider(name) if name else None
-        if entry is not None:
-            return entry[0], {**entry[1], **extra}
-        return ("llamacpp", extra) if chat else (None, {})
-
-
-def agent_settings(
-    options: Any, *, plugins: Plugins | None = None, warn: bool = True
-) -> AgentSettings:
-    """Resolve the settings for an Agent's ``options`` (:class:`~memora.agent.AgentOptions`):
-    the files, the environment and the host's options, in one precedence.  A bad value in the
-    config's ``options`` raises ``INVALID_CONFIG`` naming the key and its source."""
-    from .agent.options import AgentOptions
-
-    explicit = frozenset(options.model_fields_set)
-    host_storage = options.storage if "storage" in explicit else None
-    settings = resolve_settings(
-        options.project_path,
-        config_dir=options.config_dir,
-        explicit={"storage": host_storage} if isinstance(host_storage, str) else None,
-        explicit_label="Agent option",
-        plugins=plugins,
-        trust=options.project_trust,
-        warn=warn,
-    )
-    updates = {k: v for k, v in settings.config.options.items() if k not in explicit}
-    if updates:
-        current = {name: getattr(options, name) for name in explicit}
-        try:
-            options = AgentOptions.model_validate(
-                {
-                    "project_path": options.project_path,
-                    "data_dir": options.data_dir,
-                    **current,
-                    **updates,
-                }
-            )
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            key = str(first["loc"][0]) if first["loc"] else "?"
-            raise MemoraError(
-                ErrorCode.INVALID_CONFIG,
-                f"options.{key} (from {settings.origin('options.' + key)}): {first['msg']}",
-                context={"key": f"options.{key}"},
-            ) from exc
-    return AgentSettings(settings, options, explicit)

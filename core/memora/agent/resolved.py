@@ -1,0 +1,141 @@
+"""The Agent's settings: the host's options over the resolved configuration, in one precedence.
+
+:func:`agent_settings` is the one place where an option the host set, the environment, the
+project's and the user's config files and the defaults meet; the project runtime, the server and
+the CLI ask it (through :class:`~memora.agent.runtime.ProjectRuntime`) instead of deciding again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from ..errors import ErrorCode, MemoraError
+from ..settings import Settings, resolve_settings
+from .options import AgentOptions
+
+if TYPE_CHECKING:
+    from ..plugins import Plugins
+
+__all__ = ["AgentSettings", "agent_settings"]
+
+
+@dataclass(slots=True)
+class AgentSettings:
+    """The host's Agent options over the resolved :class:`Settings`: the one place their
+    precedence is decided (an option the host set > the environment > the project > the user >
+    the defaults).  Built by :func:`agent_settings`; read by the project runtime."""
+
+    settings: Settings
+    options: Any
+    """The :class:`~memora.agent.AgentOptions` in force: the host's, with the config files'
+    ``options`` filled in where the host set nothing."""
+    explicit: frozenset[str]
+    """The option names the host set."""
+
+    @property
+    def approvals(self) -> Any:
+        """The approval mode: the host's, else the config's (a project only tightens it)."""
+        if "approvals" in self.explicit:
+            return self.options.approvals
+        return self.settings.config.approvals
+
+    def _host(self, name: str) -> Any:
+        """The host's value for ``name``, or None when it set none."""
+        return getattr(self.options, name) if name in self.explicit else None
+
+    def storage(self) -> Any:
+        """A storage backend name, or the host's storage object."""
+        host = self._host("storage")
+        return host if host is not None else self.settings.storage
+
+    def state_store(self, option: str, available: list[str], fallback: str) -> Any:
+        """The session store or project lock: the host's option, else the config's key, else
+        the one a plugin registered under the storage backend's name, else ``fallback``."""
+        host = self._host(option)
+        if host is not None:
+            return host
+        return self.settings.state_store(option, self.storage(), available, fallback)
+
+    def plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
+        ``plugin_options[name]`` < ``extra``."""
+        return {
+            **self.settings.plugin_options(name),
+            **self.options.plugin_options.get(name, {}),
+            **(extra or {}),
+        }
+
+    def embedder_spec(self) -> tuple[Any, dict[str, Any]]:
+        """``(name or object or None, options)`` of the embedder: the host's option, else the
+        config's ``"embedder"`` entry; options from the entry under the host's
+        ``embedder_options``."""
+        host = self._host("embedder")
+        entry = self.settings.config.embedder
+        options = dict(self.options.embedder_options)
+        if host is not None:
+            if isinstance(host, str) and entry is not None and entry.type == host:
+                options = {**entry.options(), **options}
+            return host, options
+        if entry is None:
+            return None, options
+        return entry.type, {**entry.options(), **options}
+
+    def provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
+        """The chat (``provider``) or ``background_provider``: ``(name or object, options)``.
+        A host's option wins, then the configured entry (``active_provider`` /
+        ``background_provider``); the chat provider defaults to the embedded ``llamacpp``."""
+        chat = key == "provider"
+        extra = dict(self.options.provider_options) if chat else {}
+        host = self._host(key)
+        if host is not None:
+            return host, extra
+        config = self.settings.config
+        name = config.active_provider if chat else config.background_provider
+        entry = self.settings.provider(name) if name else None
+        if entry is not None:
+            return entry[0], {**entry[1], **extra}
+        return ("llamacpp", extra) if chat else (None, {})
+
+
+def agent_settings(
+    options: Any, *, plugins: Plugins | None = None, warn: bool = True
+) -> AgentSettings:
+    """Resolve the settings for an Agent's ``options`` (:class:`~memora.agent.AgentOptions`):
+    the files, the environment and the host's options, in one precedence.  A bad value in the
+    config's ``options`` raises ``INVALID_CONFIG`` naming the key and its source."""
+    explicit = frozenset(options.model_fields_set)
+    host_storage = options.storage if "storage" in explicit else None
+    settings = resolve_settings(
+        options.project_path,
+        config_dir=options.config_dir,
+        explicit={"storage": host_storage} if isinstance(host_storage, str) else None,
+        explicit_label="Agent option",
+        plugins=plugins,
+        trust=options.project_trust,
+        warn=warn,
+    )
+    updates = {k: v for k, v in settings.config.options.items() if k not in explicit}
+    if updates:
+        current = {name: getattr(options, name) for name in explicit}
+        try:
+            options = AgentOptions.model_validate(
+                {
+                    "project_path": options.project_path,
+                    "data_dir": options.data_dir,
+                    **current,
+                    **updates,
+                }
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = str(first["loc"][0]) if first["loc"] else "?"
+            raise MemoraError(
+                ErrorCode.INVALID_CONFIG,
+                f"options.{key} (from {settings.origin('options.' + key)}): {first['msg']}",
+                context={"key": f"options.{key}"},
+            ) from exc
+    return AgentSettings(settings, options, explicit)
