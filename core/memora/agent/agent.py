@@ -17,7 +17,6 @@ import builtins
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import (
     AsyncGenerator,
@@ -28,32 +27,21 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .._lazy import lazy_exports
-from ..errors import (
-    AbortedError,
-    BusyError,
-    ErrorCode,
-    InvalidConfigError,
-    InvalidInputError,
-    MemoraError,
-    NotInitializedError,
-    ProviderError,
-    TurnFailedError,
-)
+from .._lazy import lazy_exports, lazy_module
+from ..errors import BusyError, InvalidInputError, NotInitializedError
 from ..events import EventEmitter, GoalDriftDetected, SessionForked
-from ..llm.provider import complete_text
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
-from ..llm.types import LLMRequest, Message, clean_text
+from ..llm.types import Message, clean_text
 from .context_window import ContextWindow
-from .options import AgentOptions
-from .pause import PAUSE_STATE_VERSION, TurnControl
-from .runtime import SESSION_OPTIONS, ProjectRuntime
-from .serialize import message_from_dict, message_to_dict
-from .state import DuplicateCallInterceptor, Outbox, SessionState
+from .driver import TurnDriver
+from .options import AgentOptions, check_session_options
+from .pause import PAUSE_STATE_VERSION, PausedTurn, PauseVerbs
+from .project import ProjectResources
+from .serialize import message_to_dict
+from .state import AfterInit, DuplicateCallInterceptor, Outbox, SessionState
 
 # The turn loop, the stores, the role packs and the tools are imported where they are first
 # used (init(), the first turn), so ``from memora import Agent`` loads the facade only.
@@ -65,12 +53,14 @@ if TYPE_CHECKING:
     from ..memory.manager import MemoryManager
     from ..plugins import Plugins
     from ..role_pack.manager import RolePackManager
+    from ..settings import Settings
     from ..tools.base import Tool, ToolRegistry
     from ..tools.context import ToolContext
     from ..tools.task_table import PlanItem
     from ..tools.works import WorksRegistry
-    from .loop import TurnDeps
-    from .pause import PausedTurn
+    from ..tracing import Tracer
+    from .exposure import ToolExposure
+    from .prompts import Prompts
     from .record import TurnRecord
     from .results import (
         Checkpoint,
@@ -79,6 +69,7 @@ if TYPE_CHECKING:
         SessionManager,
         ToolCallResult,
     )
+    from .session import LiveSession
     from .state import StatusTransition
 
 __all__ = [
@@ -97,75 +88,44 @@ logger = logging.getLogger("memora.agent")
 _RESULTS = ("Checkpoint", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult")
 __getattr__, _ = lazy_exports(__name__, dict.fromkeys(_RESULTS, "memora.agent.results"), ())
 
-
-def _upgrade_pause_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The turn of a saved pause state, in version 2's shape (version 1 kept the outbox, the
-    duplicate-call state and the plan next to the turn)."""
-    version = state.get("version")
-    if version not in (1, PAUSE_STATE_VERSION):
-        raise InvalidInputError(
-            f"unsupported pause state version {version!r} (this memora reads 1 and "
-            f"{PAUSE_STATE_VERSION})"
-        )
-    data = dict(state["turn"])
-    if version == 1:
-        data.setdefault("outbox", state.get("outbox") or [])
-        data.setdefault("duplicates", state.get("duplicates") or {})
-        data.setdefault("plan", state.get("task_table") or [])
-        paused = data.get("paused") or {}
-        data.setdefault("step", "tools" if data.get("pending_calls") else "model")
-        if paused.get("kind") == "question":
-            paused.setdefault("name", "ask_user")
-    return data
+# the session's machinery (role packs, tools, the turn loop): loaded by init(), not the import
+_assembly = lazy_module("memora.agent.assembly")
 
 
-def _chat_text_error(chunk: AgentChunk) -> MemoraError | None:
-    """What ``chat_text`` raises for a chunk that ends the turn without an answer."""
-    from ..chunks import AbortedChunk, ErrorChunk
-
-    if isinstance(chunk, ErrorChunk):
-        code = chunk.code
-        if code is not None and code in ErrorCode.__members__ and code != "PROVIDER_ERROR":
-            return MemoraError(code, chunk.message)
-        if chunk.code is not None or chunk.category != "unknown":
-            return ProviderError(chunk.message, category=chunk.category)
-        return TurnFailedError(chunk.message)
-    if isinstance(chunk, AbortedChunk):
-        return AbortedError(f"aborted: {chunk.reason}", context={"stop_reason": chunk.stop_reason})
-    if chunk.type == "paused":
-        return BusyError("the turn paused for the host; use chat() to handle pauses")
-    return None
-
-
-class Agent:
+class Agent(PauseVerbs):
     """An LLM agent for one project.
 
     ``async with Agent(project_path=..., data_dir=...) as agent:`` then
-    ``async for chunk in agent.chat("...")``.  ``Agent(runtime=runtime, session_id=...)`` (or
-    ``await runtime.agent(...)``) shares an open :class:`ProjectRuntime` with other sessions.
+    ``async for chunk in agent.chat("...")``.  ``await runtime.agent(session_id=...)`` (or
+    ``Agent(runtime=runtime, ...)``) shares an open :class:`ProjectRuntime` with other sessions.
     """
+
+    # the session's parts, built at init() by memora.agent.assembly.build_session
+    _role_pack: RolePackManager
+    _tools: ToolRegistry
+    _plugin_tools: dict[str, Tool]
+    _live: LiveSession
+    _tool_context: ToolContext
+    _exposure: ToolExposure
+    _prompts: Prompts
+    _polish: PolishManager
+    _sessions: SessionManager
 
     def __init__(
         self,
         options: AgentOptions | None = None,
         *,
-        runtime: ProjectRuntime | None = None,
+        runtime: ProjectResources | None = None,
         **kwargs: Any,
     ) -> None:
         if runtime is not None:
-            unknown = sorted(set(kwargs) - SESSION_OPTIONS)
-            if options is not None or unknown:
-                raise InvalidConfigError(
-                    f"{unknown[0] if unknown else 'options'} is a project setting, shared by the "
-                    f"runtime's sessions; an Agent of a runtime may set: "
-                    f"{', '.join(sorted(SESSION_OPTIONS))}"
-                )
+            check_session_options(kwargs, "options" if options is not None else None)
             self._runtime = runtime
             self._owns_runtime = False
             self._session_options = dict(kwargs)
         else:
             opts = options if options is not None else AgentOptions(**kwargs)
-            self._runtime = ProjectRuntime(opts, events=EventEmitter())
+            self._runtime = ProjectResources(opts, events=EventEmitter())
             self._owns_runtime = True
             self._session_options = {}
         self.events = self._runtime.events
@@ -176,9 +136,8 @@ class Agent:
         """The approval mode in force (set from the options and the config at ``init()``)."""
         self._initialised = False
         self._closed = False
-        self._control = TurnControl()
-        self._consumer: asyncio.Task[Any] | None = None
-        self._driving: TurnRecord | None = None
+        self._driver = TurnDriver()
+        self._control = self._driver.control
         self._override_router: ProviderRouter | None = None
         self._router_fixed: tuple[ProviderRouter, ProviderRouter] | None = None
         self._sync_runner: asyncio.Runner | None = None
@@ -204,44 +163,36 @@ class Agent:
         return cached[1]
 
     @property
-    def runtime(self) -> ProjectRuntime:
+    def runtime(self) -> ProjectResources:
         """The project runtime this Agent runs on (its own, or one shared with others)."""
         return self._runtime
 
     # ------------------------------------------------------------------------------------------
     # managers (available after init)
 
-    def _need(self, name: str) -> Any:
+    def _need(self, name: str) -> None:
         if not self._initialised:
             raise NotInitializedError(
                 f"agent.{name} is available after `await agent.init()` (or `async with Agent(...)`)"
             )
-        return getattr(self, f"_{name}")
 
-    def _shared(self, name: str) -> Any:
-        """A runtime object, after init (the same ``NOT_INITIALIZED`` as the Agent's own)."""
-        if not self._initialised:
-            self._need(name)
-        return getattr(self._runtime, name)
-
-    role_pack: RolePackManager = property(lambda self: self._need("role_pack"))  # type: ignore[assignment]
-    tools: ToolRegistry = property(lambda self: self._need("tools"))  # type: ignore[assignment]
-    polish: PolishManager = property(lambda self: self._need("polish"))  # type: ignore[assignment]
-    sessions: SessionManager = property(lambda self: self._need("sessions"))  # type: ignore[assignment]
-    tool_context: ToolContext = property(lambda self: self._need("tool_context"))  # type: ignore[assignment]
-
-    memory: MemoryManager = property(lambda self: self._shared("memory"))  # type: ignore[assignment]
-    works: WorksRegistry = property(lambda self: self._shared("works"))  # type: ignore[assignment]
-    security: SecurityManager = property(lambda self: self._shared("security"))  # type: ignore[assignment]
-    plugins: Plugins = property(lambda self: self._shared("plugins"))  # type: ignore[assignment]
+    role_pack: AfterInit[RolePackManager] = AfterInit()
+    tools: AfterInit[ToolRegistry] = AfterInit()
+    polish: AfterInit[PolishManager] = AfterInit()
+    sessions: AfterInit[SessionManager] = AfterInit()
+    tool_context: AfterInit[ToolContext] = AfterInit()
+    memory: AfterInit[MemoryManager] = AfterInit(shared=True)
+    works: AfterInit[WorksRegistry] = AfterInit(shared=True)
+    security: AfterInit[SecurityManager] = AfterInit(shared=True)
+    plugins: AfterInit[Plugins] = AfterInit(shared=True)
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         """The resolved :class:`~memora.settings.Settings` (after ``init()``)."""
         return self._runtime.settings
 
     @property
-    def tracer(self) -> Any:
+    def tracer(self) -> Tracer:
         return self._runtime.tracer
 
     @property
@@ -282,7 +233,8 @@ class Agent:
 
     @property
     def session_id(self) -> str:
-        return str(self._need("live").session_id)
+        self._need("session_id")
+        return str(self._live.session_id)
 
     @property
     def history(self) -> tuple[Message, ...]:
@@ -294,7 +246,7 @@ class Agent:
     def plan(self) -> builtins.list[PlanItem]:
         """The session's plan (task table items, in order); the model keeps it with
         ``task_table_update``, it survives turns, restarts and is shown to the model."""
-        return [dataclasses.replace(i) for i in self._need("tool_context").task_table.items()]
+        return [dataclasses.replace(i) for i in self.tool_context.task_table.items()]
 
     def set_provider(self, provider: Provider, *, background: Provider | None = None) -> None:
         """Send every task (chat, summaries, background work) to ``provider`` from the next
@@ -336,7 +288,7 @@ class Agent:
             await runtime.open()
         runtime.attach(self)
         try:
-            self._setup()
+            _assembly().build_session(self)
             await self._live.open(self.options.session_id, self)
         except BaseException:
             runtime.detach(self)
@@ -347,108 +299,9 @@ class Agent:
         self._initialised = True
         return self
 
-    def _setup(self) -> None:
-        """The session's objects, on the open runtime."""
-        from ..role_pack.manager import RolePackManager
-        from ..tools.base import ToolRegistry
-        from ..tools.context import ToolContext
-        from ..tools.process import child_environment
-        from ..tools.task_table import TaskTable
-        from .exposure import ToolExposure
-        from .prompts import Prompts
-        from .results import PolishManager, SessionManager
-        from .session import LiveSession
-
-        runtime = self._runtime
-        opts = self.options
-        self.messages = opts.messages
-        self.approvals = self._session_options.get("approvals", runtime.approvals)
-        self.retry_policy = RetryPolicy(
-            max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
-        )
-        project = Path(opts.project_path)
-        self._role_pack = RolePackManager(
-            opts.config_dir,
-            pack_roots=opts.role_pack_dirs,
-            active=opts.active_role_pack,
-            fallback_role=opts.builtin_fallback_role,
-            disabled_skills=opts.disabled_skills,
-            project_path=project,
-            strategy_override=opts.strategy_override,
-            events=self.events,
-            messages=self.messages,
-        )
-        self._role_pack.resolve_initial()
-        self._role_pack.edit_check = opts.role_pack_edit_check
-        self._tools = ToolRegistry()
-        self._tools.executor = self.call_tool
-        self._plugin_tools: dict[str, Tool] = {}
-        self._sync_plugin_tools()
-        table = TaskTable()
-        self._window = ContextWindow(self.messages, summarise=opts.enable_context_summary)
-        self._live = LiveSession(
-            runtime,
-            self._window,
-            self.session_state,
-            DuplicateCallInterceptor(opts.duplicate_call_threshold),
-            events=self.events,
-        )
-        self._tool_context = ToolContext(
-            project=project,
-            guard=runtime.guard,
-            permission=opts.permission,
-            memory=runtime.memory,
-            role_packs=self._role_pack,
-            works=runtime.works,
-            background=runtime.background,
-            task_table=table,
-            services=runtime.services,
-            node_path=opts.node_path,
-            env=child_environment(opts.command_env_allow, opts.command_env)
-            if opts.command_env_allow or opts.command_env
-            else None,
-            branch_round_ids=lambda: list(self._live.round_ids),
-            consistency_check=opts.file_consistency_check,
-        )
-        self._live.bind(self._tool_context)
-        self._window.spawn = self._live.spawn
-        if runtime.router.for_task("background") is not runtime.router.chat:
-            # a background provider is configured: trimmed history gets an LLM summary there
-            self._window.summariser = self._summarise_trimmed
-        self._exposure = ToolExposure(
-            runtime, self._tools, self._role_pack, table, window=self._window_of
-        )
-        self._prompts = Prompts(
-            self._role_pack,
-            self.messages,
-            table,
-            self._live.plan_log,
-            project=project,
-            teams=opts.role_pack_teams,
-        )
-        self._polish = PolishManager(self)
-        self._sessions = SessionManager(self)
-
-    def _sync_plugin_tools(self) -> None:
-        wanted = self._runtime.plugins.registered("tool")
-        for name, old in list(self._plugin_tools.items()):
-            reg = wanted.get(name)
-            if reg is None or reg.value is not old:
-                if self._tools.get(name) is old:
-                    self._tools.unregister(name)
-                del self._plugin_tools[name]
-        for name, reg in wanted.items():
-            if name in self._plugin_tools:
-                continue
-            if name in self._tools:  # registered directly on agent.tools by the host: it wins
-                logger.info("tool %r of plugin %r is shadowed by agent.tools", name, reg.plugin)
-                continue
-            self._tools.register(reg.value, owner=reg.plugin)
-            self._plugin_tools[name] = reg.value
-
     def _plugins_changed(self) -> None:
         """A plugin was registered or unregistered on ``agent.plugins`` after init()."""
-        self._sync_plugin_tools()
+        _assembly().sync_plugin_tools(self)
         self._exposure.invalidate()
 
     async def close(self) -> None:
@@ -471,11 +324,6 @@ class Agent:
         seq = self.session_state.goal_change_seq
         self.events.emit(GoalDriftDetected(main, current, similarity, seq))
 
-    def _window_of(self, provider: Provider) -> int:
-        """The context window a request to ``provider`` may fill."""
-        window = min(provider.context_window, self.options.max_context_tokens)
-        return self._role_pack.strategy.effective_window(window)
-
     def capability_map(self) -> CapabilityMap:
         """The active role pack's capability map: which privileged capabilities are on, and
         ``unavailable``: the declared ones no plugin provides, with the reason."""
@@ -497,86 +345,6 @@ class Agent:
         context window (a small local model); ``None`` when tools are sent."""
         self._need("tools")
         return self._exposure.withheld(self.router.for_task("chat"))
-
-    def _turn_deps(self, record: TurnRecord, *, model_turn: bool = True) -> TurnDeps:
-        """What the turn engine sees (built once per turn or resumption): values and objects,
-        no callbacks into the Agent.  A model turn whose tools do not fit the window runs as
-        ``toolMode: block``; a host's own ``call_tool`` (``model_turn=False``) is not."""
-        from .loop import TurnDeps
-        from .session import SummaryPlan
-
-        opts = self.options
-        router = self.router
-        provider = router.for_task("chat")
-        tools = self._exposure.for_turn(provider)
-        strategy = self._role_pack.strategy
-        if model_turn and strategy.tool_mode != "block" and tools.withheld is not None:
-            strategy = dataclasses.replace(strategy, tool_mode="block")
-        base = self._tool_context.derive(
-            session_id=record.session_id,
-            round_id=record.round_id,
-            readonly=strategy.tool_readonly,
-            web_search_limit=strategy.web_search_limit,
-            counters=record.counters,
-            file_stamps=record.file_stamps,
-            task_table=record.plan,
-            progress=None,
-        )
-        summary = (
-            SummaryPlan(router, strategy.summary_focus, opts.summary_verbatim_tokens, self.messages)
-            if opts.archive_mode == "full" and strategy.summary
-            else None
-        )
-        return TurnDeps(
-            window=self._window,
-            tools=self._tools,
-            strategy=strategy,
-            messages=self.messages,
-            tracer=self._runtime.tracer,
-            session=self.session_state,
-            provider=provider,
-            review_provider=router.for_task("reasoning"),
-            retry_policy=self.retry_policy,
-            check=self._runtime.plugins.pre_execution_check,
-            tool_context=base,
-            exposure=tools,
-            prompts=self._prompts.for_turn(provider, tools),
-            window_tokens=self._window_of(provider),
-            output_reserve=strategy.max_tokens(opts.max_tokens) or 1024,
-            max_tokens=strategy.max_tokens(opts.max_tokens),
-            history_key=self._live.session_id,
-            project_path=opts.project_path,
-            permission=opts.permission,
-            role_pack=self._role_pack.active.name,
-            confirm_writes=opts.confirm_writes,
-            confirm_scripts=opts.confirm_scripts,
-            approvals=self.approvals,
-            duplicate_threshold=opts.duplicate_call_threshold,
-            duplicate_interceptor=opts.duplicate_interceptor,
-            max_iterations=strategy.max_iterations(opts.max_iterations),
-            stall_timeout=opts.llm_stall_timeout,
-            journal=self._live,
-            summary=summary,
-            control=self._control,
-        )
-
-    async def _summarise_trimmed(self, dropped: builtins.list[Message]) -> str:
-        """An LLM summary of messages trimmed from the context, on the background provider."""
-        labels = {"user": self.messages.user_label, "assistant": self.messages.assistant_label}
-        transcript = "\n".join(
-            f"{labels[m.role]}: {m.content[:2000]}"
-            for m in dropped
-            if m.role in labels and m.content.strip()
-        )
-        if not transcript:
-            return ""
-        request = LLMRequest(
-            [Message.system(self.messages.context_summary_prompt), Message.user(transcript)],
-            temperature=0.2,
-            max_tokens=400,
-        )
-        text = await complete_text(self.router.for_task("background"), request)
-        return f"{self.messages.recent_conversation_label} (summary): {text.strip()}"
 
     async def idle(self) -> None:
         """Wait until the work the Agent does after ``done`` (round summaries) has finished.
@@ -603,8 +371,8 @@ class Agent:
             )
         if live.turn is not None and live.turn.paused is not None:
             raise BusyError(
-                "the current turn is paused; answer it (answer_question / approve / reject) and call "
-                "continue_after_pause(), or call discard_paused_turn()"
+                "the current turn is paused; answer it through agent.paused_turn (answer, approve "
+                "or deny, then resume()), or drop it with agent.paused_turn.discard()"
             )
 
     def _begin(self, text: str) -> TurnRecord:
@@ -620,10 +388,12 @@ class Agent:
         """Run one turn; yields every chunk.  Never raises once started (errors are chunks);
         a cancellation from outside the Agent (a host's timeout) ends the turn with an
         ``aborted`` chunk and then propagates.  Nothing happens until the first chunk is
-        asked for (it is an async generator)."""
+        asked for (it is an async generator).  A host that leaves ``async for`` early may call
+        ``chat()`` again at once: the left turn is closed first (kept as ``interrupted``)."""
         return self._drive(functools.partial(self._chat_turn, text))
 
     async def _chat_turn(self, text: str) -> TurnRecord:
+        await self._driver.release_left_turn(self._live)
         record = self._begin(text)
         live = self._live
         live.duplicates.reset()
@@ -655,6 +425,7 @@ class Agent:
 
         async def start() -> TurnRecord:
             self._need("tools")
+            await self._driver.release_left_turn(self._live)
             chosen, speakers = self._prompts.meeting_team(
                 team, list(members) if members is not None else None
             )
@@ -666,38 +437,15 @@ class Agent:
 
         return self._drive(start)
 
-    async def _drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
-        """The chunks of a turn that ``start`` begins (or resumes) when the first is asked
-        for: ``chat``, ``meeting`` and a continued turn return this generator itself, so each
-        chunk passes one generator of the Agent, not two."""
-        from .loop import TurnEngine
+    def _drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
+        return self._driver.drive(self._live, start, self._run_turn)
 
-        record = await start()  # outside the try: a refused start leaves another turn alone
-        live, control = self._live, self._control
-        # the task iterating the turn, for abort(): looked up again after each chunk (a host may
-        # move the iteration to another task); with the loop given, current_task() skips
-        # get_running_loop(), a system call per chunk on Python 3.11
-        loop = asyncio.get_running_loop()
-        self._consumer = asyncio.current_task(loop)
-        self._driving = record
-        control.abort = False
-        engine = TurnEngine(self._turn_deps(record), record)
-        try:
-            async for chunk in engine.run():
-                self._consumer = asyncio.current_task(loop)
-                yield chunk
-        finally:
-            # a host that stopped iterating early has its generator closed later (by the event
-            # loop): by then another turn may be running, whose state this must not touch
-            if self._driving is record:
-                self._driving = None
-                self._consumer = None
-                control.abort = False
-                live.busy = False
-                if record.paused is None:
-                    control.pause_reason = None  # the turn ended before it could pause
-            if record.paused is None and live.turn is record:
-                live.turn = None
+    def _run_turn(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
+        assembly = _assembly()
+        chunks: AsyncIterator[AgentChunk] = assembly.TurnEngine(
+            assembly.turn_deps(self, record), record
+        ).run()
+        return chunks
 
     def _continue(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
         """Run a paused turn on (after :class:`PausedTurn` checked it may)."""
@@ -718,12 +466,13 @@ class Agent:
         ``MemoraError`` with its code."""
         from ..chunks import DoneChunk
 
+        chat_text_error = _assembly().chat_text_error
         turn = cast("AsyncGenerator[AgentChunk, None]", self.chat(text))
         async with contextlib.aclosing(turn) as stream:
             async for chunk in stream:
                 if isinstance(chunk, DoneChunk):
                     return chunk.answer or ""
-                error = _chat_text_error(chunk)
+                error = chat_text_error(chunk)
                 if error is not None:
                     raise error
         return ""
@@ -756,13 +505,11 @@ class Agent:
             runner.close()
             self._sync_runner = None
 
-    def abort(self) -> None:
-        """Host abort signal: the running turn ends with ``aborted(stop_reason="user")``; the
-        iterator then ends normally (no exception reaches the host)."""
-        consumer = self._consumer
-        if consumer is not None and not consumer.done() and self._live.busy:
-            self._control.abort = True
-            consumer.cancel()
+    def abort(self, reason: Literal["user", "timeout"] = "user") -> None:
+        """Host abort signal: the running turn ends with ``aborted(stop_reason=reason)`` —
+        ``"user"`` (a stop button), or ``"timeout"`` for the host's own deadline; the iterator
+        then ends normally (no exception reaches the host)."""
+        self._driver.abort(self._live if self._initialised else None, reason)
 
     # ------------------------------------------------------------------------------------------
     # host control
@@ -781,17 +528,7 @@ class Agent:
         session store and the lock stay as they are (they hold connections and files; build a
         new Agent to change them).  Returns the names of the packs read again."""
         self._start()
-        self._runtime.resolve()
-        opts = self.options
-        if "approvals" not in self._session_options:
-            self.approvals = self._runtime.approvals
-        self._live.duplicates = DuplicateCallInterceptor(opts.duplicate_call_threshold)
-        self.retry_policy = RetryPolicy(
-            max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
-        )
-        changed = self.role_pack.refresh()
-        self._exposure.invalidate()
-        self._window.summarise = opts.enable_context_summary
+        changed: builtins.list[str] = _assembly().reload_config(self)
         return changed
 
     def effective_max_tokens(self) -> int | None:
@@ -835,103 +572,19 @@ class Agent:
 
         A check answering ``Ask`` runs the call only with ``approve=True``; otherwise the result
         says approval is needed (``needs_approval``)."""
-        from ..chunks import ToolProgressChunk, ToolResultChunk
-        from .loop import TurnEngine, new_round_id
-        from .record import ApprovalDecision, ApprovalPause, PendingCall
-        from .results import ToolCallResult
-
-        self._start()
-        await self._exposure.load_capability_tools()
-        raw = args if isinstance(args, str) else json.dumps(dict(args or {}), ensure_ascii=False)
-        live = self._live
-        record = live.new_record(f"[direct tool call] {name}")
-        record.duplicates = DuplicateCallInterceptor(self.options.duplicate_call_threshold)
-        scratch = ContextWindow(self.messages, summarise=False)
-        deps = dataclasses.replace(self._turn_deps(record, model_turn=False), window=scratch)
-        engine = TurnEngine(deps, record)
-        call = PendingCall(f"direct-{new_round_id()[2:]}", name, raw)
-        live.busy = True
-        try:
-            chunks = [c async for c in engine.run_call(call)]
-            pause = record.paused
-            if isinstance(pause, ApprovalPause):
-                if not approve:
-                    return ToolCallResult(
-                        name,
-                        call.id,
-                        False,
-                        True,
-                        "NEEDS_APPROVAL",
-                        f"needs approval: {pause.reason}",
-                        "",
-                        needs_approval=pause.reason,
-                    )
-                record.approval = ApprovalDecision(call.id, True)
-                chunks += [c async for c in engine.run_call(call)]
-        finally:
-            live.busy = False
-            self.session_state.finish("direct tool call")
-        result = next((c for c in chunks if isinstance(c, ToolResultChunk)), None)
-        if result is None:  # ask_user: a question needs a conversation
-            return ToolCallResult(
-                name,
-                call.id,
-                False,
-                True,
-                "NOT_AVAILABLE",
-                "this tool asks the user; it only runs inside a conversation",
-                "",
-            )
-        last = scratch.last
-        return ToolCallResult(
-            name,
-            call.id,
-            result.ok,
-            result.blocked,
-            result.error_code,
-            result.summary,
-            last.content if last is not None else "",
-            started=any(c.type == "tool_start" for c in chunks),
-            progress=[c.content for c in chunks if isinstance(c, ToolProgressChunk)],
-        )
+        result: ToolCallResult = await _assembly().direct_call(self, name, args, approve=approve)
+        return result
 
     # ------------------------------------------------------------------------------------------
-    # pauses: the PausedTurn value, and the Agent's own names for what it does
+    # pauses: the PausedTurn value (the Agent's own older names warn and forward to it)
 
     @property
     def paused_turn(self) -> PausedTurn | None:
         """The paused turn (:class:`~memora.agent.pause.PausedTurn`: ``paused`` is a
         ``QuestionPause``, an ``ApprovalPause`` or a ``HostPause``; ``approve``, ``deny``,
         ``answer``, ``to_json``, ``discard``, ``resume``), or ``None``."""
-        from .pause import PausedTurn
-
         turn = self._live.turn if self._initialised else None
         return PausedTurn(self, turn) if turn is not None and turn.paused is not None else None
-
-    def _paused(self) -> PausedTurn:
-        """The paused turn (dropped with ``PAUSE_EXPIRED`` when it waited too long)."""
-        paused = self.paused_turn
-        if paused is None:
-            raise InvalidInputError("no turn is paused")
-        paused._live()
-        return paused
-
-    def answer_question(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
-        """Answer a ``question_pending``: ``answer_question({"slot": "text"})`` or
-        ``answer_question("slot", "text")`` (``paused_turn.answer``)."""
-        paused = self.paused_turn
-        if paused is None:
-            raise InvalidInputError("no question is pending")
-        paused.answer(answers, answer)
-
-    def approve(self, tool_call_id: str, args: Mapping[str, Any] | None = None) -> None:
-        """Approve the pending call, optionally with **edited** arguments (re-validated)
-        (``paused_turn.approve``)."""
-        self._paused().approve(args, tool_call_id=tool_call_id)
-
-    def reject(self, tool_call_id: str, reason: str = "") -> None:
-        """Refuse the pending call (``paused_turn.deny``)."""
-        self._paused().deny(reason, tool_call_id=tool_call_id)
 
     def request_pause(self, reason: str = "") -> None:
         """Ask the running turn to pause before its next model call (a host's "pause" button):
@@ -944,72 +597,14 @@ class Agent:
     def checkpoint(self) -> Checkpoint:
         """The session's checkpoint: status and error, goals, the plan and its step log, the
         pause (with its source), executed tool calls, heartbeat."""
-        from .results import Checkpoint
-
-        session_id = self.session_id
-        state, live = self.session_state, self._live
-        turn = live.turn
-        return Checkpoint(
-            session_id=session_id,
-            status=state.status,
-            error=state.error,
-            error_at=state.error_at,
-            recovered=state.recovered,
-            main_goal=state.main_goal,
-            current_goal=state.current_goal,
-            goal_change_seq=state.goal_change_seq,
-            plan=self.plan,
-            plan_item_log=list(live.plan_log),
-            pause_meta=turn.pause_meta if turn is not None and turn.paused is not None else None,
-            completed_tool_calls=live.outbox.to_list(),
-            last_heartbeat=state.heartbeat_at,
-            paused_at=state.paused_at,
-        )
-
-    async def continue_after_pause(self) -> AsyncIterator[AgentChunk]:
-        """Resume the paused turn (same round) after answering or approving — or, for a pause
-        the host requested, as it is (``paused_turn.resume()``)."""
-        async for chunk in self._paused().resume():
-            yield chunk
-
-    def pause_state(self) -> dict[str, Any]:
-        """The paused turn as JSON-able data (``paused_turn.to_json()``); ``Agent.resume(state)``
-        in a new process picks it up."""
-        paused = self.paused_turn
-        if paused is None:
-            raise InvalidInputError("no turn is paused")
-        return paused.to_json()
+        self._need("checkpoint")
+        return _assembly().checkpoint(self)  # type: ignore[no-any-return]
 
     async def resume(self, state: Mapping[str, Any]) -> None:
-        """Restore a paused turn saved with :meth:`pause_state` (after a restart)."""
-        from .record import TurnRecord
-
-        data = _upgrade_pause_state(state)
+        """Restore a paused turn saved with ``paused_turn.to_json()`` (after a restart)."""
         if self._live.busy or self.paused_turn is not None:
             raise BusyError("another turn is active")
-        await self.switch_session(str(state["session_id"]))
-        if state.get("role_pack") and state["role_pack"] != self._role_pack.active.name:
-            self._role_pack.activate(str(state["role_pack"]))
-        live = self._live
-        turn = TurnRecord.from_dict(
-            data,
-            outbox=live.outbox,
-            duplicates=live.duplicates,
-            file_stamps=self._tool_context.file_stamps,
-            plan=self._tool_context.task_table,
-            plan_log=live.plan_log,
-        )
-        for m in turn.messages:
-            self._window.append(message_from_dict(m))
-        self.session_state.start()
-        self.session_state.pause("resumed from a saved pause")
-        live.turn = turn
-
-    def discard_paused_turn(self) -> None:
-        """Drop a paused turn without finishing it (``paused_turn.discard()``): its messages
-        leave the live history (they were never stored), so no tool call is left without a
-        result; nothing of it is stored.  Calls it already executed stay in the outbox."""
-        self._drop_paused(self._live.turn if self._initialised else None)
+        await _assembly().restore_pause(self, state)
 
     def _drop_paused(self, record: TurnRecord | None) -> None:
         if not self._initialised:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..llm.provider import Provider
     from ..role_pack.manager import RolePackManager
     from ..tools.task_table import TaskTable
-    from .runtime import ProjectRuntime
+    from .project import ProjectResources
 
 __all__ = ["ToolExposure", "TurnTools"]
 
@@ -74,7 +74,7 @@ class ToolExposure:
 
     def __init__(
         self,
-        runtime: ProjectRuntime,
+        runtime: ProjectResources,
         tools: ToolRegistry,
         role_packs: RolePackManager,
         task_table: TaskTable,

@@ -283,9 +283,12 @@ class TurnEngine:
             if ours and task is not None:
                 task.uncancel()  # the Agent's own abort ends here; an outside one propagates
             await self._end("aborted", interrupted=True)
+            timeout = ours and deps.control.abort_reason == "timeout"  # the host's deadline
             yield AbortedChunk(
-                reason=deps.messages.aborted_by_user,
-                stop_reason="user",
+                reason=deps.messages.aborted_by_timeout
+                if timeout
+                else deps.messages.aborted_by_user,
+                stop_reason="timeout" if timeout else "user",
                 usage=record.usage_model(),
                 round_id=record.round_id,
             )

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..checks import ApprovalMode
+from ..errors import InvalidConfigError
 from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
 
-__all__ = ["AgentOptions", "TeamConfig"]
+__all__ = ["SESSION_OPTIONS", "AgentOptions", "TeamConfig", "check_session_options"]
+
+SESSION_OPTIONS = frozenset({"session_id", "active_role_pack", "approvals"})
+"""The options an Agent made from a shared runtime may set for itself."""
+
+
+def check_session_options(given: Collection[str], also: str | None = None) -> None:
+    """``INVALID_CONFIG`` for an option of ``given`` (or ``also``) that an Agent of a shared
+    runtime may not set for itself: a project setting, shared by the runtime's sessions."""
+    unknown = sorted(set(given) - SESSION_OPTIONS)
+    wrong = unknown[0] if unknown else also
+    if wrong is not None:
+        raise InvalidConfigError(
+            f"{wrong} is a project setting, shared by the runtime's sessions; an Agent of a "
+            f"runtime may set: {', '.join(sorted(SESSION_OPTIONS))}",
+            context={"key": wrong},
+        )
 
 
 class TeamConfig(BaseModel):

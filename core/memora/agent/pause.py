@@ -6,15 +6,16 @@ done with it — :meth:`~PausedTurn.approve`, :meth:`~PausedTurn.deny`, :meth:`~
 :meth:`~PausedTurn.to_json` (``Agent.resume(state)`` in a new process picks it up),
 :meth:`~PausedTurn.discard`, and :meth:`~PausedTurn.resume` to run the turn on.  The Agent's own
 ``approve``/``reject``/``answer_question``/``continue_after_pause``/``pause_state``/
-``discard_paused_turn`` are kept and do the same.
+``discard_paused_turn`` are deprecated: they still do the same, and warn once per process.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InvalidInputError, PauseExpiredError
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # a PausedTurn holds a TurnRecord: .record is loaded by the t
     from .agent import Agent
     from .record import ApprovalPause, Pause, PauseMeta, TurnRecord
 
-__all__ = ["PAUSE_STATE_VERSION", "PausedTurn", "TurnControl"]
+__all__ = ["PAUSE_STATE_VERSION", "PauseVerbs", "PausedTurn", "TurnControl", "deprecated_verb"]
 
 PAUSE_STATE_VERSION = 2
 
@@ -34,8 +35,85 @@ class TurnControl:
 
     abort: bool = False
     """The Agent's own abort was requested (``agent.abort()``)."""
+    abort_reason: Literal["user", "timeout"] = "user"
+    """The ``stop_reason`` that abort ends the turn with (``agent.abort(reason)``)."""
     pause_reason: str | None = None
     """The host asked the turn to pause (``agent.request_pause(reason)``): the reason."""
+
+
+_WARNED: set[str] = set()
+
+
+def deprecated_verb(name: str, instead: str) -> None:
+    """``agent.<name>`` is the older spelling of ``agent.paused_turn.<instead>``: a
+    ``DeprecationWarning`` the first time this process uses it (it keeps working)."""
+    if name in _WARNED:
+        return
+    _WARNED.add(name)
+    warnings.warn(
+        f"agent.{name}() is deprecated; use agent.paused_turn.{instead}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+class PauseVerbs:
+    """The Agent's older names for what ``agent.paused_turn`` does: each warns once per
+    process (``DeprecationWarning``) and forwards, so hosts written against them keep working.
+    The Agent provides :attr:`paused_turn` and ``_drop_paused``."""
+
+    @property
+    def paused_turn(self) -> PausedTurn | None:
+        raise NotImplementedError
+
+    def _drop_paused(self, record: TurnRecord | None) -> None:
+        raise NotImplementedError
+
+    def _paused(self) -> PausedTurn:
+        """The paused turn (dropped with ``PAUSE_EXPIRED`` when it waited too long)."""
+        paused = self.paused_turn
+        if paused is None:
+            raise InvalidInputError("no turn is paused")
+        paused._live()
+        return paused
+
+    def answer_question(self, answers: Mapping[str, str] | str, answer: str | None = None) -> None:
+        """Deprecated: ``agent.paused_turn.answer(answers)``."""
+        deprecated_verb("answer_question", "answer(answers)")
+        paused = self.paused_turn
+        if paused is None:
+            raise InvalidInputError("no question is pending")
+        paused.answer(answers, answer)
+
+    def approve(self, tool_call_id: str, args: Mapping[str, Any] | None = None) -> None:
+        """Deprecated: ``agent.paused_turn.approve(args, tool_call_id=...)``."""
+        deprecated_verb("approve", "approve(args, tool_call_id=...)")
+        self._paused().approve(args, tool_call_id=tool_call_id)
+
+    def reject(self, tool_call_id: str, reason: str = "") -> None:
+        """Deprecated: ``agent.paused_turn.deny(reason, tool_call_id=...)``."""
+        deprecated_verb("reject", "deny(reason, tool_call_id=...)")
+        self._paused().deny(reason, tool_call_id=tool_call_id)
+
+    async def continue_after_pause(self) -> AsyncIterator[AgentChunk]:
+        """Deprecated: ``agent.paused_turn.resume()``."""
+        deprecated_verb("continue_after_pause", "resume()")
+        async for chunk in self._paused().resume():
+            yield chunk
+
+    def pause_state(self) -> dict[str, Any]:
+        """Deprecated: ``agent.paused_turn.to_json()``."""
+        deprecated_verb("pause_state", "to_json()")
+        paused = self.paused_turn
+        if paused is None:
+            raise InvalidInputError("no turn is paused")
+        return paused.to_json()
+
+    def discard_paused_turn(self) -> None:
+        """Deprecated: ``agent.paused_turn.discard()``."""
+        deprecated_verb("discard_paused_turn", "discard()")
+        paused = self.paused_turn
+        self._drop_paused(paused.record if paused is not None else None)
 
 
 class PausedTurn:
@@ -183,7 +261,7 @@ class PausedTurn:
             record.pause_meta = None
             self._agent._control.pause_reason = None
         if isinstance(record.paused, QuestionPause) and not record.answers:
-            raise InvalidInputError("answer the pending question first (answer_question)")
+            raise InvalidInputError("answer the pending question first (paused_turn.answer)")
         if isinstance(record.paused, ApprovalPause) and record.approval is None:
             raise InvalidInputError("approve or reject the pending call first")
         async for chunk in self._agent._continue(record):

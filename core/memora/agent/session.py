@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..memory.manager import MemoryManager
     from ..messages import Messages
     from ..tools.context import ToolContext
-    from .runtime import ProjectRuntime
+    from .project import ProjectResources
 
 __all__ = ["LiveSession", "SummaryPlan"]
 
@@ -55,7 +55,7 @@ class LiveSession:
 
     def __init__(
         self,
-        runtime: ProjectRuntime,
+        runtime: ProjectResources,
         window: ContextWindow,
         state: SessionState,
         duplicates: DuplicateCallInterceptor,

@@ -1,5 +1,5 @@
 """Per-session and per-turn state: the session state machine, the duplicate-call interceptor,
-the idempotency outbox and goal-drift detection."""
+the idempotency outbox, goal-drift detection, and the Agent's attributes that need ``init()``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 from ..errors import ErrorCode, MemoraError
 
 __all__ = [
+    "AfterInit",
     "DuplicateCallInterceptor",
     "DuplicateCheckContext",
     "Outbox",
@@ -21,6 +22,41 @@ __all__ = [
     "args_key",
     "goal_similarity",
 ]
+
+
+T = TypeVar("T")
+
+
+class _Initialised(Protocol):
+    def _need(self, name: str) -> None: ...
+
+
+class AfterInit(Generic[T]):
+    """An attribute a host reads after ``init()`` (``agent.role_pack: AfterInit[RolePackManager]``):
+    the owner's own ``_name`` or, ``shared``, its runtime's ``name``; before ``init()`` it is
+    the owner's ``NOT_INITIALIZED`` error naming the attribute.  Typed, unlike a property
+    lambda."""
+
+    __slots__ = ("name", "shared")
+
+    def __init__(self, *, shared: bool = False) -> None:
+        self.shared = shared
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, owner: None, owner_type: type) -> AfterInit[T]: ...
+    @overload
+    def __get__(self, owner: _Initialised, owner_type: type) -> T: ...
+    def __get__(self, owner: _Initialised | None, owner_type: type) -> T | AfterInit[T]:
+        if owner is None:
+            return self
+        owner._need(self.name)
+        if self.shared:
+            return cast("T", getattr(owner._runtime, self.name))  # type: ignore[attr-defined]
+        return cast("T", getattr(owner, "_" + self.name))
 
 
 _KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode

@@ -119,7 +119,7 @@ def answer_approval(
     """Ask the user about ``paused`` (an ``ApprovalPause``): y / n / a (always this tool, this
     session) / e (edit the arguments in $EDITOR).  False when input ended (nothing decided)."""
     if paused.name in always:
-        agent.approve(paused.tool_call_id)
+        agent.paused_turn.approve(tool_call_id=paused.tool_call_id)
         say(f"allowed {clean(paused.name)} (always, this session)")
         return True
     args = json.dumps(paused.args, ensure_ascii=False)
@@ -131,14 +131,14 @@ def answer_approval(
             return False
         reply = reply.strip().lower()
         if reply in ("y", "yes"):
-            agent.approve(paused.tool_call_id)
+            agent.paused_turn.approve(tool_call_id=paused.tool_call_id)
             return True
         if reply in ("n", "no"):
-            agent.reject(paused.tool_call_id, "declined by the user")
+            agent.paused_turn.deny("declined by the user", tool_call_id=paused.tool_call_id)
             return True
         if reply in ("a", "always"):
             always.add(paused.name)
-            agent.approve(paused.tool_call_id)
+            agent.paused_turn.approve(tool_call_id=paused.tool_call_id)
             return True
         if reply in ("e", "edit"):
             from ..errors import MemoraError
@@ -148,7 +148,7 @@ def answer_approval(
                 if edited is None:
                     say("arguments unchanged; answer y, n, a or e")
                     continue
-                agent.approve(paused.tool_call_id, edited)
+                agent.paused_turn.approve(edited, tool_call_id=paused.tool_call_id)
                 return True
             except (ValueError, MemoraError, click.ClickException) as exc:
                 say(f"not approved: {clean(str(exc))}")

@@ -70,10 +70,10 @@ class ChatUI:
             if last is None or last.type != "paused":
                 return
             if not self._answer_pause():
-                self.agent.discard_paused_turn()
+                self.agent.paused_turn.discard()
                 self.console.print("[yellow]turn dropped[/yellow]")
                 return
-            stream = self.agent.continue_after_pause()
+            stream = self.agent.paused_turn.resume()
 
     async def _render(self, stream: AsyncIterator[Any]) -> Any:
         from rich.live import Live
@@ -128,7 +128,7 @@ class ChatUI:
                         answers[q.slot] = reply
                         break
                     self.console.print(f"[yellow]pick 1–{len(q.options)}[/yellow]")
-            self.agent.answer_question(answers)
+            self.agent.paused_turn.answer(answers)
             return True
         if isinstance(paused, ApprovalPause):
             # the session the "always" answers belong to: another session starts afresh

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
+from ..security.atomic import atomic_write_text
 from ..security.terminal import clean
 from .approvals import (
     agent_mode,
@@ -127,10 +128,11 @@ async def _run(
                 stream = _after_pause(agent, approvals, interactive, always)
                 if stream is None:
                     code = EXIT_PAUSED
-                    state_file.write_text(
-                        json.dumps(agent.pause_state(), ensure_ascii=False), encoding="utf-8"
-                    )
-                    os.chmod(state_file, 0o600)
+                    paused = agent.paused_turn
+                    if paused is not None:  # private to the user, never half-written
+                        state = json.dumps(paused.to_json(), ensure_ascii=False)
+                        atomic_write_text(state_file, state)
+                        os.chmod(state_file, 0o600)  # an older file's mode is not kept
                     click.echo(
                         f"turn paused; its state is in {state_file} — continue it with "
                         "`memora run --resume` (add --yes to approve the pending call)",
@@ -173,8 +175,10 @@ def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> 
 
     paused = agent.paused_turn.paused
     if isinstance(paused, ApprovalPause) and mode == "full-auto":
-        agent.approve(paused.tool_call_id)  # --yes: the user's word, given up front
-        return agent.continue_after_pause()
+        agent.paused_turn.approve(
+            tool_call_id=paused.tool_call_id
+        )  # --yes: the user's word, given up front
+        return agent.paused_turn.resume()
     if not interactive:
         if isinstance(paused, ApprovalPause):
             click.echo(how_to_allow(paused.name, mode), err=True)
@@ -184,7 +188,7 @@ def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> 
         for q in paused.questions:
             options = f" [{' / '.join(q.options)}]" if q.options else ""
             answers[q.slot] = click.prompt(clean(f"{q.question}{options}"), err=True)
-        agent.answer_question(answers)
+        agent.paused_turn.answer(answers)
     elif isinstance(paused, ApprovalPause):
 
         def ask(prompt: str) -> str | None:
@@ -195,7 +199,7 @@ def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> 
 
         if not answer_approval(agent, paused, ask, lambda text: click.echo(text, err=True), always):
             return None
-    return agent.continue_after_pause()
+    return agent.paused_turn.resume()
 
 
 def _emit(chunk: Any, events: str) -> None:
