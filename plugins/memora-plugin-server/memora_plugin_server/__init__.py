@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from memora import hookimpl
 
+from ._version import __version__
+
 if TYPE_CHECKING:
     from .app import create_app
 
 __all__ = ["__version__", "create_app", "register_commands"]
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

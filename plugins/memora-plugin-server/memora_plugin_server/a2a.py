@@ -45,8 +45,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from memora.chunks import (
+    AbortedChunk,
+    ApprovalPendingChunk,
+    DoneChunk,
+    ErrorChunk,
+    PausedChunk,
+    QuestionPendingChunk,
+    TextChunk,
+    ToolResultChunk,
+)
 from memora.errors import MemoraError
 
+from ._version import __version__
 from .hub import Hub
 
 __all__ = ["MemoraExecutor", "a2a_routes", "agent_card", "session_for"]
@@ -65,7 +76,7 @@ def agent_card(hub: Hub, project: str, base_url: str, *, secured: bool) -> Agent
     card = AgentCard(
         name=f"memora: {project}",
         description=f"memora agent for the project {project!r}: tools, sessions and memory.",
-        version=_version(),
+        version=__version__,
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
@@ -96,12 +107,6 @@ def agent_card(hub: Hub, project: str, base_url: str, *, secured: bool) -> Agent
             SecurityRequirement(schemes={"bearer": StringList(list=[])})
         )
     return card
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 class MemoraExecutor(AgentExecutor):
@@ -178,52 +183,46 @@ class MemoraExecutor(AgentExecutor):
             )
             streamed = True
 
-        async for _, data in log.follow(0):
-            chunk = json.loads(data)
-            kind = chunk.get("type")
-            if kind == "text" and chunk.get("content"):
-                if held is not None:
-                    await emit(held, last=False)
-                held = chunk["content"]
-            elif kind == "tool_result":
-                status = (
-                    "refused" if chunk.get("blocked") else "done" if chunk.get("ok") else "failed"
-                )
-                note = f"{chunk['name']} {status}: {chunk.get('summary', '')}".strip()
-                await updater.update_status(
-                    TaskState.TASK_STATE_WORKING,
-                    message=updater.new_agent_message([Part(text=note)]),
-                )
-            elif kind == "approval_pending":
-                args = json.dumps(chunk.get("args", {}), ensure_ascii=False)
-                pending.append(
-                    f"memora wants to run {chunk['name']} {args} ({chunk.get('reason', '')}). "
-                    'Reply approve or deny (or a data part {"decision", "args"}).'
-                )
-            elif kind == "question_pending":
-                pending.extend(q.get("question", "") for q in chunk.get("questions", []))
-            elif kind == "paused":
-                if held is not None:
-                    await emit(held, last=True)
-                    held = None
-                await updater.requires_input(
-                    updater.new_agent_message([Part(text="\n".join(pending) or "input needed")])
-                )
-            elif kind == "done":
-                if held is not None:
-                    await emit(held, last=True)
-                    held = None
-                elif not streamed and chunk.get("answer"):
-                    await emit(chunk["answer"], last=True)
-                await updater.complete()
-            elif kind == "aborted":
-                await updater.cancel(
-                    updater.new_agent_message([Part(text=chunk.get("reason", ""))])
-                )
-            elif kind == "error":
-                await updater.failed(
-                    updater.new_agent_message([Part(text=chunk.get("message", ""))])
-                )
+        async for chunk in log.chunks(0):
+            match chunk:
+                case TextChunk(content=content) if content:
+                    if held is not None:
+                        await emit(held, last=False)
+                    held = content
+                case ToolResultChunk(name=name, ok=ok, blocked=blocked, summary=summary):
+                    status = "refused" if blocked else "done" if ok else "failed"
+                    await updater.update_status(
+                        TaskState.TASK_STATE_WORKING,
+                        message=updater.new_agent_message(
+                            [Part(text=f"{name} {status}: {summary}".strip())]
+                        ),
+                    )
+                case ApprovalPendingChunk(name=name, args=args, reason=reason):
+                    shown = json.dumps(args, ensure_ascii=False)
+                    pending.append(
+                        f"memora wants to run {name} {shown} ({reason}). "
+                        'Reply approve or deny (or a data part {"decision", "args"}).'
+                    )
+                case QuestionPendingChunk(questions=questions):
+                    pending.extend(q.question for q in questions)
+                case PausedChunk():
+                    if held is not None:
+                        await emit(held, last=True)
+                        held = None
+                    await updater.requires_input(
+                        updater.new_agent_message([Part(text="\n".join(pending) or "input needed")])
+                    )
+                case DoneChunk(answer=answer):
+                    if held is not None:
+                        await emit(held, last=True)
+                        held = None
+                    elif not streamed and answer:
+                        await emit(answer, last=True)
+                    await updater.complete()
+                case AbortedChunk(reason=reason):
+                    await updater.cancel(updater.new_agent_message([Part(text=reason)]))
+                case ErrorChunk(message=message):
+                    await updater.failed(updater.new_agent_message([Part(text=message)]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.context_id:

@@ -42,9 +42,24 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from memora.chunks import (
+    AbortedChunk,
+    AgentChunk,
+    ApprovalPendingChunk,
+    DoneChunk,
+    ErrorChunk,
+    PausedChunk,
+    QuestionPendingChunk,
+    QuestionSpec,
+    TextChunk,
+    ThoughtChunk,
+    ToolResultChunk,
+    ToolStartChunk,
+)
 from memora.errors import ErrorCode, InvalidInputError
 
-from .hub import Hub, TurnLog
+from .hub import Hub
+from .turns import TurnLog
 
 __all__ = ["AguiTranslator", "encode", "run"]
 
@@ -90,8 +105,8 @@ async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog
 
 
 class AguiTranslator:
-    """memora chunks (as the hub logs them, JSON) -> AG-UI events, keeping the open text or
-    reasoning message and the pending interrupts between chunks."""
+    """memora's typed chunks -> AG-UI events, keeping the open text or reasoning message and the
+    pending interrupts between chunks."""
 
     def __init__(self, thread_id: str, run_id: str) -> None:
         self.thread_id = thread_id
@@ -135,80 +150,73 @@ class AguiTranslator:
         yield ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, ensure_ascii=False))
         yield ToolCallEndEvent(tool_call_id=call_id)
 
-    def translate(self, chunk: dict[str, Any]) -> Iterator[BaseEvent]:
-        kind = chunk.get("type")
-        if kind == "text" and chunk.get("content"):
-            yield from self._close_reasoning()
-            if self._text is None:
-                self._text = self._id("m")
-                yield TextMessageStartEvent(message_id=self._text, name=chunk.get("speaker"))
-            yield TextMessageContentEvent(message_id=self._text, delta=chunk["content"])
-        elif kind == "thought" and chunk.get("content"):
-            yield from self._close_text()
-            if self._reasoning is None:
-                self._reasoning = self._id("r")
-                yield ReasoningStartEvent(message_id=self._reasoning)
-                yield ReasoningMessageStartEvent(message_id=self._reasoning, role="reasoning")
-            yield ReasoningMessageContentEvent(message_id=self._reasoning, delta=chunk["content"])
-        elif kind == "tool_start":
-            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], chunk.get("args", {}))
-        elif kind == "tool_result":
-            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], {})
-            yield ToolCallResultEvent(
-                message_id=self._id("t"),
-                tool_call_id=chunk["tool_call_id"],
-                content=chunk.get("summary") or ("done" if chunk.get("ok") else "failed"),
-                role="tool",
-            )
-        elif kind == "approval_pending":
-            yield from self._tool_call(chunk["tool_call_id"], chunk["name"], chunk.get("args", {}))
-            self._interrupts.append(
-                Interrupt(
-                    id=chunk["tool_call_id"],
-                    reason="approval",
-                    message=f"run {chunk['name']}? {chunk.get('reason', '')}".strip(),
-                    tool_call_id=chunk["tool_call_id"],
-                    response_schema=_APPROVAL_SCHEMA,
+    def translate(self, chunk: AgentChunk) -> Iterator[BaseEvent]:
+        """The AG-UI events for one memora chunk (none for chunks AG-UI has no event for)."""
+        match chunk:
+            case TextChunk(content=content, speaker=speaker) if content:
+                yield from self._close_reasoning()
+                if self._text is None:
+                    self._text = self._id("m")
+                    yield TextMessageStartEvent(message_id=self._text, name=speaker)
+                yield TextMessageContentEvent(message_id=self._text, delta=content)
+            case ThoughtChunk(content=content) if content:
+                yield from self._close_text()
+                if self._reasoning is None:
+                    self._reasoning = self._id("r")
+                    yield ReasoningStartEvent(message_id=self._reasoning)
+                    yield ReasoningMessageStartEvent(message_id=self._reasoning, role="reasoning")
+                yield ReasoningMessageContentEvent(message_id=self._reasoning, delta=content)
+            case ToolStartChunk(tool_call_id=call_id, name=name, args=args):
+                yield from self._tool_call(call_id, name, args)
+            case ToolResultChunk(tool_call_id=call_id, name=name, ok=ok, summary=summary):
+                yield from self._tool_call(call_id, name, {})
+                yield ToolCallResultEvent(
+                    message_id=self._id("t"),
+                    tool_call_id=call_id,
+                    content=summary or ("done" if ok else "failed"),
+                    role="tool",
                 )
-            )
-        elif kind == "question_pending":
-            questions = chunk.get("questions", [])
-            self._interrupts.append(
-                Interrupt(
-                    id=QUESTIONS_PREFIX + self.run_id,
-                    reason="question",
-                    message="\n".join(q.get("question", "") for q in questions),
-                    response_schema=_questions_schema(questions),
+            case ApprovalPendingChunk(tool_call_id=call_id, name=name, args=args, reason=reason):
+                yield from self._tool_call(call_id, name, args)
+                self._interrupts.append(
+                    Interrupt(
+                        id=call_id,
+                        reason="approval",
+                        message=f"run {name}? {reason}".strip(),
+                        tool_call_id=call_id,
+                        response_schema=_APPROVAL_SCHEMA,
+                    )
                 )
-            )
-        elif kind == "paused":
-            yield from self._close()
-            yield RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                outcome=RunFinishedInterruptOutcome(interrupts=self._interrupts),
-            )
-        elif kind == "done":
-            yield from self._close()
-            yield RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                result=chunk.get("answer"),
-                outcome=RunFinishedSuccessOutcome(),
-            )
-        elif kind == "aborted":
-            yield from self._close()
-            yield RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                outcome=RunFinishedCancelledOutcome(),
-            )
-        elif kind == "error":
-            yield from self._close()
-            yield RunErrorEvent(
-                message=str(chunk.get("message", "")),
-                code=chunk.get("code") or ErrorCode.TURN_FAILED.value,
-            )
+            case QuestionPendingChunk(questions=questions):
+                self._interrupts.append(
+                    Interrupt(
+                        id=QUESTIONS_PREFIX + self.run_id,
+                        reason="question",
+                        message="\n".join(q.question for q in questions),
+                        response_schema=_questions_schema(questions),
+                    )
+                )
+            case PausedChunk():
+                yield from self._finish(RunFinishedInterruptOutcome(interrupts=self._interrupts))
+            case DoneChunk(answer=answer):
+                yield from self._finish(RunFinishedSuccessOutcome(), result=answer)
+            case AbortedChunk():
+                yield from self._finish(RunFinishedCancelledOutcome())
+            case ErrorChunk(message=message, code=code):
+                yield from self._close()
+                yield RunErrorEvent(message=message, code=code or ErrorCode.TURN_FAILED.value)
+
+    def _finish(
+        self,
+        outcome: RunFinishedSuccessOutcome
+        | RunFinishedInterruptOutcome
+        | RunFinishedCancelledOutcome,
+        result: Any = None,
+    ) -> Iterator[BaseEvent]:
+        yield from self._close()
+        yield RunFinishedEvent(
+            thread_id=self.thread_id, run_id=self.run_id, result=result, outcome=outcome
+        )
 
 
 _APPROVAL_SCHEMA: dict[str, Any] = {
@@ -222,21 +230,21 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 
-def _questions_schema(questions: list[dict[str, Any]]) -> dict[str, Any]:
+def _questions_schema(questions: list[QuestionSpec]) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for q in questions:
-        prop: dict[str, Any] = {"type": "string", "description": q.get("question", "")}
-        if q.get("options") and not q.get("allow_custom"):
-            prop["enum"] = list(q["options"])
-        properties[str(q.get("slot", "ask"))] = prop
+        prop: dict[str, Any] = {"type": "string", "description": q.question}
+        if q.options and not q.allow_custom:
+            prop["enum"] = list(q.options)
+        properties[q.slot] = prop
     return {"type": "object", "properties": properties, "required": sorted(properties)}
 
 
 async def encode(log: TurnLog, translator: AguiTranslator) -> AsyncIterator[bytes]:
     """The run as ``text/event-stream`` (``data:`` lines of camelCase JSON, as AG-UI's encoder)."""
     yield _sse(translator.start())
-    async for _, data in log.follow(0):
-        for event in translator.translate(json.loads(data)):
+    async for chunk in log.chunks(0):
+        for event in translator.translate(chunk):
             yield _sse(event)
 
 

@@ -63,7 +63,7 @@ def serve_cmd(
     this machine may call."""
     import uvicorn
 
-    from .app import _is_loopback
+    from .guard import is_loopback
 
     user_dir = user_config_dir(config_dir)
     settings = load_server_settings(user_dir)
@@ -71,7 +71,7 @@ def serve_cmd(
     for folder in folders:
         if not folder.is_dir():
             raise click.BadParameter(f"{folder} is not a folder", param_hint="--project")
-    if not settings.tokens and not _is_loopback(host):
+    if not settings.tokens and not is_loopback(host):
         click.echo(
             f"warning: no token is configured ({settings_path(user_dir)}): the server listens on "
             f"{host} but answers only this machine; add one with `memora serve-tokens add NAME`",
@@ -111,14 +111,14 @@ SPEC_ENV = "MEMORA_SERVE_SPEC"
 
 
 async def _check(spec: dict[str, Any]) -> None:
-    from .app import _project_names
+    from .app import project_names
     from .hub import Hub
 
     options: dict[str, Any] = {}
     if spec.get("config_dir"):
         options["config_dir"] = Path(spec["config_dir"])
     hub = Hub(
-        _project_names([Path(p) for p in spec["projects"]]),
+        project_names([Path(p) for p in spec["projects"]]),
         runtime_options=options,
         shared=spec.get("shared"),
     )

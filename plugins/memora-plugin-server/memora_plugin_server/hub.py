@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memora import Agent, ProjectRuntime
+from memora.agent import ApprovalPause, HostPause, PausedTurn, QuestionPause
+from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
@@ -37,67 +38,15 @@ from .shared import (
     Lease,
     SharedState,
     TurnWriter,
-    one_by_one,
 )
+from .turns import END_TYPES, RemoteTurnLog, TurnLog
 
 logger = logging.getLogger("memora.server")
 
-__all__ = ["Hub", "Project", "TurnLog"]
+__all__ = ["Hub", "Project", "RemoteTurnLog", "TurnLog"]
 
 KEPT_LOGS = 8
 """Finished turn logs kept per session for clients that reconnect late."""
-
-END_TYPES = frozenset({"done", "aborted", "paused", "error"})
-
-
-class TurnLog:
-    """One turn's chunks as JSON, numbered from 1, and whether the turn has ended."""
-
-    def __init__(self, turn_id: str, kind: str = "turn") -> None:
-        self.id = turn_id
-        self.kind = kind
-        """``turn`` (a message), ``continue`` (after an approval or answers)."""
-        self.events: list[str] = []
-        self.ended = False
-        self.started_at = time.time()
-        self._changed = asyncio.Event()
-
-    def add(self, data: str) -> None:
-        self.events.append(data)
-        self._wake()
-
-    def end(self) -> None:
-        self.ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def batches(
-        self, after: int = 0, idle: float | None = None
-    ) -> AsyncGenerator[list[tuple[int, str]], None]:
-        """The events after number ``after`` as they arrive, every one already there in one
-        list, until the turn ends; an empty list after ``idle`` seconds without one."""
-        seq = max(0, after)
-        while True:
-            changed = self._changed
-            if seq < len(self.events):
-                batch = [(n + 1, self.events[n]) for n in range(seq, len(self.events))]
-                seq = len(self.events)
-                yield batch
-                continue
-            if self.ended:
-                return
-            try:
-                async with asyncio.timeout(idle):
-                    await changed.wait()
-            except TimeoutError:
-                yield []
-
-    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
-        """Every event after number ``after``, as it arrives, until the turn ends."""
-        return one_by_one(self.batches(after))
 
 
 @dataclass
@@ -128,24 +77,6 @@ class Project:
     path: Path
     runtime: ProjectRuntime
     shared: SharedState | None = None
-    packs: RolePackManager | None = None
-
-
-class RemoteTurnLog:
-    """A turn another worker runs (or ran), followed through the shared files."""
-
-    def __init__(self, shared: SharedState, session_id: str, turn_id: str) -> None:
-        self.id = turn_id
-        self._shared = shared
-        self._session = session_id
-
-    def batches(
-        self, after: int = 0, idle: float | None = None
-    ) -> AsyncGenerator[list[tuple[int, str]], None]:
-        return self._shared.batches(self._session, self.id, after, idle)
-
-    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
-        return self._shared.follow(self._session, self.id, after)
 
 
 class Hub:
@@ -174,17 +105,23 @@ class Hub:
                 "data_dir: one folder cannot hold several projects' data; leave it out (each "
                 "project keeps its data in <project>/.memora/data)"
             )
+
+        def runtime_of(folder: Path) -> ProjectRuntime:
+            per_project = {"data_dir": folder / ".memora" / "data", **options}
+            return ProjectRuntime(project_path=folder, **per_project)
+
         if shared is None:  # PostgreSQL storage: other machines may serve the same projects
-            shared = any(_storage_of(Path(p), options) == "postgres" for p in projects.values())
+            # the runtime answers with the one precedence of the settings (opening nothing)
+            shared = any(
+                runtime_of(Path(p)).storage_name() == "postgres" for p in projects.values()
+            )
         self.shared = shared
         if shared:
             options["project_lock_shared"] = True
         self.projects: dict[str, Project] = {}
         for name, path in projects.items():
             folder = Path(path)
-            per_project = {"data_dir": folder / ".memora" / "data", **options}
-            runtime = ProjectRuntime(project_path=folder, **per_project)
-            self.projects[name] = Project(name, folder, runtime)
+            self.projects[name] = Project(name, folder, runtime_of(folder))
         self.approvals = approvals
         self.idle_seconds = idle_seconds
         self._slots: dict[tuple[str, str], _Slot] = {}
@@ -421,16 +358,17 @@ class Hub:
                     context={"session_id": session_id},
                 )
             if approve is not None:
-                agent.approve(approve[0], dict(approve[1]) if approve[1] is not None else None)
+                edited = dict(approve[1]) if approve[1] is not None else None
+                paused.approve(edited, tool_call_id=approve[0])
             elif deny is not None:
-                agent.reject(deny[0], deny[1])
+                paused.deny(deny[1], tool_call_id=deny[0])
             elif answers is not None:
-                agent.answer_question(dict(answers))
+                paused.answer(dict(answers))
             if slot.project.shared is not None:
                 # answered: a worker that dies from here on loses the turn, it cannot run the
                 # approved call a second time from a stale pause
                 await slot.project.shared.set_pause(session_id, None)
-            chunks = agent.continue_after_pause()
+            chunks = paused.resume()
         except BaseException:
             if lease is not None:
                 await lease.release()
@@ -460,18 +398,8 @@ class Hub:
                 await lease.release()
 
     def role_packs(self, project: str) -> RolePackManager:
-        """The project's role packs as a new session would see them."""
-        served = self.project(project)
-        if served.packs is None:
-            opts = served.runtime.options
-            served.packs = RolePackManager(
-                opts.config_dir,
-                pack_roots=opts.role_pack_dirs,
-                active=opts.active_role_pack,
-                fallback_role=opts.builtin_fallback_role,
-                project_path=served.path,
-            )
-        return served.packs
+        """The project's role packs as a new session would see them (the runtime's)."""
+        return self.project(project).runtime.role_packs()
 
     def _refuse_busy(self, slot: _Slot) -> None:
         if slot.busy:
@@ -520,12 +448,12 @@ class Hub:
         # finished and, with several workers, the pause is saved and the session's lock let go:
         # a client that acts on it at once (a new message, an approval, a role-pack switch)
         # must find the session free, on whichever worker its request lands.
-        def publish(data: str) -> None:
+        def publish(chunk: AgentChunk) -> None:
+            data = log.add(chunk)
             if writer is not None:
                 writer.add(data)
-            log.add(data)
 
-        last: str | None = None
+        last: AgentChunk | None = None
         watcher = await self._watch_aborts(slot) if lease is not None else None
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
@@ -534,23 +462,25 @@ class Hub:
                         publish(last)
                         last = None
                     if chunk.type in END_TYPES:
-                        last = chunk.model_dump_json()
+                        last = chunk
                     else:
-                        publish(chunk.model_dump_json())
+                        publish(chunk)
         except MemoraError as exc:
-            last = _error_json(exc.message, exc.code.value)
+            last = ErrorChunk(message=exc.message, code=exc.code.value)
         except Exception as exc:
             logger.exception("turn %s in session %s failed", log.id, slot.session_id)
-            last = _error_json(f"{type(exc).__name__}: {exc}", ErrorCode.TURN_FAILED.value)
+            last = ErrorChunk(
+                message=f"{type(exc).__name__}: {exc}", code=ErrorCode.TURN_FAILED.value
+            )
         finally:
             if watcher is not None:
                 watcher.cancel()
             try:
-                await self._share_outcome(slot, json.loads(last).get("type") if last else None)
+                await self._share_outcome(slot, last.type if last is not None else None)
             finally:
                 if writer is not None:
                     if last is not None:
-                        writer.add(last)
+                        writer.add(last.model_dump_json())
                     await writer.end()
                 if lease is not None:
                     await lease.release()
@@ -567,7 +497,7 @@ class Hub:
         paused = agent.paused_turn
         if paused is not None:
             await shared.set_pause(
-                slot.session_id, {"state": agent.pause_state(), "doc": pause_doc(paused)}
+                slot.session_id, {"state": paused.to_json(), "doc": pause_doc(paused)}
             )
         else:
             await shared.set_pause(slot.session_id, None)
@@ -626,18 +556,6 @@ class Hub:
         return False
 
 
-def _storage_of(folder: Path, options: Mapping[str, Any]) -> str:
-    """The storage backend a project resolves to (the host's option, else its settings)."""
-    storage = options.get("storage")
-    if isinstance(storage, str):
-        return storage
-    if storage is not None:
-        return type(storage).__name__
-    from memora.settings import resolve_settings
-
-    return str(resolve_settings(folder, config_dir=options.get("config_dir"), warn=False).storage)
-
-
 def _shared_state(project: Project) -> SharedState:
     """PostgreSQL when the project's sessions are there (workers on any machine), else files
     in its data folder (workers on this machine)."""
@@ -652,20 +570,17 @@ def _shared_state(project: Project) -> SharedState:
     return FileSharedState(Path(project.runtime.options.data_dir) / "server")
 
 
-def pause_doc(paused: Any) -> dict[str, Any]:
-    """What the API shows of a :class:`~memora.PausedTurn`."""
-    pause = paused.paused
+def pause_doc(paused: PausedTurn) -> dict[str, Any]:
+    """What the API shows of a :class:`~memora.PausedTurn`: its kind and round, and what the
+    pause waits for (the call to approve, or the questions to answer)."""
     doc: dict[str, Any] = {"kind": paused.kind, "round_id": paused.record.round_id}
-    for name in ("tool_call_id", "name", "args", "reason", "questions"):
-        if hasattr(pause, name):
-            value = getattr(pause, name)
-            if name == "questions":
-                value = [q.model_dump() if hasattr(q, "model_dump") else q for q in value]
-            doc[name] = value
+    match paused.paused:
+        case ApprovalPause(tool_call_id=call_id, name=name, args=args, reason=reason):
+            doc.update(tool_call_id=call_id, name=name, args=args, reason=reason)
+        case QuestionPause(tool_call_id=call_id, name=name, questions=questions):
+            doc.update(
+                tool_call_id=call_id, name=name, questions=[q.model_dump() for q in questions]
+            )
+        case HostPause(tool_call_id=call_id, reason=reason):
+            doc.update(tool_call_id=call_id, reason=reason)
     return doc
-
-
-def _error_json(message: str, code: str) -> str:
-    from memora.chunks import ErrorChunk
-
-    return ErrorChunk(message=message, code=code).model_dump_json()

@@ -302,7 +302,7 @@ async def test_a_quiet_turn_sends_keep_alives(
 ) -> None:
     """A proxy must not close a stream that waits long for the model: a comment line goes out
     after KEEPALIVE_SECONDS without an event."""
-    import memora_plugin_server.app as app_module
+    import memora_plugin_server.sse as app_module
 
     monkeypatch.setattr(app_module, "KEEPALIVE_SECONDS", 0.1)
     project = project_dir(tmp_path)

@@ -1,0 +1,156 @@
+"""Who is calling and whether they may: bearer tokens, loopback without them, the origin, the
+rate limit.  Every route — the table's, A2A's — asks the one :class:`Guard`."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from typing import Literal, cast
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .config import ServerSettings, TokenEntry
+from .errors import ApiError, error_response
+
+__all__ = ["PROXY_HEADERS", "Access", "Guard", "host_name", "is_loopback"]
+
+Access = Literal["public", "read", "write"]
+"""Who may call a route: anyone, a token that may read the project, one that may write."""
+
+
+class _Buckets:
+    """A token bucket per caller: ``per_minute`` requests a minute, bursts of a tenth of it."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = max(10.0, per_minute / 10.0)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, who: str) -> float:
+        """0 when the request may go, else the seconds until it may."""
+        now = time.monotonic()
+        level, at = self._buckets.get(who, (self.capacity, now))
+        level = min(self.capacity, level + (now - at) * self.rate)
+        if level < 1.0:
+            self._buckets[who] = (level, now)
+            return (1.0 - level) / self.rate
+        self._buckets[who] = (level - 1.0, now)
+        if len(self._buckets) > 10_000:  # forget full buckets: they are the default
+            self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.capacity - 1e-9}
+        return 0.0
+
+
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+"""A request a proxy passed on is not from this machine, whatever its address."""
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def host_name(host_header: str) -> str:
+    if host_header.startswith("["):
+        return host_header[: host_header.find("]") + 1]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+class Guard:
+    """Who is calling and whether they may: bearer tokens, loopback without them, the origin,
+    the rate limit."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.buckets = _Buckets(settings.rate_limit_per_minute)
+
+    def check(self, request: Request, access: Access) -> TokenEntry | None:
+        """The caller's token (None: loopback without tokens, or a public route), or the
+        refusal as :class:`ApiError`."""
+        project = request.path_params.get("project")
+        return self.check_access(request, access, str(project) if project else None)
+
+    async def refusal(self, request: Request, access: str, project: str) -> Response | None:
+        """For routes outside the table (A2A): the refusal as a response, or None."""
+        try:
+            self.check_access(request, cast("Access", access), project)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return None
+
+    def check_access(
+        self, request: Request, access: Access, project: str | None
+    ) -> TokenEntry | None:
+        client = request.client.host if request.client else None
+        self._check_origin(request)
+        if access == "public":
+            return None
+        token: TokenEntry | None = None
+        if self.settings.tokens:
+            token = self._token(request)
+        else:
+            # no token configured: this machine only, by address and by Host (a web page
+            # elsewhere must not reach a loopback service through a rebound DNS name)
+            proxied = any(h in request.headers for h in PROXY_HEADERS)
+            if (
+                proxied
+                or not is_loopback(client)
+                or not is_loopback(host_name(request.headers.get("host", "")))
+            ):
+                raise ApiError(
+                    403,
+                    "LOOPBACK_ONLY",
+                    "no token is configured, so only this machine may call (add one with "
+                    "`memora serve-tokens add NAME`)",
+                )
+        wait = self.buckets.take(token.name if token else f"ip:{client}")
+        if wait:
+            raise ApiError(
+                429,
+                "RATE_LIMITED",
+                f"more than {self.settings.rate_limit_per_minute} requests a minute",
+                {"Retry-After": str(math.ceil(wait))},
+            )
+        if token is not None:
+            if access == "write" and token.access != "full":
+                raise ApiError(403, "FORBIDDEN", f"token {token.name!r} is read-only")
+            if project is not None and not token.allows(str(project), write=False):
+                raise ApiError(
+                    403, "FORBIDDEN", f"token {token.name!r} may not use project {project!r}"
+                )
+        return token
+
+    def _token(self, request: Request) -> TokenEntry:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(
+                401,
+                "UNAUTHORIZED",
+                "a bearer token is required (Authorization: Bearer TOKEN)",
+                {"WWW-Authenticate": 'Bearer realm="memora"'},
+            )
+        entry = self.settings.token_for(value.strip())
+        if entry is None:
+            raise ApiError(
+                401,
+                "UNAUTHORIZED",
+                "unknown token",
+                {"WWW-Authenticate": 'Bearer realm="memora", error="invalid_token"'},
+            )
+        return entry
+
+    def _check_origin(self, request: Request) -> None:
+        origin = request.headers.get("origin")
+        if origin is None:
+            return
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        allowed = self.settings.cors_origins
+        if origin.rstrip("/") != own and origin.rstrip("/") not in allowed and "*" not in allowed:
+            raise ApiError(
+                403, "ORIGIN_REFUSED", f"requests from {origin} are not allowed (cors_origins)"
+            )

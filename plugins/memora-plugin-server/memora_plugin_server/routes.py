@@ -1,0 +1,356 @@
+"""The route table and its handlers.
+
+Every route is declared once in :data:`API` (method, path, who may call it, body model, what it
+returns); the Starlette routes (:mod:`.app`) and the OpenAPI document (:mod:`.openapi`) are both
+built from it.  A handler gets a :class:`Call`: the request, authorised, with its parsed body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ag_ui.core import RunAgentInput
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from memora.errors import ErrorCode, MemoraError
+
+from .bodies import AnswersIn, ApprovalIn, ForkIn, RolePackIn, SessionIn, TurnIn
+from .config import TokenEntry
+from .errors import ApiError, error_response
+from .guard import Access
+from .hub import Hub
+from .openapi import openapi_document
+from .sse import event_stream, last_event
+from .turns import RemoteTurnLog, TurnLog
+
+__all__ = ["API", "Api", "Call", "Handler"]
+
+Handler = Callable[["Call"], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Api:
+    method: str
+    path: str
+    access: Access
+    summary: str
+    handler: Handler
+    body: type[BaseModel] | None = None
+    stream: bool = False
+    """The response is ``text/event-stream`` of chunk JSON."""
+
+
+@dataclass
+class Call:
+    """One request, authorised: the parsed body, the path parameters and the hub."""
+
+    request: Request
+    hub: Hub
+    body: Any
+    token: TokenEntry | None
+
+    def param(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+
+def _stream(call: Call, log: TurnLog | RemoteTurnLog, after: int) -> StreamingResponse:
+    return event_stream(log, after, call.param("project"), call.param("session"))
+
+
+def _sessions_of(call: Call) -> Any:
+    return call.hub.project(call.param("project")).runtime.session_store
+
+
+async def health(call: Call) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def ready(call: Call) -> Response:
+    if not call.hub.ready:
+        return error_response(503, "NOT_READY", "the server is starting or stopping")
+    return JSONResponse({"status": "ready", "projects": sorted(call.hub.projects)})
+
+
+async def list_projects(call: Call) -> Response:
+    token = call.token
+    names = [n for n in sorted(call.hub.projects) if token is None or token.allows(n, write=False)]
+    return JSONResponse({"projects": [{"name": n} for n in names]})
+
+
+async def list_plugins(call: Call) -> Response:
+    project = next(iter(call.hub.projects.values()))
+    infos = project.runtime.plugins.plugin_infos(include_builtin=False)
+    return JSONResponse(
+        {
+            "plugins": [
+                {
+                    "name": i.name,
+                    "distribution": i.distribution,
+                    "version": i.version,
+                    "provides": {k: list(v) for k, v in i.registers.items()},
+                }
+                for i in infos
+            ]
+        }
+    )
+
+
+async def list_sessions(call: Call) -> Response:
+    archived = call.request.query_params.get("archived") in ("1", "true", "yes")
+    infos = await call.hub.list_sessions(call.param("project"), archived=archived)
+    return JSONResponse({"sessions": infos})
+
+
+async def create_session(call: Call) -> Response:
+    info = await call.hub.create_session(call.param("project"), call.body.title)
+    return JSONResponse(info, status_code=201)
+
+
+async def get_session(call: Call) -> Response:
+    project, sid = call.param("project"), call.param("session")
+    info, rounds = await call.hub.session_info(project, sid)
+    return JSONResponse(
+        {
+            **info,
+            "rounds": [r.to_dict() for r in rounds],
+            "pause": await call.hub.pause_of(project, sid),
+            "running_turn": await call.hub.running_turn(project, sid),
+        }
+    )
+
+
+async def fork_session(call: Call) -> Response:
+    store, sid = _sessions_of(call), call.param("session")
+    if not await store.exists(sid):
+        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    info, rounds = await store.fork(sid, call.body.at_round_id)
+    return JSONResponse({**info.to_dict(), "rounds_copied": rounds}, status_code=201)
+
+
+async def archive_session(call: Call) -> Response:
+    store, sid = _sessions_of(call), call.param("session")
+    if not await store.exists(sid):
+        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    info = await store.archive(sid, True)
+    return JSONResponse(info.to_dict())
+
+
+async def post_turn(call: Call) -> Response:
+    log = await call.hub.start_turn(call.param("project"), call.param("session"), call.body.text)
+    return _stream(call, log, 0)
+
+
+async def turn_events(call: Call) -> Response:
+    log = await call.hub.turn_log(call.param("project"), call.param("session"), call.param("turn"))
+    return _stream(call, log, last_event(call.request, log.id))
+
+
+async def abort_turn(call: Call) -> Response:
+    aborted = await call.hub.abort(call.param("project"), call.param("session"))
+    return JSONResponse({"aborted": aborted})
+
+
+async def get_pause(call: Call) -> Response:
+    project, sid = call.param("project"), call.param("session")
+    if not await call.hub.session_exists(project, sid):
+        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    doc = await call.hub.pause_of(project, sid)
+    if doc is None:
+        raise MemoraError(ErrorCode.NOT_FOUND, "this session has no paused turn")
+    return JSONResponse(doc)
+
+
+async def decide(call: Call) -> Response:
+    body: ApprovalIn = call.body
+    call_id = call.param("tool_call")
+    log = await call.hub.continue_turn(
+        call.param("project"),
+        call.param("session"),
+        approve=(call_id, body.args) if body.decision == "approve" else None,
+        deny=(call_id, body.reason) if body.decision == "deny" else None,
+    )
+    return _stream(call, log, 0)
+
+
+async def answer(call: Call) -> Response:
+    log = await call.hub.continue_turn(
+        call.param("project"), call.param("session"), answers=call.body.answers
+    )
+    return _stream(call, log, 0)
+
+
+async def tasks(call: Call) -> Response:
+    agent = await call.hub.agent(call.param("project"), call.param("session"))
+    return JSONResponse({"tasks": [i.to_dict() for i in agent.plan]})
+
+
+async def role_packs(call: Call) -> Response:
+    project = call.param("project")
+    session = call.request.query_params.get("session")
+    if session:
+        packs = (await call.hub.agent(project, session)).role_pack.list_meta()
+    else:
+        packs = call.hub.role_packs(project).list_meta()
+    return JSONResponse({"role_packs": [p.to_dict() for p in packs]})
+
+
+async def switch_role_pack(call: Call) -> Response:
+    active = await call.hub.switch_role_pack(
+        call.param("project"), call.param("session"), call.body.name
+    )
+    return JSONResponse({"active": active})
+
+
+async def memory_search(call: Call) -> Response:
+    query = call.request.query_params.get("q", "").strip()
+    if not query:
+        raise ApiError(400, ErrorCode.INVALID_INPUT.value, "q: the search words are missing")
+    try:
+        limit = int(call.request.query_params.get("limit", "10"))
+    except ValueError:
+        limit = -1
+    if not 1 <= limit <= 100:
+        raise ApiError(400, ErrorCode.INVALID_INPUT.value, "limit: an integer from 1 to 100")
+    memory = call.hub.project(call.param("project")).runtime.memory
+    hits = await memory.search(query, limit=limit)
+    return JSONResponse(
+        {
+            "hits": [
+                {
+                    "id": h.record.id,
+                    "score": h.score,
+                    "name": h.record.name,
+                    "content": h.record.content,
+                    "source": h.record.source,
+                    "session_id": h.record.session_id,
+                    "created_at": h.record.created_at,
+                }
+                for h in hits
+            ]
+        }
+    )
+
+
+async def memory_stats(call: Call) -> Response:
+    snapshot = await call.hub.project(call.param("project")).runtime.memory.snapshot()
+    return JSONResponse(snapshot.to_dict())
+
+
+async def agui_run(call: Call) -> Response:
+    from .agui import encode, run
+
+    log, translator = await run(call.hub, call.param("project"), call.body)
+    return StreamingResponse(
+        encode(log, translator),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Memora-Turn": log.id},
+    )
+
+
+async def openapi(call: Call) -> Response:
+    return JSONResponse(openapi_document(API))
+
+
+_S = "/v1/projects/{project}/sessions/{session}"
+
+API: tuple[Api, ...] = (
+    Api("GET", "/health", "public", "Liveness: the process answers.", health),
+    Api("GET", "/ready", "public", "Readiness: every project's runtime is open.", ready),
+    Api("GET", "/openapi.json", "public", "This document.", openapi),
+    Api("GET", "/v1/projects", "read", "The projects this token may use.", list_projects),
+    Api("GET", "/v1/plugins", "read", "Installed plugins and what they provide.", list_plugins),
+    Api(
+        "GET",
+        "/v1/projects/{project}/sessions",
+        "read",
+        "Sessions, most recent first (?archived=1: with archived ones).",
+        list_sessions,
+    ),
+    Api(
+        "POST",
+        "/v1/projects/{project}/sessions",
+        "write",
+        "Create a session.",
+        create_session,
+        SessionIn,
+    ),
+    Api("GET", _S, "read", "A session with its rounds and its pause, if any.", get_session),
+    Api("POST", _S + "/fork", "write", "Fork a session.", fork_session, ForkIn),
+    Api("POST", _S + "/archive", "write", "Archive a session.", archive_session),
+    Api(
+        "POST",
+        _S + "/turns",
+        "write",
+        "Send a message: the turn's chunks as server-sent events (id `TURN:N`).",
+        post_turn,
+        TurnIn,
+        stream=True,
+    ),
+    Api(
+        "GET",
+        _S + "/turns/{turn}/events",
+        "read",
+        "Follow a turn from the event after `Last-Event-ID` (or ?after=N).",
+        turn_events,
+        stream=True,
+    ),
+    Api("POST", _S + "/abort", "write", "Abort the running turn.", abort_turn),
+    Api("GET", _S + "/pause", "read", "The question or approval the turn waits for.", get_pause),
+    Api(
+        "POST",
+        _S + "/approvals/{tool_call}",
+        "write",
+        "Approve (optionally with edited arguments) or deny the paused call; the rest of the "
+        "turn as server-sent events.",
+        decide,
+        ApprovalIn,
+        stream=True,
+    ),
+    Api(
+        "POST",
+        _S + "/answers",
+        "write",
+        "Answer the paused turn's questions; the rest of the turn as server-sent events.",
+        answer,
+        AnswersIn,
+        stream=True,
+    ),
+    Api("GET", _S + "/tasks", "read", "The session's task table.", tasks),
+    Api(
+        "POST",
+        _S + "/role-pack",
+        "write",
+        "Switch the session's role pack.",
+        switch_role_pack,
+        RolePackIn,
+    ),
+    Api(
+        "GET",
+        "/v1/projects/{project}/role-packs",
+        "read",
+        "Role packs with their chips (?session=ID: which is active there).",
+        role_packs,
+    ),
+    Api(
+        "GET",
+        "/v1/projects/{project}/memory/search",
+        "read",
+        "Keyword search over the project's memory (?q=...&limit=10).",
+        memory_search,
+    ),
+    Api("GET", "/v1/projects/{project}/memory/stats", "read", "Memories by source.", memory_stats),
+    Api(
+        "POST",
+        "/v1/projects/{project}/ag-ui",
+        "write",
+        "AG-UI: run a turn from a RunAgentInput (threadId = session); AG-UI events as "
+        "server-sent events.",
+        agui_run,
+        RunAgentInput,
+        stream=True,
+    ),
+)

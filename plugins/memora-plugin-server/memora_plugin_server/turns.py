@@ -1,0 +1,101 @@
+"""A turn's chunks as the hub keeps them: numbered from 1, typed for the protocol adapters of
+this process and as JSON for the event stream; and a turn another worker runs, read back from
+what the workers share."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+
+from memora.chunks import AgentChunk, chunk_adapter
+
+from .shared import SharedState, one_by_one
+
+__all__ = ["END_TYPES", "RemoteTurnLog", "TurnLog"]
+
+END_TYPES = frozenset({"done", "aborted", "paused", "error"})
+"""The chunk types that end a turn (or a stretch of it, for ``paused``)."""
+
+
+class TurnLog:
+    """One turn's chunks, numbered from 1 — as the typed chunks (for the protocol adapters in
+    this process) and as their JSON (for the event stream) — and whether the turn has ended."""
+
+    def __init__(self, turn_id: str, kind: str = "turn") -> None:
+        self.id = turn_id
+        self.kind = kind
+        """``turn`` (a message), ``continue`` (after an approval or answers)."""
+        self.events: list[str] = []
+        self.typed: list[AgentChunk] = []
+        self.ended = False
+        self.started_at = time.time()
+        self._changed = asyncio.Event()
+
+    def add(self, chunk: AgentChunk) -> str:
+        """Log ``chunk``; returns its JSON (what the event stream and other workers get)."""
+        data = chunk.model_dump_json()
+        self.events.append(data)
+        self.typed.append(chunk)
+        self._wake()
+        return data
+
+    def end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def batches(
+        self, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        """The events after number ``after`` as they arrive, every one already there in one
+        list, until the turn ends; an empty list after ``idle`` seconds without one."""
+        seq = max(0, after)
+        while True:
+            changed = self._changed
+            if seq < len(self.events):
+                batch = [(n + 1, self.events[n]) for n in range(seq, len(self.events))]
+                seq = len(self.events)
+                yield batch
+                continue
+            if self.ended:
+                return
+            try:
+                async with asyncio.timeout(idle):
+                    await changed.wait()
+            except TimeoutError:
+                yield []
+
+    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
+        """Every event after number ``after``, as it arrives, until the turn ends."""
+        return one_by_one(self.batches(after))
+
+    async def chunks(self, after: int = 0) -> AsyncGenerator[AgentChunk, None]:
+        """The typed chunks after number ``after``, as they arrive, until the turn ends."""
+        async for seq, _ in self.follow(after):
+            yield self.typed[seq - 1]
+
+
+class RemoteTurnLog:
+    """A turn another worker runs (or ran), followed through the shared files."""
+
+    def __init__(self, shared: SharedState, session_id: str, turn_id: str) -> None:
+        self.id = turn_id
+        self._shared = shared
+        self._session = session_id
+
+    def batches(
+        self, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        return self._shared.batches(self._session, self.id, after, idle)
+
+    def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
+        return self._shared.follow(self._session, self.id, after)
+
+    async def chunks(self, after: int = 0) -> AsyncGenerator[AgentChunk, None]:
+        """The typed chunks, parsed from what the worker running the turn wrote."""
+        async for _, data in self.follow(after):
+            yield chunk_adapter.validate_json(data)
