@@ -19,8 +19,9 @@ END_TYPES = frozenset({"done", "aborted", "paused", "error"})
 
 
 class TurnLog:
-    """One turn's chunks, numbered from 1 — as the typed chunks (for the protocol adapters in
-    this process) and as their JSON (for the event stream) — and whether the turn has ended."""
+    """One turn's chunks, numbered from 1 — as their JSON (for the event stream and late
+    readers) and, while the turn runs, as the typed chunks (for the protocol adapters of this
+    process) — and whether the turn has ended."""
 
     def __init__(self, turn_id: str, kind: str = "turn") -> None:
         self.id = turn_id
@@ -42,6 +43,10 @@ class TurnLog:
 
     def end(self) -> None:
         self.ended = True
+        # the typed chunks serve the adapters following the turn while it runs; a finished log
+        # is kept for late readers as JSON only (thousands of pydantic objects kept alive per
+        # session would only give the garbage collector more to walk)
+        self.typed = []
         self._wake()
 
     def _wake(self) -> None:
@@ -75,8 +80,9 @@ class TurnLog:
 
     async def chunks(self, after: int = 0) -> AsyncGenerator[AgentChunk, None]:
         """The typed chunks after number ``after``, as they arrive, until the turn ends."""
-        async for seq, _ in self.follow(after):
-            yield self.typed[seq - 1]
+        async for seq, data in self.follow(after):
+            typed = self.typed
+            yield typed[seq - 1] if seq <= len(typed) else chunk_adapter.validate_json(data)
 
 
 class RemoteTurnLog:

@@ -1,0 +1,32 @@
+"""The hub's turn log: the protocol adapters read typed chunks — the very objects while the
+turn runs, parsed from the JSON once it has ended — and the event stream reads the JSON."""
+
+from __future__ import annotations
+
+import asyncio
+
+from memora.chunks import DoneChunk, TextChunk, ToolStartChunk
+from memora_plugin_server.turns import TurnLog
+
+
+async def test_followers_get_typed_chunks_before_and_after_the_end() -> None:
+    log = TurnLog("t_1")
+    first = TextChunk(content="慢 words")
+    log.add(first)
+
+    async def follow() -> list[object]:
+        return [c async for c in log.chunks(0)]
+
+    live = asyncio.create_task(follow())
+    await asyncio.sleep(0)
+    call = ToolStartChunk(tool_call_id="c1", name="read_file", args={"path": "a.txt"})
+    log.add(call)
+    log.add(DoneChunk(answer="done"))
+    await asyncio.sleep(0)
+    log.end()
+    seen = await live
+    assert seen[0] is first and seen[1] is call  # no JSON round trip in this process
+    late = [c async for c in log.chunks(1)]  # a reader after the end: parsed from the JSON
+    assert late == [call, DoneChunk(answer="done")]
+    assert isinstance(late[0], ToolStartChunk) and late[0].args == {"path": "a.txt"}
+    assert [seq for seq, _ in [item async for item in log.follow(0)]] == [1, 2, 3]
