@@ -157,3 +157,20 @@ def test_the_older_pause_verbs_warn_once_and_still_work(tmp_path: Path, project:
     assert "agent.continue_after_pause() is deprecated; use agent.paused_turn.resume()" in first
     assert second == "b []"
     assert (project / "a.txt").read_text() == "x" and (project / "b.txt").read_text() == "y"
+
+
+def test_every_session_store_is_a_session_store(tmp_path: Path) -> None:
+    """``runtime.session_store`` is typed by the SessionStore protocol; the built-in stores
+    and PostgreSQL's meet it (methods and their async-ness)."""
+    import inspect
+
+    from memora.memory.sessions import InMemorySessionStore, JsonlSessionStore, SessionStore
+    from memora_plugin_postgres.sessions import PostgresSessionStore
+
+    wanted = [n for n in vars(SessionStore) if not n.startswith("_")]
+    assert {"create", "rounds", "fork", "archive", "close"} <= set(wanted)
+    assert isinstance(JsonlSessionStore(tmp_path / "s"), SessionStore)
+    assert isinstance(InMemorySessionStore(), SessionStore)
+    for cls in (JsonlSessionStore, InMemorySessionStore, PostgresSessionStore):
+        for name in wanted:
+            assert inspect.iscoroutinefunction(getattr(cls, name)), (cls.__name__, name)

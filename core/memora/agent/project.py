@@ -28,6 +28,7 @@ from .options import SESSION_OPTIONS, AgentOptions
 if TYPE_CHECKING:
     from ..checks import CheckContext, CheckDecision, ToolCallInfo
     from ..llm.provider import Provider
+    from ..memory.sessions import SessionStore
     from ..memory.vectors import SemanticSearch
     from ..plugins import Plugins
     from ..settings import Settings
@@ -237,8 +238,10 @@ class ProjectResources:
                 "session_store", sessions, {**self.plugin_options(sessions), "path": data_dir}
             )
             self._owned.append(sessions)
-        self.session_store: Any = sessions
-        self.round_store: Any = opts.round_store or sessions
+        self.session_store: SessionStore = sessions
+        """The project's sessions (message history and rounds)."""
+        self.round_store: SessionStore = opts.round_store or sessions
+        """Where rounds go: the ``round_store`` option, else :attr:`session_store`."""
         tracers = [
             plugins.create("tracer", name, self.plugin_options(name))
             for name in plugins.names("tracer")

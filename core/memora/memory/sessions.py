@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
@@ -54,6 +54,7 @@ __all__ = [
     "JsonlSessionStore",
     "RoundRecord",
     "SessionInfo",
+    "SessionStore",
     "lines_until_round",
     "new_session_id",
 ]
@@ -325,6 +326,30 @@ class _SessionLock:
             del self._held[self._key]
         else:
             self._held[self._key] = (lock, users - 1)
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """What a session store does (``register_session_stores``; the built-in ``jsonl`` and
+    ``memory`` stores, ``postgres``): sessions with their message history and their rounds.
+    A store may also offer ``append_turn(session_id, messages, record)``, one write for a
+    finished turn's messages and round."""
+
+    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo: ...
+    async def get(self, session_id: str) -> SessionInfo: ...
+    async def exists(self, session_id: str) -> bool: ...
+    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]: ...
+    async def append_messages(
+        self, session_id: str, messages: Sequence[dict[str, Any]]
+    ) -> None: ...
+    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]: ...
+    async def append_round(self, session_id: str, record: RoundRecord) -> None: ...
+    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]: ...
+    async def fork(
+        self, session_id: str, at_round_id: str | None = None, title: str = ""
+    ) -> tuple[SessionInfo, int]: ...
+    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo: ...
+    async def close(self) -> None: ...
 
 
 class JsonlSessionStore:
