@@ -48,6 +48,7 @@ from .state import DuplicateCallInterceptor
 if TYPE_CHECKING:
     from ..llm.provider import Provider
     from .agent import Agent
+    from .options import AgentOptions
 
 logger = logging.getLogger("memora.agent")
 
@@ -58,12 +59,26 @@ __all__ = [
     "direct_call",
     "reload_config",
     "restore_pause",
+    "role_packs_for",
     "summarise_trimmed",
     "sync_plugin_tools",
     "turn_deps",
     "upgrade_pause_state",
     "window_of",
 ]
+
+
+def role_packs_for(opts: AgentOptions, **extra: Any) -> RolePackManager:
+    """The role packs the options name (config folder, pack folders, the active one, the
+    fallback, the project's); ``extra``: what a session adds (its skills, events, messages)."""
+    return RolePackManager(
+        opts.config_dir,
+        pack_roots=opts.role_pack_dirs,
+        active=opts.active_role_pack,
+        fallback_role=opts.builtin_fallback_role,
+        project_path=Path(opts.project_path),
+        **extra,
+    )
 
 
 def build_session(agent: Agent) -> None:
@@ -77,13 +92,9 @@ def build_session(agent: Agent) -> None:
         max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
     )
     project = Path(opts.project_path)
-    agent._role_pack = RolePackManager(
-        opts.config_dir,
-        pack_roots=opts.role_pack_dirs,
-        active=opts.active_role_pack,
-        fallback_role=opts.builtin_fallback_role,
+    agent._role_pack = role_packs_for(
+        opts,
         disabled_skills=opts.disabled_skills,
-        project_path=project,
         strategy_override=opts.strategy_override,
         events=agent.events,
         messages=agent.messages,

@@ -47,16 +47,9 @@ class ProjectRuntime(ProjectResources):
         """The project's role packs as a new session sees them (read from disk once; call
         ``refresh()`` on the result to read them again).  Needs no open runtime."""
         if self._packs is None:
-            from ..role_pack.manager import RolePackManager  # loaded with the first call
+            from .assembly import role_packs_for  # the session machinery: loaded when asked
 
-            opts = self.options
-            self._packs = RolePackManager(
-                opts.config_dir,
-                pack_roots=opts.role_pack_dirs,
-                active=opts.active_role_pack,
-                fallback_role=opts.builtin_fallback_role,
-                project_path=opts.project_path,
-            )
+            self._packs = role_packs_for(self.options)
         return self._packs
 
     def storage_name(self) -> str:

@@ -1,30 +1,8 @@
 """Resolution: the user's file, the project's (through its trust guard), the environment and
 the explicit values merged in one precedence, each value with its origin.
 
-Sources, highest precedence first:
-
-1. **explicit** — Agent keyword arguments, or command-line flags;
-2. **environment** — ``MEMORA_STORAGE``, ``MEMORA_PROVIDER`` (the name of a configured provider),
-   ``MEMORA_BACKGROUND_PROVIDER``;
-3. **project** — ``<project>/.memora/config.json``;
-4. **user** — ``<user config dir>/config.json``: the Agent's ``config_dir``, else
-   ``$MEMORA_HOME``, else ``$XDG_CONFIG_HOME/memora`` (``~/.config/memora``);
-5. **defaults**.
-
-Scalars (``storage``, ``active_provider``, ``background_provider``) are taken whole from the
-highest source that sets them.  ``providers`` merge by provider name, ``plugins`` by plugin name
-and then key, ``options`` by key.  :attr:`Settings.origins` says where each value came from
-(``memora config show`` prints it, like ``git config --show-origin``).
-
-**Trust flows one way.**  A project's config is a cloned repository's content, so it may only set
-what is on the allow-list: the scalars in :data:`PROJECT_KEYS`, ``options`` in
-:data:`CONFIG_OPTIONS`, a provider entry's ``type``, and the plugin options that the plugin
-registered under that name declares safe for a project (:func:`project_settable`), each with its
-rule (any value, at most the user's value, one of some values).  Keys that choose where data or
-secrets go (:data:`USER_SIDE_KEYS`) are refused outright.  Anything else the project names — an
-MCP server's ``command``, a sandbox that runs as the host user, a plugin option nobody declared
-safe — is a *request*: it stays off until the user allows exactly that content for that project
-(:class:`memora.security.trust.TrustStore`; ``memora trust``, or the question a terminal asks).
+The sources, their precedence and the trust rules for a project's file are described once, in
+:mod:`memora.settings`.
 """
 
 from __future__ import annotations
