@@ -46,6 +46,8 @@ _LAZY: dict[str, str] = {
     "ProjectLockedError": "memora.errors",
     "StorageError": "memora.errors",
     "TurnFailedError": "memora.errors",
+    "OutputValidationError": "memora.errors",
+    "OutputRetry": "memora.agent.output",
     "ToolError": "memora.errors",
     "ToolErrorCode": "memora.errors",
     "is_retryable": "memora.errors",
@@ -86,6 +88,7 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         PausedTurn as PausedTurn,
         ProjectRuntime as ProjectRuntime,
     )
+    from .agent.output import OutputRetry as OutputRetry
     from .capabilities import (
         CapabilityMap as CapabilityMap,
         compute_capability_map as compute_capability_map,
@@ -111,6 +114,7 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         NotAvailableError as NotAvailableError,
         NotFoundError as NotFoundError,
         NotInitializedError as NotInitializedError,
+        OutputValidationError as OutputValidationError,
         PauseExpiredError as PauseExpiredError,
         PluginConflictError as PluginConflictError,
         PluginError as PluginError,

@@ -19,6 +19,7 @@ __all__ = [
     "ErrorChunk",
     "MeetingTurnChunk",
     "NarrateChunk",
+    "OutputPartialChunk",
     "PausedChunk",
     "PlanItemBoundaryChunk",
     "QuestionPendingChunk",
@@ -229,6 +230,17 @@ class DoneChunk(_Chunk):
     type: Literal["done"] = "done"
     usage: Usage | None = None
     answer: str | None = None
+    output: Any = None
+    """A typed turn's validated result, as JSON data (``agent.run(..., output_type=T)``
+    returns it as a ``T``); ``None`` for a text turn."""
+
+
+class OutputPartialChunk(_Chunk):
+    """A typed turn's result as far as the model has written it (JSON data, partially
+    validated): a UI can fill a form while it grows; ``done.output`` is the checked one."""
+
+    type: Literal["output_partial"] = "output_partial"
+    output: Any = None
 
 
 class MeetingTurnChunk(_Chunk):
@@ -258,6 +270,7 @@ AgentChunk = Annotated[
     | PlanItemBoundaryChunk
     | StepBoundaryChunk
     | MeetingTurnChunk
+    | OutputPartialChunk
     | DoneChunk,
     Field(discriminator="type"),
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "NotAvailableError",
     "NotFoundError",
     "NotInitializedError",
+    "OutputValidationError",
     "PauseExpiredError",
     "PluginConflictError",
     "PluginError",
@@ -76,6 +77,8 @@ class ErrorCode(StrEnum):
     """A turn failed inside memora or a plugin (``chat_text``); ``mark_recovered()`` is needed."""
     ABORTED = "ABORTED"
     """A turn was aborted (``chat_text``): by ``abort()``, a stall or a cancellation."""
+    OUTPUT_INVALID = "OUTPUT_INVALID"
+    """A typed turn's result did not validate after ``output_retries`` tries."""
 
 
 class MemoraError(Exception):
@@ -239,6 +242,22 @@ class TurnFailedError(_CodedError):
     needs ``mark_recovered()``."""
 
     default_code = ErrorCode.TURN_FAILED
+
+
+class OutputValidationError(_CodedError):
+    """``OUTPUT_INVALID``: a typed turn's result still did not validate after its
+    ``output_retries``; ``raw`` is the model's last answer (text, or ``final_result``'s
+    arguments), ``errors`` what was wrong with it (``type``, ``loc``, ``msg`` each)."""
+
+    default_code = ErrorCode.OUTPUT_INVALID
+
+    @property
+    def raw(self) -> str:
+        return str(self.context.get("raw", ""))
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return list(self.context.get("errors") or [])
 
 
 class AbortedError(_CodedError):

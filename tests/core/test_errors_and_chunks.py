@@ -63,6 +63,8 @@ SAMPLES: list[dict[str, Any]] = [
     {"type": "meeting_turn", "member": "poet", "role": "member"},
     {"type": "text", "content": "autumn", "stage": "meeting", "speaker": "poet"},
     {"type": "done", "usage": {"input_tokens": 10, "output_tokens": 5, "llm_calls": 2}},
+    {"type": "output_partial", "output": {"number": "A-1", "items": ["页"]}},
+    {"type": "done", "answer": '{"n": 1}', "output": {"n": 1}},
 ]
 
 

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("memora.agent.record", 81),
     ("memora.agent.state", 80),
     ("memora.agent.resolved", 80),
+    ("memora.agent.output", 79),
     ("memora.agent.options", 79),
     ("memora.agent.context_window", 79),
     ("memora.agent.serialize", 79),

@@ -22,6 +22,8 @@ _LAZY: dict[str, str] = {
     "HostPause": "memora.agent.record",
     "LiveSession": "memora.agent.session",
     "Outbox": "memora.agent.state",
+    "OutputRetry": "memora.agent.output",
+    "OutputSpec": "memora.agent.output",
     "PauseMeta": "memora.agent.record",
     "PausedTurn": "memora.agent.pause",
     "PendingCall": "memora.agent.record",
@@ -60,6 +62,8 @@ __all__ = [
     "HostPause",
     "LiveSession",
     "Outbox",
+    "OutputRetry",
+    "OutputSpec",
     "PauseMeta",
     "PausedTurn",
     "PendingCall",
@@ -106,6 +110,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
         AgentOptions as AgentOptions,
         TeamConfig as TeamConfig,
     )
+    from .output import OutputRetry as OutputRetry, OutputSpec as OutputSpec
     from .pause import (
         PausedTurn as PausedTurn,
         TurnControl as TurnControl,

@@ -27,7 +27,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from .._lazy import lazy_exports, lazy_module
 from ..errors import BusyError, InvalidInputError, NotInitializedError
@@ -90,6 +90,9 @@ __getattr__, _ = lazy_exports(__name__, dict.fromkeys(_RESULTS, "memora.agent.re
 
 # the session's machinery (role packs, tools, the turn loop): loaded by init(), not the import
 _assembly = lazy_module("memora.agent.assembly")
+_output = lazy_module("memora.agent.output")  # typed results: loaded by the first typed turn
+
+T = TypeVar("T")
 
 
 class Agent(PauseVerbs):
@@ -136,6 +139,7 @@ class Agent(PauseVerbs):
         """The approval mode in force (set from the options and the config at ``init()``)."""
         self._initialised = False
         self._closed = False
+        self._output_validators: builtins.list[Callable[[Any], Any]] = []
         self._driver = TurnDriver()
         self._control = self._driver.control
         self._override_router: ProviderRouter | None = None
@@ -384,17 +388,72 @@ class Agent(PauseVerbs):
         self._live.busy = True
         return self._live.new_record(text)
 
-    def chat(self, text: str) -> AsyncIterator[AgentChunk]:
+    def chat(
+        self,
+        text: str,
+        *,
+        output_type: Any = None,
+        deps: Any = None,
+        output_retries: int | None = None,
+    ) -> AsyncIterator[AgentChunk]:
         """Run one turn; yields every chunk.  Never raises once started (errors are chunks);
         a cancellation from outside the Agent (a host's timeout) ends the turn with an
         ``aborted`` chunk and then propagates.  Nothing happens until the first chunk is
         asked for (it is an async generator).  A host that leaves ``async for`` early may call
-        ``chat()`` again at once: the left turn is closed first (kept as ``interrupted``)."""
-        return self._drive(functools.partial(self._chat_turn, text))
+        ``chat()`` again at once: the left turn is closed first (kept as ``interrupted``).
 
-    async def _chat_turn(self, text: str) -> TurnRecord:
+        ``output_type``: the turn ends with a result of that type, validated
+        (``output_partial`` chunks while it is written, ``done.output`` as JSON data;
+        :meth:`run` returns it typed); ``deps``: what the host's tools read as ``ctx.deps``."""
+        spec = self._output_spec(output_type, output_retries)
+        return self._drive(functools.partial(self._chat_turn, text, spec, deps))
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: type[T] | Any = None,
+        deps: Any = None,
+        output_retries: int | None = None,
+    ) -> T | Any:
+        """Run one turn and return its result: a validated ``output_type`` value (see
+        "Typed results" in docs/agent.md), or the answer's text when no type is given.
+        Raises what :meth:`chat_text` raises, and ``OutputValidationError``
+        (``OUTPUT_INVALID``, with the last ``raw`` answer and its ``errors``) when the result
+        still did not validate after ``output_retries``."""
+        spec = self._output_spec(output_type, output_retries)
+        records: builtins.list[TurnRecord] = []
+
+        async def start() -> TurnRecord:
+            record = await self._chat_turn(prompt, spec, deps)
+            records.append(record)
+            return record
+
+        return await _assembly().turn_result(self._drive(start), records)
+
+    def output_validator(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Register a check of every typed result (sync or async ``fn(value) -> value``):
+        it may return a corrected value, or raise ``memora.OutputRetry(message)`` to send the
+        model back with ``message``.  Usable as a decorator: ``@agent.output_validator``."""
+        self._output_validators.append(fn)
+        return fn
+
+    def _output_spec(self, output_type: Any, retries: int | None) -> Any:
+        if output_type is None:
+            return None
+        spec = _output().OutputSpec(
+            output_type,
+            retries=self.options.output_retries if retries is None else retries,
+            validators=self._output_validators,
+        )
+        return spec
+
+    async def _chat_turn(self, text: str, spec: Any = None, deps: Any = None) -> TurnRecord:
         await self._driver.release_left_turn(self._live)
         record = self._begin(text)
+        record.deps = deps
+        if spec is not None:
+            record.output_spec, record.output_schema = spec, spec.schema
         live = self._live
         live.duplicates.reset()
         self._exposure.plan_asked = self._prompts.asks_for_plan(record.user_text)
@@ -600,11 +659,21 @@ class Agent(PauseVerbs):
         self._need("checkpoint")
         return _assembly().checkpoint(self)  # type: ignore[no-any-return]
 
-    async def resume(self, state: Mapping[str, Any]) -> None:
-        """Restore a paused turn saved with ``paused_turn.to_json()`` (after a restart)."""
+    async def resume(
+        self,
+        state: Mapping[str, Any],
+        *,
+        output_type: Any = None,
+        deps: Any = None,
+        output_retries: int | None = None,
+    ) -> None:
+        """Restore a paused turn saved with ``paused_turn.to_json()`` (after a restart).  A
+        typed turn needs its ``output_type`` again (its schema is checked against the saved
+        one); ``deps`` are the host's, never saved."""
         if self._live.busy or self.paused_turn is not None:
             raise BusyError("another turn is active")
-        await _assembly().restore_pause(self, state)
+        spec = self._output_spec(output_type, output_retries)
+        await _assembly().restore_pause(self, state, spec, deps)
 
     def _drop_paused(self, record: TurnRecord | None) -> None:
         if not self._initialised:

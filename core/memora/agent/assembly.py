@@ -8,21 +8,30 @@ checkpoint, and a paused turn restored from its saved state.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..chunks import AbortedChunk, AgentChunk, ErrorChunk, ToolProgressChunk, ToolResultChunk
+from ..chunks import (
+    AbortedChunk,
+    AgentChunk,
+    DoneChunk,
+    ErrorChunk,
+    ToolProgressChunk,
+    ToolResultChunk,
+)
 from ..errors import (
     AbortedError,
     BusyError,
     ErrorCode,
     InvalidInputError,
     MemoraError,
+    OutputValidationError,
     ProviderError,
     TurnFailedError,
 )
@@ -37,6 +46,7 @@ from ..tools.task_table import TaskTable
 from .context_window import ContextWindow
 from .exposure import ToolExposure
 from .loop import TurnDeps, TurnEngine, new_round_id
+from .output import OutputSpec
 from .pause import PAUSE_STATE_VERSION
 from .prompts import Prompts
 from .record import ApprovalDecision, ApprovalPause, PendingCall, TurnRecord
@@ -63,6 +73,7 @@ __all__ = [
     "summarise_trimmed",
     "sync_plugin_tools",
     "turn_deps",
+    "turn_result",
     "upgrade_pause_state",
     "window_of",
 ]
@@ -213,7 +224,9 @@ def turn_deps(agent: Agent, record: TurnRecord, *, model_turn: bool = True) -> T
         file_stamps=record.file_stamps,
         task_table=record.plan,
         progress=None,
+        deps=record.deps,
     )
+    spec = record.output_spec if model_turn else None
     summary = (
         SummaryPlan(router, strategy.summary_focus, opts.summary_verbatim_tokens, agent.messages)
         if opts.archive_mode == "full" and strategy.summary
@@ -250,6 +263,9 @@ def turn_deps(agent: Agent, record: TurnRecord, *, model_turn: bool = True) -> T
         journal=agent._live,
         summary=summary,
         control=agent._control,
+        output=spec,
+        # a typed turn with tools ends by calling final_result; without, its text is the result
+        output_tool=spec is not None and strategy.tool_mode != "block" and bool(tools.specs()),
     )
 
 
@@ -376,9 +392,26 @@ def upgrade_pause_state(state: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-async def restore_pause(agent: Agent, state: Mapping[str, Any]) -> None:
-    """``agent.resume(state)``: the paused turn saved by ``paused_turn.to_json()`` restored."""
+async def restore_pause(
+    agent: Agent, state: Mapping[str, Any], spec: OutputSpec | None = None, deps: Any = None
+) -> None:
+    """``agent.resume(state)``: the paused turn saved by ``paused_turn.to_json()`` restored —
+    typed again with ``spec`` when it was a typed turn (the same schema), with the host's
+    ``deps``."""
     data = upgrade_pause_state(state)
+    saved = data.get("output_schema")
+    if saved is not None and spec is None:
+        raise InvalidInputError(
+            "this paused turn was a typed turn: pass its output_type to resume(state, "
+            "output_type=...)"
+        )
+    if spec is not None and saved != spec.schema:
+        raise InvalidInputError(
+            f"output_type {spec.name} is not the type this paused turn asked for (its JSON "
+            "schema differs)"
+            if saved is not None
+            else "this paused turn was not a typed turn"
+        )
     await agent.switch_session(str(state["session_id"]))
     if state.get("role_pack") and state["role_pack"] != agent._role_pack.active.name:
         agent._role_pack.activate(str(state["role_pack"]))
@@ -391,11 +424,34 @@ async def restore_pause(agent: Agent, state: Mapping[str, Any]) -> None:
         plan=agent._tool_context.task_table,
         plan_log=live.plan_log,
     )
+    turn.output_spec, turn.deps = spec, deps
     for m in turn.messages:
         agent._window.append(message_from_dict(m))
     agent.session_state.start()
     agent.session_state.pause("resumed from a saved pause")
     live.turn = turn
+
+
+async def turn_result(turn: AsyncIterator[AgentChunk], records: list[TurnRecord]) -> Any:
+    """``agent.run()``: drive the turn to its end and return its typed result (or its answer's
+    text); what ended it otherwise is raised as ``chat_text`` raises it, a result that did not
+    validate as ``OutputValidationError`` with the last raw answer and its errors."""
+    async with contextlib.aclosing(turn) as stream:  # type: ignore[type-var]
+        async for chunk in stream:
+            if isinstance(chunk, DoneChunk):
+                record = records[0]
+                return record.output_value if record.output_spec is not None else chunk.answer
+            error = chat_text_error(chunk)
+            if error is None:
+                continue
+            if error.code == ErrorCode.OUTPUT_INVALID and records:
+                record = records[0]
+                raise OutputValidationError(
+                    error.message,
+                    context={"raw": record.output_raw, "errors": record.output_errors},
+                )
+            raise error
+    return None
 
 
 def chat_text_error(chunk: AgentChunk) -> MemoraError | None:

@@ -42,6 +42,7 @@ from ..chunks import (
     ErrorChunk,
     MeetingTurnChunk,
     NarrateChunk,
+    OutputPartialChunk,
     PausedChunk,
     PlanItemBoundaryChunk,
     QuestionPendingChunk,
@@ -56,7 +57,7 @@ from ..chunks import (
     ToolResultChunk,
     ToolStartChunk,
 )
-from ..errors import ToolErrorCode, is_retryable
+from ..errors import ErrorCode, ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
@@ -65,6 +66,7 @@ from ..services import _ROUND
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
 from .gates import Approve, GateCall, Refuse, Reuse, duplicate_warning, run_gates
+from .output import FINAL_RESULT_TOOL, OutputCheck, OutputSpec
 from .record import (
     ApprovalPause,
     HostPause,
@@ -123,6 +125,27 @@ def is_satisfied(text: str) -> bool:
     """A short reply saying the answer needs no changes ends the self-review at once."""
     t = " ".join(text.lower().split()).strip(" .。!！")
     return len(t) <= 80 and any(s in t for s in _SATISFIED)
+
+
+_PARTIAL_EVERY = 24
+"""A typed answer's partial result is parsed again once it has grown by this many characters
+(or a value closed): parsing the whole prefix at every token would be quadratic."""
+
+
+def partial_chunk(spec: OutputSpec, parts: list[str], round_id: str) -> OutputPartialChunk | None:
+    """The ``output_partial`` chunk for the answer's text so far, when it has grown enough
+    since the last one and says something new; ``None`` otherwise."""
+    last = parts[-1]
+    size = sum(map(len, parts))
+    state = spec.partial_state
+    if size - state[0] < _PARTIAL_EVERY and not any(c in last for c in ',}]"'):
+        return None
+    value = spec.partial("".join(parts))
+    if value is None or value == state[1]:
+        state[0] = size
+        return None
+    spec.partial_state = [size, value]
+    return OutputPartialChunk(output=value, round_id=round_id)
 
 
 # -- transitions ---------------------------------------------------------------------------------
@@ -203,6 +226,11 @@ class TurnDeps:
     check_context: CheckContext | None = None
     """Where this turn's calls happen, for the checks (made by the first call's check; a call
     with a previous identical result gets its own)."""
+    output: OutputSpec | None = None
+    """A typed turn: the result it must end with (``None``: a text turn)."""
+    output_tool: bool = False
+    """The typed result comes as the ``final_result`` tool's arguments (the turn has tools);
+    otherwise as the answer's text, constrained by the provider where it can."""
 
 
 class _Model:
@@ -410,6 +438,14 @@ class TurnEngine:
             yield transition
             return
 
+        spec = deps.output
+        if spec is not None:
+            final = next((c for c in out.calls if c.name == FINAL_RESULT_TOOL), None)
+            if final is not None or not out.calls:
+                async for typed in self._typed_result(spec, out, final):
+                    yield typed
+                return
+
         if out.calls:
             record.tool_steps += 1
             if out.text:
@@ -446,6 +482,59 @@ class TurnEngine:
         yield StepBoundaryChunk(step_index=record.iteration, round_id=rid)
         yield Goto("review" if (strategy.self_review and record.tool_steps > 0) else "finish")
 
+    async def _typed_result(
+        self, spec: OutputSpec, out: _Model, final: Any
+    ) -> AsyncIterator[AgentChunk | Transition]:
+        """A typed turn's answer (its text, or the ``final_result`` call): checked, then
+        accepted, or sent back to the model with what was wrong, or — past ``output_retries``
+        — the end of the turn with ``OUTPUT_INVALID``.  Other calls of the same response are
+        dropped: the result ends the turn."""
+        record = self.record
+        rid = record.round_id
+        raw = final.arguments if final is not None else out.text
+        check = await spec.validate(raw)
+        if final is not None:
+            self._append(Message("assistant", out.text, (final,), reasoning=out.reasoning or None))
+            note = "accepted" if check.ok else spec.retry_message(check.message)
+            self._append(Message.tool(final.id, FINAL_RESULT_TOOL, note))
+        else:
+            self._append(Message("assistant", out.text, reasoning=out.reasoning or None))
+        if check.ok:
+            record.output_value = check.value
+            record.output = spec.dump(check.value)
+            if final is not None or not record.answer.strip():
+                record.answer = json.dumps(record.output, ensure_ascii=False)
+            record.note("output", ok=True, failures=record.output_failures)
+            yield StepBoundaryChunk(step_index=record.iteration, round_id=rid)
+            yield Goto("finish")
+            return
+        record.output_failures += 1
+        record.output_raw, record.output_errors = raw, check.errors
+        record.note("output", ok=False, failures=record.output_failures, problem=check.message)
+        if out.streamed:  # the streamed text was not the answer: a UI takes it back
+            yield NarrateChunk(content=out.text, withdrawn=out.streamed, round_id=rid)
+        if record.output_failures > spec.retries:
+            yield self._output_invalid(spec, raw, check)
+            return
+        if final is None:
+            self._append(Message.user(spec.retry_message(check.message)))
+        record.answer = ""  # the next try's text is the answer
+        yield StepBoundaryChunk(step_index=record.iteration, round_id=rid)
+        yield Goto("model")
+
+    def _output_invalid(self, spec: OutputSpec, raw: str, check: OutputCheck) -> Stop:
+        record = self.record
+        tries = record.output_failures
+        return Stop(
+            "error",
+            ErrorChunk(
+                message=f"the result is not a valid {spec.name} after {tries} "
+                f"{'try' if tries == 1 else 'tries'}: {check.message}",
+                code=ErrorCode.OUTPUT_INVALID.value,
+                round_id=record.round_id,
+            ),
+        )
+
     async def _call_model(
         self,
         out: _Model,
@@ -466,10 +555,13 @@ class TurnEngine:
         rid = record.round_id
         window = deps.window
         asks_exhausted = record.questions_asked >= deps.strategy.ask_limit
+        spec = deps.output if stage == "answer" and messages is None else None
         if messages is not None:
             request_messages = messages
         else:
             prompt = deps.prompts.system()
+            if spec is not None:  # the result's shape, as the model must give it
+                prompt = f"{prompt}\n\n{spec.instruction(tool=deps.output_tool and tools)}"
             # the tool schemas go with every request: the history gets what they leave, and
             # 10% stays free for the estimates' error (a local model's window is a hard limit)
             room = deps.window_tokens * 9 // 10 - (
@@ -492,6 +584,14 @@ class TurnEngine:
             max_tokens=deps.max_tokens,
             history_key=deps.history_key if messages is None else None,
         )
+        partial: OutputSpec | None = None
+        if spec is not None:
+            spec.partial_state = [0, None]
+            if deps.output_tool and tools:
+                request.tools = [*request.tools, spec.tool()]
+            else:
+                request.output = spec.format
+                partial = spec  # the result streams as the answer's text
         provider = deps.review_provider if stage == "self_review" else deps.provider
         policy = (
             deps.retry_policy
@@ -538,6 +638,10 @@ class TurnEngine:
                                     yield TextChunk(
                                         content=piece, stage=stage, speaker=speaker, round_id=rid
                                     )
+                                if partial is not None:
+                                    grown = partial_chunk(partial, parts, rid)
+                                    if grown is not None:
+                                        yield grown
                         elif kind == "reasoning":
                             thought = delta.text  # type: ignore[union-attr]
                             reasoning.append(thought)
@@ -701,7 +805,12 @@ class TurnEngine:
         yield ThinkingChunk(phase="archiving", round_id=record.round_id)
         yield Stop(
             "done",
-            DoneChunk(usage=record.usage_model(), answer=record.answer, round_id=record.round_id),
+            DoneChunk(
+                usage=record.usage_model(),
+                answer=record.answer,
+                output=record.output,
+                round_id=record.round_id,
+            ),
             summarise=True,
         )
 

@@ -173,6 +173,9 @@ class AgentOptions(BaseModel):
     and ``threshold`` (used in the warning text)."""
     llm_stall_timeout: float = Field(default=120.0, gt=0)
     retry_attempts: int = Field(default=4, ge=1, le=10)
+    output_retries: int = Field(default=2, ge=0, le=20)
+    """A typed turn (``output_type``): how many results that do not validate go back to the
+    model with what was wrong before the turn ends with ``OUTPUT_INVALID``."""
     retry_base_delay: float = Field(default=0.5, ge=0)
     command_env_allow: list[str] = Field(default_factory=list)
     """Extra environment variables commands and scripts inherit, besides the allow-list of

@@ -274,6 +274,23 @@ class TurnRecord:
     pause_meta: PauseMeta | None = None
     meeting: dict[str, Any] | None = None
     """A meeting's plan and progress: ``members``, ``chair``, ``spoken`` ([member, text])."""
+    output_schema: dict[str, Any] | None = None
+    """A typed turn: the JSON schema its result must follow (kept with a durable pause, so a
+    resumed turn can check it is given the same type)."""
+    output_failures: int = 0
+    """Results that did not validate so far (``output_retries`` bounds them)."""
+    output: Any = None
+    """The validated result as JSON data (``done.output``; stored with the round)."""
+    output_raw: str = ""
+    """The last result that did not validate, as the model wrote it (in this process only)."""
+    output_errors: list[dict[str, Any]] = field(default_factory=list)
+    """What was wrong with it (in this process only)."""
+    output_spec: Any = None
+    """The turn's :class:`~memora.agent.output.OutputSpec` (in this process only)."""
+    output_value: Any = None
+    """The validated result as the host's type (in this process only)."""
+    deps: Any = None
+    """The host's dependencies for its tools (``ctx.deps``): never stored or sent."""
 
     # -- convenience ---------------------------------------------------------------------------
 
@@ -337,6 +354,8 @@ class TurnRecord:
             "plan_log": [o.to_dict() for o in self.plan_log],
             "pause_meta": self.pause_meta.to_dict() if self.pause_meta else None,
             "meeting": self.meeting,
+            "output_schema": self.output_schema,
+            "output_failures": self.output_failures,
         }
 
     @staticmethod
@@ -377,6 +396,8 @@ class TurnRecord:
             dup_key=data.get("dup_key"),
             dup_count=int(data.get("dup_count") or 0),
             meeting=data.get("meeting"),
+            output_schema=data.get("output_schema"),
+            output_failures=int(data.get("output_failures") or 0),
         )
         record._load_shared(data, outbox, duplicates, file_stamps, plan, plan_log)
         return record

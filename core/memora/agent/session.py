@@ -183,6 +183,7 @@ class LiveSession:
             started_at=state.started_at,
             ended_at=time.time(),
             usage=dict(state.usage),
+            output=state.output,
         )
         try:
             store, rounds = self._runtime.session_store, self._runtime.round_store

@@ -24,7 +24,10 @@ class Provider(Protocol):
     A provider may also have a ``compact_prompt`` attribute: ``True`` for a small local model
     that does better with one short system paragraph than with the role pack's full prompt (the
     embedded model sets it).  A provider may also have a ``supports_tools`` attribute: ``False`` when its model cannot
-    use tools (a tiny local model), so the Agent sends none (absent means ``True``)."""
+    use tools (a tiny local model), so the Agent sends none (absent means ``True``).  A provider
+    may also have a ``structured_output`` attribute: ``True`` when it constrains its answer to
+    ``request.output``'s JSON schema (a native schema mode or a grammar); absent means it does
+    not, and a typed turn then relies on the prompt and memora's validation alone."""
 
     @property
     def name(self) -> str:

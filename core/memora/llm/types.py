@@ -17,6 +17,7 @@ __all__ = [
     "FinishDelta",
     "LLMRequest",
     "Message",
+    "OutputFormat",
     "ReasoningDelta",
     "Role",
     "TextDelta",
@@ -153,6 +154,19 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """The shape a typed turn's answer must have (``LLMRequest.output``): a JSON schema of an
+    object.  A provider that can constrain its text to a schema (``structured_output = True``:
+    OpenAI-compatible ``response_format: json_schema``, a llama.cpp grammar) does so; the
+    others are told in the prompt, and memora validates either way.  ``strict``: the schema
+    meets a strict mode's rules (every property required, no additional ones)."""
+
+    name: str
+    schema: dict[str, Any]
+    strict: bool = False
+
+
 @dataclass(slots=True)
 class LLMRequest:
     """One call to a provider.
@@ -169,6 +183,8 @@ class LLMRequest:
     model: str | None = None
     history_key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    output: OutputFormat | None = None
+    """The schema the answer must follow (a typed turn without tools); ``None``: free text."""
 
 
 @dataclass(slots=True)

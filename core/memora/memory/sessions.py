@@ -102,11 +102,13 @@ class RoundRecord:
     started_at: float = 0.0
     ended_at: float = 0.0
     usage: dict[str, int] = field(default_factory=dict)
+    output: Any = None
+    """A typed turn's validated result, as JSON data (``None``: a text turn)."""
 
     def to_dict(self) -> dict[str, Any]:
         # shallow on purpose: events are plain JSON values, about to be serialised (asdict()
         # deep-copies every event dict, a measurable cost per turn)
-        return {
+        data = {
             "round_id": self.round_id,
             "user": self.user,
             "assistant": self.assistant,
@@ -116,6 +118,9 @@ class RoundRecord:
             "ended_at": self.ended_at,
             "usage": dict(self.usage),
         }
+        if self.output is not None:
+            data["output"] = self.output
+        return data
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RoundRecord:
@@ -128,6 +133,7 @@ class RoundRecord:
             started_at=float(data.get("started_at") or 0.0),
             ended_at=float(data.get("ended_at") or 0.0),
             usage=dict(data.get("usage") or {}),
+            output=data.get("output"),
         )
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from ..security.paths import PathGuard
 from ..security.permissions import Permission
@@ -17,7 +19,11 @@ if TYPE_CHECKING:
     from .process import BackgroundTasks
     from .works import WorksRegistry
 
-__all__ = ["ToolContext"]
+__all__ = ["DepsT", "ToolContext"]
+
+DepsT = TypeVar("DepsT", default=Any)
+"""The type of the host's dependencies (``agent.run(..., deps=...)``) a tool reads as
+``ctx.deps``: annotate ``ctx: ToolContext[MyDeps]``."""
 
 
 def _background_tasks() -> BackgroundTasks:
@@ -28,9 +34,9 @@ def _background_tasks() -> BackgroundTasks:
 
 
 @dataclass
-class ToolContext:
+class ToolContext(Generic[DepsT]):
     """What a tool's handler may use: the project, its path guard and permission, memory, role
-    packs, services, and a way to report progress."""
+    packs, services, a way to report progress, and the host's ``deps`` for this turn."""
 
     project: Path
     guard: PathGuard
@@ -59,12 +65,15 @@ class ToolContext:
     (or that it never read)."""
     file_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Resolved path -> (mtime_ns, size) when the model last read or wrote it."""
+    deps: DepsT = None  # type: ignore[assignment]
+    """What the host passed as ``deps`` for this turn (``agent.run(..., deps=...)``, typed by
+    ``ToolContext[MyDeps]``), or ``None``: never put into a prompt or a session log."""
 
-    def derive(self, **changes: Any) -> ToolContext:
+    def derive(self, **changes: Any) -> ToolContext[DepsT]:
         """A copy with ``changes`` (shallow: the managers and the per-turn dicts are shared).
         The loop gives every tool call its own context this way; cheaper than
         ``dataclasses.replace``, which re-runs ``__init__``."""
-        ctx = object.__new__(ToolContext)
+        ctx: ToolContext[DepsT] = object.__new__(ToolContext)
         ctx.__dict__.update(self.__dict__)
         for key, value in changes.items():
             if key not in _FIELDS:

@@ -148,6 +148,8 @@ class LlamaCppProvider:
         self.model_path = Path(model_path) if model_path else default_model_path()
         bundled = self.model_path.name == DEFAULT_MODEL_FILE
         self.supports_tools = tools if tools is not None else not bundled
+        self.structured_output = True
+        """A typed turn's JSON schema becomes a grammar: the model cannot leave its shape."""
         """Whether the Agent sends tools: by default not to the bundled 135M model, which
         cannot drive them (and whose 4096-token window their schemas would fill)."""
         self.compact_prompt = compact_prompt if compact_prompt is not None else bundled
@@ -220,6 +222,10 @@ class LlamaCppProvider:
             kwargs["temperature"] = float(request.temperature)
         if isinstance(request.max_tokens, int) and request.max_tokens > 0:
             kwargs["max_tokens"] = request.max_tokens
+        if request.output is not None and not request.tools:
+            # a typed turn: llama.cpp turns the JSON schema into a grammar, so the model can
+            # only emit JSON of that shape (memora still validates it)
+            kwargs["response_format"] = {"type": "json_object", "schema": request.output.schema}
         if request.tools:
             # llama-cpp-python's function-calling format cannot stream with tool_choice="auto":
             # generate the whole answer, then hand it over as one stream chunk

@@ -289,6 +289,15 @@ class HTTPEndpoint:
         )
 
 
+def _refuses_schema(exc: ProviderError) -> bool:
+    """An HTTP 400/422 whose message is about the structured-output request (a server that
+    has no ``response_format`` or no ``json_schema`` in it), before anything was streamed."""
+    text = exc.message.lower()
+    return exc.status in (400, 422) and any(
+        word in text for word in ("response_format", "json_schema", "response format", "schema")
+    )
+
+
 def default_base_url(base_url: str | None) -> str:
     """``base_url``, else ``MEMORA_BASE_URL``, else OpenAI's; without a trailing slash."""
     return (base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1").rstrip(
@@ -374,6 +383,9 @@ class OpenAIProvider(HTTPEndpoint):
         )
         self._history: OrderedDict[str, _HistoryEntry] = OrderedDict()
         self._tools_cache: tuple[tuple[int, ...], str] | None = None
+        self.structured_output = True
+        """Typed turns get ``response_format: json_schema``; ``False`` once the server refused
+        it (memora then relies on the prompt and its own validation)."""
 
     @property
     def name(self) -> str:
@@ -435,6 +447,13 @@ class OpenAIProvider(HTTPEndpoint):
             extra.append('"stream":true,"stream_options":{"include_usage":true}')
         if request.tools:
             extra.append(f'"tools":{self._tools_json(request.tools)}')
+        output = request.output
+        if output is not None and self.structured_output and not request.tools:
+            schema = {"name": output.name, "schema": output.schema, "strict": output.strict}
+            extra.append(
+                '"response_format":'
+                + json.dumps({"type": "json_schema", "json_schema": schema}, ensure_ascii=False)
+            )
         if request.temperature is not None:
             extra.append(f'"temperature":{float(request.temperature)!r}')
         if (
@@ -452,10 +471,35 @@ class OpenAIProvider(HTTPEndpoint):
 
     # -- streaming ---------------------------------------------------------------------------------
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+    def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
         """Stream one request.  Whatever the server sends, only :class:`ProviderError` leaves:
         an HTML page, a JSON body or a redirect instead of an event stream, malformed events,
-        a body or a line past its size limit, a request past ``total_timeout``."""
+        a body or a line past its size limit, a request past ``total_timeout``.  A server that
+        refuses a typed turn's ``response_format`` is asked again without it, and not sent it
+        again (:attr:`structured_output`)."""
+        if request.output is None or not self.structured_output or request.tools:
+            return self._stream(request)
+        return self._stream_typed(request)
+
+    async def _stream_typed(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        try:
+            async for delta in self._stream(request):
+                yield delta
+            return
+        except ProviderError as exc:
+            if not _refuses_schema(exc):
+                raise
+            self.structured_output = False
+            logger.warning(
+                "%s refused response_format json_schema (%s); typed results from it are "
+                "checked by memora alone",
+                self.base_url,
+                exc.message,
+            )
+        async for delta in self._stream(request):
+            yield delta
+
+    async def _stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
         body = self.encode(request, stream=True)
         produced = False
         finished = False
