@@ -235,3 +235,36 @@ async def test_a_typed_turn_keeps_its_type_across_a_durable_pause(
 def test_output_retries_is_bounded(tmp_path: Any, project: Any) -> None:
     with pytest.raises(Exception, match="output_retries"):
         Agent(project_path=project, data_dir=tmp_path / "d", output_retries=-1)
+
+
+async def test_a_typed_meeting_ends_with_the_chairs_typed_result(
+    tmp_path: Any, project: Any
+) -> None:
+    from .conftest import write_pack
+
+    config = tmp_path / "config"
+    for name in ("lead", "helper"):
+        write_pack(config, name, NO_TOOLS)
+    provider = ScriptedProvider(
+        [
+            text("I would use SQLite."),  # the member
+            text('{"number": "D-1"}'),  # the chair, missing the total
+            text('{"number": "D-1", "total": 0}'),  # the chair again, valid
+        ]
+    )
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        provider=provider,
+        config_dir=config,
+        active_role_pack="lead",
+        role_pack_teams=[{"leader": "lead", "members": ["helper"]}],
+        load_entrypoints=False,
+    ) as agent:
+        chunks = await collect(agent.meeting("which database?", output_type=Invoice))
+    done = chunks[-1]
+    assert isinstance(done, DoneChunk), chunks[-1]
+    assert done.output == {"number": "D-1", "total": 0.0, "items": []}
+    chair = provider.requests[1]
+    assert chair.output is not None and "Invoice" in chair.messages[0].content
+    assert "total" in provider.requests[2].messages[-2].content  # the retry, then the prompt

@@ -439,14 +439,25 @@ class Agent(PauseVerbs):
         return fn
 
     def _output_spec(self, output_type: Any, retries: int | None) -> Any:
+        """The turn's OutputSpec: built from a type, or one the host built itself
+        (``OutputSpec.from_json_schema(...)``), with the Agent's validators and retries."""
         if output_type is None:
             return None
-        spec = _output().OutputSpec(
+        output = _output()
+        if isinstance(output_type, output.OutputSpec):
+            spec = output_type
+            spec.validators = [
+                *spec.validators,
+                *(v for v in self._output_validators if v not in spec.validators),
+            ]
+            if retries is not None:
+                spec.retries = retries
+            return spec
+        return output.OutputSpec(
             output_type,
             retries=self.options.output_retries if retries is None else retries,
             validators=self._output_validators,
         )
-        return spec
 
     async def _chat_turn(self, text: str, spec: Any = None, deps: Any = None) -> TurnRecord:
         await self._driver.release_left_turn(self._live)
@@ -471,6 +482,9 @@ class Agent(PauseVerbs):
         *,
         team: str | None = None,
         members: Sequence[str] | None = None,
+        output_type: Any = None,
+        deps: Any = None,
+        output_retries: int | None = None,
     ) -> AsyncIterator[AgentChunk]:
         """A team meeting as one turn: each member (a role pack) answers ``question`` in turn,
         seeing what was said before, streamed as ``meeting_turn(member)`` then
@@ -480,7 +494,9 @@ class Agent(PauseVerbs):
         contribution is a ``meeting_turn`` round event.
 
         ``team``: a team's name or leader (default: the team the active pack leads);
-        ``members``: a subset of its members, in speaking order."""
+        ``members``: a subset of its members, in speaking order; ``output_type``: the chair
+        sums up as a typed result (``done.output``), as :meth:`chat`'s."""
+        spec = self._output_spec(output_type, output_retries)
 
         async def start() -> TurnRecord:
             self._need("tools")
@@ -489,6 +505,9 @@ class Agent(PauseVerbs):
                 team, list(members) if members is not None else None
             )
             record = self._begin(question)
+            record.deps = deps
+            if spec is not None:
+                record.output_spec, record.output_schema = spec, spec.schema
             record.step = "meeting"
             record.meeting = {"members": speakers, "chair": chosen.leader, "spoken": []}
             self._live.turn = record

@@ -136,15 +136,16 @@ def partial_chunk(spec: OutputSpec, parts: list[str], round_id: str) -> OutputPa
     """The ``output_partial`` chunk for the answer's text so far, when it has grown enough
     since the last one and says something new; ``None`` otherwise."""
     last = parts[-1]
-    size = sum(map(len, parts))
     state = spec.partial_state
-    if size - state[0] < _PARTIAL_EVERY and not any(c in last for c in ',}]"'):
+    size = state[2] + len(last)  # the answer's length so far, kept instead of summed again
+    state[2] = size
+    if size - state[0] < _PARTIAL_EVERY and not any(c in last for c in ",}]"):
         return None
     value = spec.partial("".join(parts))
     if value is None or value == state[1]:
         state[0] = size
         return None
-    spec.partial_state = [size, value]
+    state[0], state[1] = size, value
     return OutputPartialChunk(output=value, round_id=round_id)
 
 
@@ -483,7 +484,7 @@ class TurnEngine:
         yield Goto("review" if (strategy.self_review and record.tool_steps > 0) else "finish")
 
     async def _typed_result(
-        self, spec: OutputSpec, out: _Model, final: Any
+        self, spec: OutputSpec, out: _Model, final: Any, retry: Step = "model"
     ) -> AsyncIterator[AgentChunk | Transition]:
         """A typed turn's answer (its text, or the ``final_result`` call): checked, then
         accepted, or sent back to the model with what was wrong, or — past ``output_retries``
@@ -520,7 +521,7 @@ class TurnEngine:
             self._append(Message.user(spec.retry_message(check.message)))
         record.answer = ""  # the next try's text is the answer
         yield StepBoundaryChunk(step_index=record.iteration, round_id=rid)
-        yield Goto("model")
+        yield Goto(retry)
 
     def _output_invalid(self, spec: OutputSpec, raw: str, check: OutputCheck) -> Stop:
         record = self.record
@@ -555,7 +556,7 @@ class TurnEngine:
         rid = record.round_id
         window = deps.window
         asks_exhausted = record.questions_asked >= deps.strategy.ask_limit
-        spec = deps.output if stage == "answer" and messages is None else None
+        spec = deps.output if stage == "answer" else None
         if messages is not None:
             request_messages = messages
         else:
@@ -586,7 +587,7 @@ class TurnEngine:
         )
         partial: OutputSpec | None = None
         if spec is not None:
-            spec.partial_state = [0, None]
+            spec.partial_state = [0, None, 0]
             if deps.output_tool and tools:
                 request.tools = [*request.tools, spec.tool()]
             else:
@@ -753,8 +754,11 @@ class TurnEngine:
             else deps.messages.render("meeting_member_prompt", member=speaker, contributions=said)
         )
         conversation = [m for m in deps.window.messages if m.role != "system"]
+        system = deps.prompts.for_member(speaker)
+        if chair and deps.output is not None:  # a typed meeting: the chair gives the result
+            system = f"{system}\n\n{deps.output.instruction(tool=False)}"
         messages = [
-            Message.system(deps.prompts.for_member(speaker)),
+            Message.system(system),
             *conversation,
             Message.user(instruction),
         ]
@@ -775,6 +779,10 @@ class TurnEngine:
         if not chair:
             spoken.append([speaker, text])
             yield Goto("meeting")
+            return
+        if deps.output is not None:
+            async for typed in self._typed_result(deps.output, out, None, retry="meeting"):
+                yield typed
             return
         self._append(Message.assistant(out.text))
         yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)

@@ -13,6 +13,7 @@ back to the model for another try (``output_retries``); past them the turn ends 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import from_json
 
 from ..errors import describe_validation_error
 from ..llm.types import OutputFormat, ToolSpec
@@ -104,27 +106,15 @@ def _closed(schema: Any) -> Any:
     return schema
 
 
-def _name_of(output_type: Any) -> str:
-    name = getattr(output_type, "__name__", None) or "output"
-    return re.sub(r"[^A-Za-z0-9_-]", "_", str(name))[:64] or "output"
+class _Compiled:
+    """What a type's result needs, worked out once per type (a TypeAdapter and its JSON
+    schema cost ~0.2 ms; a host asks for the same type turn after turn)."""
 
+    __slots__ = ("adapter", "format", "name", "schema", "schema_text", "wrapped")
 
-class OutputSpec:
-    """The typed result a turn must end with (see the module docstring)."""
-
-    def __init__(
-        self,
-        output_type: Any,
-        *,
-        retries: int = 2,
-        validators: Sequence[OutputValidator] = (),
-    ) -> None:
-        if retries < 0:
-            raise ValueError("output_retries must be 0 or more")
-        self.output_type = output_type
-        self.adapter: TypeAdapter[Any] = TypeAdapter(output_type)
-        self.name = _name_of(output_type)
-        schema = self.adapter.json_schema()
+    def __init__(self, name: str, schema: dict[str, Any], adapter: Any = None) -> None:
+        self.adapter = adapter
+        self.name = name
         # a non-object result travels wrapped as {"result": ...}: providers' schema modes and
         # tool arguments are objects
         self.wrapped = not _is_object_schema(schema)
@@ -135,16 +125,84 @@ class OutputSpec:
                 "required": [_WRAP_KEY],
                 **({"$defs": schema.pop("$defs")} if "$defs" in schema else {}),
             }
-        self.schema: dict[str, Any] = schema
+        self.schema = schema
         strict = _strict_ready(schema)
         self.format = OutputFormat(
-            name=self.name, schema=_closed(schema) if strict else schema, strict=strict
+            name=name, schema=_closed(schema) if strict else schema, strict=strict
         )
+        self.schema_text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def _compile(name: str, schema: dict[str, Any], adapter: Any = None) -> _Compiled:
+    return _Compiled(name, schema, adapter)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_cached(output_type: Any) -> _Compiled:
+    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+    return _Compiled(_name_of(output_type), adapter.json_schema(), adapter)
+
+
+def _compiled_type(output_type: Any) -> _Compiled:
+    try:
+        return _compiled_cached(output_type)
+    except TypeError:  # an unhashable type (an Annotated with unhashable metadata)
+        adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+        return _Compiled(_name_of(output_type), adapter.json_schema(), adapter)
+
+
+def _clean_name(name: str) -> str:
+    """A name a provider accepts for a schema or a tool (``[A-Za-z0-9_-]``, at most 64)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "output"
+
+
+def _name_of(output_type: Any) -> str:
+    return _clean_name(str(getattr(output_type, "__name__", None) or "output"))
+
+
+class OutputSpec:
+    """The typed result a turn must end with (see the module docstring)."""
+
+    def __init__(
+        self,
+        output_type: Any = None,
+        *,
+        retries: int = 2,
+        validators: Sequence[OutputValidator] = (),
+        json_schema: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("output_retries must be 0 or more")
+        self.output_type = output_type
+        self.adapter: TypeAdapter[Any] | None = None
+        self._validator: Any = None
+        if json_schema is not None:
+            self._validator = _schema_validator(json_schema)
+            compiled = _compile(_clean_name(name) if name else "output", dict(json_schema))
+        else:
+            compiled = _compiled_type(output_type)
+            self.adapter = compiled.adapter
+        self.name = compiled.name
+        self.wrapped = compiled.wrapped
+        self.schema: dict[str, Any] = compiled.schema
+        self.format = compiled.format
+        self._schema_text = compiled.schema_text
         self.retries = retries
         self.validators = list(validators)
-        self._schema_text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-        self.partial_state: list[Any] = [0, None]
-        """The streaming answer's size at the last partial parse, and what it gave."""
+        self.partial_state: list[Any] = [0, None, 0]
+        """The streaming answer's size at the last partial parse, what it gave, and its size
+        now."""
+
+    @classmethod
+    def from_json_schema(
+        cls, schema: dict[str, Any], *, name: str | None = None, retries: int = 2
+    ) -> OutputSpec:
+        """A result described by a JSON schema instead of a Python type (``memora run
+        --output-schema file.json``, a REST turn's ``output_schema``): validated with
+        ``jsonschema`` (``pip install 'memora-kernel[schemas]'``); the value is the JSON
+        data.  ``INVALID_INPUT`` for a schema that is not one."""
+        return cls(json_schema=schema, name=name or str(schema.get("title") or ""), retries=retries)
 
     # -- what the model is given -------------------------------------------------------------
 
@@ -200,6 +258,18 @@ class OutputSpec:
                 message="the answer is empty",
                 errors=[{"type": "missing", "loc": [], "msg": "empty"}],
             )
+        if self._validator is not None:
+            problems = _schema_errors(self._validator, self._unwrap(data))
+            if problems:
+                return OutputCheck(
+                    False,
+                    message="; ".join(f"{loc or '(root)'}: {msg}" for loc, msg in problems[:5]),
+                    errors=[
+                        {"type": "schema", "loc": loc.split("."), "msg": m} for loc, m in problems
+                    ],
+                )
+            return OutputCheck(True, value=self._unwrap(data))
+        assert self.adapter is not None
         try:
             value = self.adapter.validate_python(self._unwrap(data))
         except ValidationError as exc:
@@ -241,57 +311,60 @@ class OutputSpec:
 
     def dump(self, value: Any) -> Any:
         """The validated value as JSON data (what ``done.output`` and the session log keep)."""
+        if self.adapter is None:
+            return value
         return self.adapter.dump_python(value, mode="json")
 
     def partial(self, text: str) -> Any:
         """The result as far as the unfinished JSON ``text`` goes, as JSON data, for a UI to
-        fill in while the model writes; ``None`` while nothing can be made of it yet.  What
-        pydantic's partial validation accepts comes validated; a prefix that only lacks
-        required fields still to come is passed on as parsed so far; a prefix with a wrong
-        value gives ``None``."""
+        fill in while the model writes; ``None`` while nothing can be made of it yet.  The
+        prefix is read by pydantic's partial JSON parser; what pydantic's partial validation
+        accepts comes validated, a prefix that only lacks fields still to come is passed on as
+        read so far, and one with a wrong value gives ``None``."""
         raw = self.json_text(text) if text.lstrip().startswith("```") else text.strip()
         if not raw:
             return None
-        if not self.wrapped:
-            try:
-                value = self.adapter.validate_json(
-                    raw, experimental_allow_partial="trailing-strings"
-                )
-                return self.adapter.dump_python(value, mode="json")
-            except ValidationError as exc:
-                if any(e["type"] != "missing" for e in exc.errors(include_url=False)):
-                    return None
-            except ValueError:
-                return None
         try:
-            data = self._unwrap(json.loads(_close_json(raw)))
+            data = self._unwrap(from_json(raw, allow_partial="trailing-strings"))
         except ValueError:
             return None
-        return data
+        if self.adapter is None:
+            return data
+        try:
+            value = self.adapter.validate_python(data, experimental_allow_partial=True)
+        except ValidationError as exc:
+            if any(e["type"] != "missing" for e in exc.errors(include_url=False)):
+                return None
+            return data
+        return self.adapter.dump_python(value, mode="json")
 
 
-def _close_json(text: str) -> str:
-    """``text`` (a JSON prefix) with its open strings, arrays and objects closed: enough to
-    read a wrapped result's prefix."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    tail = text.rstrip()
-    if in_string:
-        tail += '"'
-    elif tail.endswith((",", ":")):
-        tail = tail[:-1]
-    return tail + "".join(reversed(stack))
+def _schema_validator(schema: dict[str, Any]) -> Any:
+    try:
+        import jsonschema  # type: ignore[import-untyped]  # optional: memora-kernel[schemas]
+    except ImportError:
+        from ..errors import NotAvailableError
+
+        raise NotAvailableError(
+            "a result described by a JSON schema needs the jsonschema package: "
+            "pip install 'memora-kernel[schemas]' (or pass a Python type as output_type)"
+        ) from None
+    from ..errors import InvalidInputError
+
+    if not isinstance(schema, dict):
+        raise InvalidInputError("output_schema must be a JSON object (a JSON schema)")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidInputError(
+            f"output_schema is not a valid JSON schema: {exc.message}"
+        ) from None
+    return cls(schema)
+
+
+def _schema_errors(validator: Any, data: Any) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` of each way ``data`` breaks the schema, shortest path
+    first (capped messages: a model's huge wrong value is not echoed back whole)."""
+    found = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), str(e.path)))
+    return [(".".join(str(p) for p in e.absolute_path), str(e.message)[:200]) for e in found]

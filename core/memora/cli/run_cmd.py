@@ -70,6 +70,7 @@ async def _run(
     resume: bool,
     tools: bool,
     approvals: str | None,
+    output: Any = None,
 ) -> int:
     from ..agent import Agent
     from ..chunks import AgentChunk
@@ -108,16 +109,16 @@ async def _run(
     code = EXIT_ERROR
     try:
         if saved is not None:
-            await agent.resume(saved)
+            await agent.resume(saved, output_type=output)
             state_file.unlink(missing_ok=True)
             stream = _after_pause(agent, approvals, interactive, always)
         else:
-            stream = agent.chat(prompt or "")
+            stream = agent.chat(prompt or "", output_type=output)
         while stream is not None:
             last: AgentChunk | None = None
             async for chunk in stream:
                 last = chunk
-                _emit(chunk, events)
+                _emit(chunk, events, typed=output is not None)
             if last is None:
                 break
             if last.type == "done":
@@ -202,12 +203,19 @@ def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> 
     return agent.paused_turn.resume()
 
 
-def _emit(chunk: Any, events: str) -> None:
+def _emit(chunk: Any, events: str, *, typed: bool = False) -> None:
     if events == "jsonl":
         sys.stdout.write(chunk.model_dump_json() + "\n")
         sys.stdout.flush()
         return
     t = chunk.type
+    if typed and t in ("text", "narrate", "output_partial"):
+        return  # stdout holds the validated result only, printed with `done`
+    if typed and t == "done":
+        # JSON from json.dumps: escapes any control character, nothing to clean
+        sys.stdout.write(json.dumps(chunk.output, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.flush()
+        return
     # every string below comes from the model, a tool or a server: cleaned before it is printed
     if t == "text":
         sys.stdout.write(clean(chunk.content))
@@ -266,6 +274,15 @@ def _emit(chunk: Any, events: str) -> None:
 @click.option(
     "--tools/--no-tools", default=True, show_default=True, help="Expose tools to the model."
 )
+@click.option(
+    "--output-schema",
+    "output_schema",
+    default=None,
+    metavar="FILE.json|module:Class",
+    help="End with a result of this shape: a JSON schema file, or a Python type (a pydantic "
+    "model...) as module:Class. Prints the validated JSON on stdout; exit 1 when it never "
+    "validates.",
+)
 @approval_options
 def run_cmd(
     prompt: str,
@@ -283,6 +300,7 @@ def run_cmd(
     continue_last: bool,
     resume: bool,
     tools: bool,
+    output_schema: str | None,
     approvals: str | None,
 ) -> None:
     """Run one turn in a new session (-c: the most recent one; --session ID: that one).
@@ -297,6 +315,7 @@ def run_cmd(
         raise click.UsageError("--resume continues the paused turn: give no PROMPT with it")
     name, options = choose_provider(provider, base_url, model)
     try:
+        output = load_output_schema(output_schema, project) if output_schema else None
         import asyncio
 
         code = asyncio.run(
@@ -316,6 +335,7 @@ def run_cmd(
                 resume=resume,
                 tools=tools,
                 approvals=approvals,
+                output=output,
             )
         )
     except MemoraError as exc:
@@ -327,3 +347,38 @@ def run_cmd(
             click.secho(f"memora: error: {clean(str(exc))}", err=True, fg="red")
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def load_output_schema(spec: str, project: Path) -> Any:
+    """``--output-schema``: a JSON schema file, or ``module:Class`` imported from the working
+    folder or the project (the user's own flag: their code, as ``python -m`` would run it)."""
+    import importlib
+
+    from ..agent.output import OutputSpec
+
+    path = Path(spec)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(f"{spec}: {exc}", param_hint="--output-schema") from None
+        if not isinstance(schema, dict):
+            raise click.BadParameter(
+                f"{spec} holds no JSON object (a JSON schema)", param_hint="--output-schema"
+            )
+        return OutputSpec.from_json_schema(schema, name=path.stem)
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(
+            f"{spec!r}: give a FILE.json or module:Class", param_hint="--output-schema"
+        )
+    for folder in (Path.cwd(), project):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"{spec}: {exc}", param_hint="--output-schema") from None
+    return target

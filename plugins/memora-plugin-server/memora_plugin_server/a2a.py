@@ -21,7 +21,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from a2a.helpers.proto_helpers import get_data_parts, new_task_from_user_message
+from a2a.helpers.proto_helpers import get_data_parts, new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -41,10 +41,12 @@ from a2a.types import (
     StringList,
     TaskState,
 )
+from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from memora.agent import OutputSpec
 from memora.chunks import (
     AbortedChunk,
     ApprovalPendingChunk,
@@ -55,7 +57,7 @@ from memora.chunks import (
     TextChunk,
     ToolResultChunk,
 )
-from memora.errors import MemoraError
+from memora.errors import InvalidInputError, MemoraError
 
 from ._version import __version__
 from .hub import Hub
@@ -109,6 +111,18 @@ def agent_card(hub: Hub, project: str, base_url: str, *, secured: bool) -> Agent
     return card
 
 
+def _typed(message: Any) -> OutputSpec | None:
+    """A message asking for a typed result: ``metadata.output_schema``, a JSON schema."""
+    if not message.HasField("metadata"):
+        return None
+    schema = MessageToDict(message.metadata).get("output_schema")
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise InvalidInputError("metadata.output_schema must be a JSON schema (an object)")
+    return OutputSpec.from_json_schema(schema)
+
+
 class MemoraExecutor(AgentExecutor):
     """Runs A2A messages as turns of a project's sessions in the :class:`Hub`."""
 
@@ -132,7 +146,7 @@ class MemoraExecutor(AgentExecutor):
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 log = await self._answer(session, text, data[0] if data else None)
             else:
-                log = await self.hub.start_turn(self.project, session, text)
+                log = await self.hub.start_turn(self.project, session, text, output=_typed(message))
         except MemoraError as exc:
             await updater.failed(
                 updater.new_agent_message([Part(text=f"{exc.code.value}: {exc.message}")])
@@ -170,6 +184,7 @@ class MemoraExecutor(AgentExecutor):
         is held back so it can carry ``last_chunk`` when the turn ends or pauses."""
         streamed = False
         held: str | None = None
+        typed = log.output is not None  # its text is the result being written: not streamed
         pending: list[str] = []
 
         async def emit(text_: str, *, last: bool) -> None:
@@ -185,7 +200,16 @@ class MemoraExecutor(AgentExecutor):
 
         async for chunk in log.chunks(0):
             match chunk:
-                case TextChunk(content=content) if content:
+                case DoneChunk(output=output) if output is not None:
+                    # a typed turn answers with its validated result as one DataPart
+                    await updater.add_artifact(
+                        [new_data_part(output, "application/json")],
+                        artifact_id=artifact,
+                        name="answer",
+                        last_chunk=True,
+                    )
+                    await updater.complete()
+                case TextChunk(content=content) if content and not typed:
                     if held is not None:
                         await emit(held, last=False)
                     held = content

@@ -6,6 +6,8 @@ conversation itself, so earlier messages the client sends are not replayed.  An 
 question ends the run with an ``interrupt`` outcome; the next run answers it with ``resume``
 entries (``payload``: ``{"decision": "approve" | "deny", "args": {...}, "reason": "..."}`` for an
 approval, ``{"slot": "answer", ...}`` for questions; ``status: "cancelled"`` denies).
+``forwardedProps.output_schema`` (a JSON schema) makes the run typed: its result is the
+validated output.
 
 The turn runs in the hub like any other (one per session, a client that goes away does not stop
 it); only the encoding differs.  Every event is built with the package's own models.
@@ -42,6 +44,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from memora.agent import OutputSpec
 from memora.chunks import (
     AbortedChunk,
     AgentChunk,
@@ -80,6 +83,17 @@ def _last_user_text(run_input: RunAgentInput) -> str:
     return content
 
 
+def _typed(run_input: RunAgentInput) -> OutputSpec | None:
+    """A run asking for a typed result: ``forwardedProps.output_schema``, a JSON schema."""
+    props = run_input.forwarded_props
+    schema = props.get("output_schema") if isinstance(props, dict) else None
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise InvalidInputError("forwardedProps.output_schema must be a JSON schema (an object)")
+    return OutputSpec.from_json_schema(schema)
+
+
 async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog, AguiTranslator]:
     """Start the run's turn (or answer the interrupt and continue it) in the hub."""
     session = run_input.thread_id
@@ -100,7 +114,9 @@ async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog
                 approve=(entry.interrupt_id, args if isinstance(args, dict) else None),
             )
     else:
-        log = await hub.start_turn(project, session, _last_user_text(run_input))
+        log = await hub.start_turn(
+            project, session, _last_user_text(run_input), output=_typed(run_input)
+        )
     return log, AguiTranslator(run_input.thread_id, run_input.run_id)
 
 
@@ -198,8 +214,10 @@ class AguiTranslator:
                 )
             case PausedChunk():
                 yield from self._finish(RunFinishedInterruptOutcome(interrupts=self._interrupts))
-            case DoneChunk(answer=answer):
-                yield from self._finish(RunFinishedSuccessOutcome(), result=answer)
+            case DoneChunk(answer=answer, output=output):
+                # a typed run's result is its validated output (JSON data), else the answer
+                result = output if output is not None else answer
+                yield from self._finish(RunFinishedSuccessOutcome(), result=result)
             case AbortedChunk():
                 yield from self._finish(RunFinishedCancelledOutcome())
             case ErrorChunk(message=message, code=code):

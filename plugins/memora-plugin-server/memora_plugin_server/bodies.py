@@ -30,6 +30,12 @@ class _Body(BaseModel):
 
 class TurnIn(_Body):
     text: str = Field(min_length=1, max_length=200_000, description="The user's message.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON schema the turn's result must follow: the final `done` event "
+        "carries it validated as `output` (an `error` with code OUTPUT_INVALID when it never "
+        "validates).",
+    )
 
 
 class SessionIn(_Body):

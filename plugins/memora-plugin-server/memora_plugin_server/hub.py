@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memora import Agent, ProjectRuntime
-from memora.agent import ApprovalPause, HostPause, PausedTurn, QuestionPause
+from memora.agent import ApprovalPause, HostPause, OutputSpec, PausedTurn, QuestionPause
 from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
@@ -252,7 +252,11 @@ class Hub:
                 if agent.approvals is None:
                     agent.approvals = self.approvals  # type: ignore[assignment]
                 if pause is not None:
-                    await agent.resume(pause["state"])  # a turn paused on some worker
+                    # a turn paused on some worker (a typed one keeps its schema)
+                    state = pause["state"]
+                    schema = (state.get("turn") or {}).get("output_schema")
+                    typed = OutputSpec.from_json_schema(schema) if schema else None
+                    await agent.resume(state, output_type=typed)
                 slot.agent = agent
             return slot.agent
 
@@ -311,7 +315,10 @@ class Hub:
 
     # -- turns -------------------------------------------------------------------------------
 
-    async def start_turn(self, project: str, session_id: str, text: str) -> TurnLog:
+    async def start_turn(
+        self, project: str, session_id: str, text: str, *, output: OutputSpec | None = None
+    ) -> TurnLog:
+        """Start a turn (``output``: a typed turn's result, ``done.output``)."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
@@ -327,12 +334,14 @@ class Hub:
             if agent.session_state.status == "error":
                 # the client saw the failure as an `error` event; a new message is its answer
                 agent.mark_recovered()
-            chunks = agent.chat(text)
+            chunks = agent.chat(text, output_type=output)
         except BaseException:
             if lease is not None:
                 await lease.release()
             raise
-        return await self._run(slot, "turn", chunks, lease)
+        log = await self._run(slot, "turn", chunks, lease)
+        log.output = output
+        return log
 
     async def continue_turn(
         self,
@@ -373,7 +382,9 @@ class Hub:
             if lease is not None:
                 await lease.release()
             raise
-        return await self._run(slot, "continue", chunks, lease)
+        log = await self._run(slot, "continue", chunks, lease)
+        log.output = paused.record.output_spec
+        return log
 
     async def switch_role_pack(self, project: str, session_id: str, name: str) -> str:
         slot = self._slot(project, session_id)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from memora.agent import OutputSpec
 from memora.errors import ErrorCode, MemoraError
 
 from .bodies import AnswersIn, ApprovalIn, ForkIn, RolePackIn, SessionIn, TurnIn
@@ -140,7 +141,11 @@ async def archive_session(call: Call) -> Response:
 
 
 async def post_turn(call: Call) -> Response:
-    log = await call.hub.start_turn(call.param("project"), call.param("session"), call.body.text)
+    body: TurnIn = call.body
+    output = OutputSpec.from_json_schema(body.output_schema) if body.output_schema else None
+    log = await call.hub.start_turn(
+        call.param("project"), call.param("session"), body.text, output=output
+    )
     return _stream(call, log, 0)
 
 

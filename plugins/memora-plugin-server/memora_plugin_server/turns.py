@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from memora.chunks import AgentChunk, chunk_adapter
 
@@ -29,6 +30,8 @@ class TurnLog:
         """``turn`` (a message), ``continue`` (after an approval or answers)."""
         self.events: list[str] = []
         self.typed: list[AgentChunk] = []
+        self.output: Any = None
+        """A typed turn's OutputSpec (its text is the result being written), else ``None``."""
         self.ended = False
         self.started_at = time.time()
         self._changed = asyncio.Event()
@@ -90,6 +93,7 @@ class RemoteTurnLog:
 
     def __init__(self, shared: SharedState, session_id: str, turn_id: str) -> None:
         self.id = turn_id
+        self.output: Any = None  # another worker's turn: whether it is typed is not known here
         self._shared = shared
         self._session = session_id
 

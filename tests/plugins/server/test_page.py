@@ -141,3 +141,37 @@ async def test_a_question_answered_in_the_browser(tmp_path: Path) -> None:
         await form.get_by_role("button", name="Answer").click()
         await page.locator(".msg.assistant .md em", has_text="dark").wait_for(timeout=15_000)
         assert "answers" in provider.requests[1].messages[-1].content
+
+
+async def test_a_typed_result_is_a_json_view_in_the_browser(tmp_path: Path) -> None:
+    """A typed turn posted by a host: the page shows its validated result as a folded-open
+    JSON block (text, never markup), live and after opening the session again."""
+    import httpx2
+
+    project = project_dir(tmp_path)
+    answer = '{"title": "<b>cold</b> office", "severity": 2}'
+    provider = ScriptedProvider([text(answer)])
+    options = scripted(tmp_path, provider)
+    options["strategy_override"] = {"act": {"toolMode": "block"}}
+    schema = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "severity": {"type": "integer"}},
+        "required": ["title", "severity"],
+    }
+    async with (
+        serve(project, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+        browser_page(tmp_path) as page,
+    ):
+        sid = (await client.post("/v1/projects/proj/sessions", json={"title": "typed"})).json()
+        turn = f"/v1/projects/proj/sessions/{sid['id']}/turns"
+        r = await client.post(turn, json={"text": "file a ticket", "output_schema": schema})
+        assert '"output":{"title"' in r.text
+        await page.goto(srv.url + "/")
+        await page.locator("#sessions li", has_text="typed").click()
+        result = page.locator("details.result")
+        await result.wait_for(timeout=15_000)
+        assert await result.get_attribute("open") is not None
+        shown = await result.locator("pre").inner_text()
+        assert '"severity": 2' in shown and "<b>cold</b> office" in shown  # as text
+        assert await page.locator(".msg.assistant b").count() == 0

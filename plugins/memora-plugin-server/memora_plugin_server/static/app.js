@@ -136,6 +136,14 @@ class TurnView {
     });
   }
 
+  result(output) {
+    // a typed turn's validated result: JSON as text (textContent: nothing in it is markup)
+    const pre = el("pre", {});
+    pre.textContent = JSON.stringify(output, null, 2);
+    this.root.append(el("details", { class: "result", open: "" }, el("summary", {}, "Result"), pre));
+    this.scroll();
+  }
+
   status(text, cls = "status-line") {
     this.root.append(el("div", { class: cls }, text));
     this.scroll();
@@ -202,6 +210,7 @@ class TurnView {
         break;
       case "done":
         if (c.answer && c.answer !== this.answer) { this.answer = c.answer; this.renderAnswer(); }
+        if (c.output !== null && c.output !== undefined) this.result(c.output);
         if (c.usage) this.status(c.usage.input_tokens + " in · " + c.usage.output_tokens + " out");
         break;
       case "aborted":
@@ -314,6 +323,7 @@ async function openSession(id) {
     const view = new TurnView(log);
     view.answer = round.assistant;
     view.md.innerHTML = renderMarkdown(round.assistant);
+    if (round.output !== null && round.output !== undefined) view.result(round.output);
     if (round.status !== "done") view.status(round.status);
   }
   if (session.pause) {
