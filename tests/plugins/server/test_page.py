@@ -175,3 +175,4 @@ async def test_a_typed_result_is_a_json_view_in_the_browser(tmp_path: Path) -> N
         shown = await result.locator("pre").inner_text()
         assert '"severity": 2' in shown and "<b>cold</b> office" in shown  # as text
         assert await page.locator(".msg.assistant b").count() == 0
+        assert "severity" not in await page.locator(".msg.assistant .md").last.inner_text()

@@ -209,8 +209,10 @@ class TurnView {
         this.status("retrying (" + c.attempt + "/" + c.max_attempts + "): " + c.error);
         break;
       case "done":
-        if (c.answer && c.answer !== this.answer) { this.answer = c.answer; this.renderAnswer(); }
-        if (c.output !== null && c.output !== undefined) this.result(c.output);
+        if (c.output !== null && c.output !== undefined) {
+          // a typed turn: its answer is the result's JSON, shown once, as the result block
+          this.answer = ""; this.md.replaceChildren(); this.result(c.output);
+        } else if (c.answer && c.answer !== this.answer) { this.answer = c.answer; this.renderAnswer(); }
         if (c.usage) this.status(c.usage.input_tokens + " in · " + c.usage.output_tokens + " out");
         break;
       case "aborted":
@@ -321,9 +323,8 @@ async function openSession(id) {
   for (const round of session.rounds) {
     log.append(el("div", { class: "msg user" }, round.user));
     const view = new TurnView(log);
-    view.answer = round.assistant;
-    view.md.innerHTML = renderMarkdown(round.assistant);
     if (round.output !== null && round.output !== undefined) view.result(round.output);
+    else { view.answer = round.assistant; view.md.innerHTML = renderMarkdown(round.assistant); }
     if (round.status !== "done") view.status(round.status);
   }
   if (session.pause) {
