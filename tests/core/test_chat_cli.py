@@ -170,7 +170,10 @@ def test_init_then_chat_tools_questions_stop_and_resume(
     session = found.group(1)
     # a plain answer, streamed, with its usage
     script.answers.append(say("Hello from the script"))
-    child.sendline("hello")
+    # the scripted summary of every round is "The user greeted memora.": stored for the round
+    # that said so, replaced by the round's own words for the others (a memory never says
+    # what its round did not)
+    child.sendline("hello memora, I greeted you")
     child.expect("Hello from the script")
     child.expect(r"\d+ in · \d+ out")
     # a tool call, shown as one line with its status and duration

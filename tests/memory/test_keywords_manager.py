@@ -58,7 +58,8 @@ async def test_manager_events_snapshot_and_round_summary(tmp_path: Path) -> None
     events.on(MemoryAdded, added.append)
     events.on(MemoryRecalled, recalled.append)
     mm = MemoryManager(InMemoryStorage(), events)
-    provider = ScriptedProvider([text("TYPE: decision\n用户决定使用 SQLite 存储记忆。")])
+    # the summary says what the round said (one that does not is replaced: test_grounding.py)
+    provider = ScriptedProvider([text("TYPE: decision\n存储：建议用 SQLite。")])
     rec = await mm.write_round_summary(
         provider,
         user="我们用什么存储？",

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
+from .grounding import short_name
 from .storage import MemoryStorage
-from .summary import summarize_round
+from .summary import round_memory
 from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
 from .vectors import SemanticSearch
 
@@ -158,11 +159,13 @@ class MemoryManager:
         messages: Messages | None = None,
         verbatim_tokens: int = 0,
     ) -> MemoryRecord | None:
-        """Summarise a finished round with ``provider`` and store it (``None`` when empty).
+        """Summarise a finished round with ``provider`` and store it (``None`` when empty): the
+        summary is checked against the round first (:func:`~memora.memory.summary.round_memory`:
+        a summary saying what the round did not becomes an extractive one).
 
         A round of at most ``verbatim_tokens`` tokens (estimated) is stored as it was said,
         without calling ``provider`` (0: always summarise)."""
-        summary_type, text = await summarize_round(
+        memory = await round_memory(
             provider,
             user=user,
             assistant=assistant,
@@ -171,16 +174,16 @@ class MemoryManager:
             messages=messages,
             verbatim_tokens=verbatim_tokens,
         )
-        if not text:
+        if not memory.text.strip():
             return None
-        title = " ".join(user.split())[:60]
         return await self.write(
             NewMemory(
-                content=text,
+                content=memory.text,
                 source="round_summary",
-                name=title,
-                summary_type=summary_type,
+                name=short_name(user, 60),  # at a word boundary: the request's words stay whole
+                summary_type=memory.summary_type,
                 session_id=session_id,
                 round_id=round_id,
+                meta=memory.meta(),
             )
         )
