@@ -409,3 +409,34 @@ def test_a_terminal_is_asked_once_and_the_answer_remembered(tmp_path: Path) -> N
     child.sendline("y")
     child.expect(pexpect.EOF)
     assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("user", "project", "applied"),
+    [
+        (None, 30.0, 30.0),  # tighter than the default 120 s: applied
+        (None, 600.0, None),  # looser than the default: a request, left off
+        (45.0, 30.0, 30.0),  # tighter than the user's
+        (45.0, 90.0, None),  # looser than the user's, though under the default
+    ],
+)
+def test_a_project_may_only_tighten_the_stall_timeout(
+    dirs: tuple[Path, Path], user: Any, project: Any, applied: Any
+) -> None:
+    """#43: a project's config could set llm_stall_timeout looser than the user's."""
+    from memora.settings import resolve_settings
+
+    project_dir, user_dir = dirs
+    if user is not None:
+        (user_dir / "config.json").write_text(
+            json.dumps({"options": {"llm_stall_timeout": user}}), encoding="utf-8"
+        )
+    (project_dir / ".memora").mkdir()
+    (project_dir / ".memora" / "config.json").write_text(
+        json.dumps({"options": {"llm_stall_timeout": project}}), encoding="utf-8"
+    )
+    s = resolve_settings(project_dir, config_dir=user_dir, warn=False)
+    effective = s.config.options.get("llm_stall_timeout")
+    assert effective == (applied if applied is not None else user)
+    if applied is None:
+        assert s.ignored == {"options.llm_stall_timeout": project}

@@ -455,3 +455,46 @@ def test_validate_knows_mcp_capabilities_and_chat_lists_their_tools(
     child.expect("mcp_calc_add")
     child.sendline("/quit")
     child.expect(pexpect.EOF)
+
+
+FLOOD = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("flood")
+for i in range(2_000):
+    def make(i: int):
+        def tool() -> str:
+            return str(i)
+        tool.__name__ = f"t{i}"
+        return tool
+    server.add_tool(make(i), description="d" * 1_000)
+server.run("stdio")
+"""
+
+
+async def test_a_servers_tool_list_is_bounded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """#43: 2,000 tools with 2 MB of descriptions were all offered to the model; now at most
+    128 tools and 256 KiB, with a warning naming the server."""
+    from memora_plugin_mcp.client import MAX_TOOL_BYTES, MAX_TOOLS
+
+    (tmp_path / "flood.py").write_text(FLOOD, encoding="utf-8")
+    config, project = _pack_and_project(tmp_path, "f", ["flood"])
+    servers = {"flood": {"command": sys.executable, "args": [str(tmp_path / "flood.py")]}}
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=config,
+        active_role_pack="f",
+        provider=ScriptedProvider(default=text("ok")),
+        load_entrypoints=True,
+        plugin_options={"mcp": {"servers": servers, "timeout": 120}},
+    ) as agent:
+        await agent.load_capability_tools()
+        tools = [agent.tools.get(n) for n in agent.tools.names()]
+        flood = [t for t in tools if t is not None and t.capability == "mcp:flood"]
+    assert 0 < len(flood) <= MAX_TOOLS
+    assert sum(len(t.description) for t in flood) <= MAX_TOOL_BYTES + 64 * len(flood)
+    warned = [r.getMessage() for r in caplog.records if "lists 2000 tools" in r.getMessage()]
+    assert warned and "'flood'" in warned[0]

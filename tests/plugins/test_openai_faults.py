@@ -720,3 +720,16 @@ async def test_a_gzip_bomb_in_any_body_is_read_only_to_its_cap(
         assert info.value.status == status and "HTTP 500" in str(info.value)
     else:
         assert "passed 1000000 bytes" in str(info.value)
+
+
+async def test_a_stream_ended_by_finish_reason_without_done_is_done(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    """#43: a server that sends finish_reason and then neither usage nor [DONE], keeping the
+    body open: the answer is complete, not a stall."""
+    events = [sse_chunk({"role": "assistant", "content": "all here"}), sse_chunk(finish="stop")]
+    server.script = [stall_scenario(events)]
+    started = time.monotonic()
+    items = await collect(provider)
+    assert TextDelta("all here") in items and FinishDelta("stop") in items
+    assert time.monotonic() - started < 3.5  # the 1 s stall timeout was not what ended it

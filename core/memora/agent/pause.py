@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import InvalidInputError, PauseExpiredError
+from ..errors import InvalidInputError, PauseExpiredError, ToolError
 
 if TYPE_CHECKING:  # a PausedTurn holds a TurnRecord: .record is loaded by the time one exists
     from ..chunks import AgentChunk
@@ -220,7 +220,12 @@ class PausedTurn:
             tool = self._agent.tools.get(paused.name)
             if tool is None:
                 raise InvalidInputError(f"tool {paused.name!r} is gone")
-            approved_args = tool.parse_args(dict(args))
+            try:
+                approved_args = tool.parse_args(dict(args))
+            except ToolError as exc:  # the host's edit is bad input; the pause stays as it was
+                raise InvalidInputError(
+                    f"the edited arguments: {exc}", context={"tool": paused.name}
+                ) from None
         self.record.approval = ApprovalDecision(paused.tool_call_id, True, approved_args)
 
     def deny(self, reason: str = "", *, tool_call_id: str | None = None) -> None:

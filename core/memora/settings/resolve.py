@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ..checks import stricter
 from ..errors import ErrorCode, MemoraError
 from ..security.state import user_config_dir
-from ..security.trust import Rules, TrustRequest, TrustStore, request_digest
+from ..security.trust import AtMost, ProjectRule, Rules, TrustRequest, TrustStore, request_digest
 from .files import (
     MemoraConfig,
     ProviderConfig,
@@ -33,6 +33,14 @@ if TYPE_CHECKING:
     from ..plugins import Plugins
 
 log = logging.getLogger("memora")
+
+OPTION_RULES: dict[str, ProjectRule] = {
+    # a project may make the stall watch stricter (a shorter wait), never looser than the
+    # user's (or the default 120 s): a looser one would let a hung model hold a turn longer
+    "llm_stall_timeout": AtMost(120.0),
+}
+"""Options a project's ``options`` may set only within a rule (the others in CONFIG_OPTIONS
+it may set freely)."""
 
 __all__ = ["RuleLookup", "Settings", "TrustAnswer", "read_project_layer", "resolve_settings"]
 
@@ -234,7 +242,13 @@ def _split_project_layer(
         else:
             requests["approvals"] = mine
     if "options" in layer:  # already checked against CONFIG_OPTIONS
-        allowed["options"] = dict(layer["options"])
+        mine_options = lower.get("options") or {}
+        for key, value in layer["options"].items():
+            rule = OPTION_RULES.get(key)
+            if rule is None or rule.allows(value, mine_options.get(key)):
+                allowed.setdefault("options", {})[key] = value
+            else:
+                requests[f"options.{key}"] = value
     if layer.get("embedder") is not None:
         # semantic recall sends the memories' text to the embedder: the user's choice
         requests["embedder"] = layer["embedder"]

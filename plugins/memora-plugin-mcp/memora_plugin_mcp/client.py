@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -43,6 +44,12 @@ _ANY_ARGS: type[BaseModel] = create_model("mcp_args", __config__=ConfigDict(extr
 _SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout"}
 _CONNECTION_CLOSED = -32000  # mcp_types.CONNECTION_CLOSED
 MAX_RESULT_CHARS = 64_000
+MAX_TOOLS = 128
+"""Tools taken from one server's ``tools/list``; the rest are left out, with a warning."""
+MAX_TOOL_BYTES = 256 * 1024
+"""Description and schema bytes taken from one server's ``tools/list``: every tool offered is
+sent to the model with every request, so a server cannot fill the context (or the memory)."""
+MAX_DESCRIPTION_CHARS = 2_000
 """A tool result past this many characters keeps its head and tail (as commands' output does)."""
 STDERR_LOG_BYTES = 1 << 20
 """A server's stderr log keeps this many bytes per run; the rest is counted and dropped."""
@@ -148,7 +155,7 @@ class McpTool(Tool):
         )
         super().__init__(
             name=_tool_name(server.name, remote.name),
-            description=(remote.description or remote.name).strip()
+            description=cap_text((remote.description or remote.name).strip(), MAX_DESCRIPTION_CHARS)
             + f" (MCP server {server.name!r})",
             args_model=_ANY_ARGS,
             handler=_unused_handler,
@@ -326,7 +333,23 @@ class _Server:
             await self._mark_dead()
             raise
         fresh: dict[str, McpTool] = {}
-        for remote in listed.tools:
+        spent = 0
+        offered = list(listed.tools)
+        for remote in offered:
+            size = len(str(remote.description or "")) + len(json.dumps(remote.input_schema or {}))
+            if len(fresh) >= MAX_TOOLS or spent + size > MAX_TOOL_BYTES:
+                logger.warning(
+                    "MCP server %r lists %d tools (%s bytes and more of descriptions and "
+                    "schemas); only the first %d are offered (at most %d tools, %d bytes)",
+                    self.name,
+                    len(offered),
+                    spent + size,
+                    len(fresh),
+                    MAX_TOOLS,
+                    MAX_TOOL_BYTES,
+                )
+                break
+            spent += size
             tool = self._tools.get(remote.name)
             signature = (remote.description, repr(remote.input_schema))
             if tool is None or getattr(tool, "_signature", None) != signature:

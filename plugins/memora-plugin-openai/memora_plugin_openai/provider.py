@@ -39,6 +39,9 @@ logger = logging.getLogger("memora.plugins.openai")
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _DRAIN_LIMIT = 64 * 1024
 _DRAIN_SECONDS = 0.25
+_AFTER_FINISH_SECONDS = 2.0
+"""How long the usage event or [DONE] may take after finish_reason before the answer is
+taken as complete."""
 _ERROR_BODY_LIMIT = 64 * 1024
 """How much of an HTTP error body is read (its message is shown, 500 characters of it)."""
 """Bytes and seconds spent reading after ``data: [DONE]`` so the connection can be reused; past
@@ -517,7 +520,17 @@ class OpenAIProvider(HTTPEndpoint):
                 chunks = response.aiter_bytes()
                 while True:
                     try:
-                        if not done:
+                        if not done and finished:
+                            # the model finished (finish_reason); the usage event and [DONE]
+                            # follow at once from a well-behaved server, and a server that
+                            # sends neither and keeps the body open must not turn a finished
+                            # answer into a stall
+                            try:
+                                async with asyncio.timeout(_AFTER_FINISH_SECONDS):
+                                    chunk = await anext(chunks)
+                            except httpx2.TimeoutException:  # the read timeout came first
+                                break
+                        elif not done:
                             chunk = await anext(chunks)
                         else:
                             # Read the rest of the body (the chunked terminator, usually a few

@@ -60,6 +60,7 @@ from memora.chunks import (
 from memora.errors import InvalidInputError, MemoraError
 
 from ._version import __version__
+from .bodies import MAX_TURN_CHARS
 from .hub import Hub
 
 __all__ = ["MemoraExecutor", "a2a_routes", "agent_card", "session_for"]
@@ -143,6 +144,8 @@ class MemoraExecutor(AgentExecutor):
         text = context.get_user_input().strip()
         data = [d for d in get_data_parts(list(message.parts)) if isinstance(d, dict)]
         try:
+            if len(text) > MAX_TURN_CHARS:  # the same limit as a REST or AG-UI turn
+                raise InvalidInputError(f"the message is over {MAX_TURN_CHARS} characters")
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 log = await self._answer(session, text, data[0] if data else None)
             else:

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 from memora.errors import MemoraError
 
 from .a2a import a2a_routes
-from .bodies import read_body
+from .bodies import BodyLimits, read_body
 from .config import ServerSettings
 from .errors import ApiError, error_response, memora_error_response
 from .guard import Guard
@@ -57,7 +57,8 @@ def _endpoint(api: Api, hub: Hub, guard: Guard) -> Callable[[Request], Awaitable
                 if api.body is not None
                 else None
             )
-            response = await api.handler(Call(request, hub, body, token))
+            known = token is not None or (api.access == "public" and guard.known(request))
+            response = await api.handler(Call(request, hub, body, token, known))
             response.headers["X-Memora-Worker"] = _WORKER
             return response
         except ApiError as exc:
@@ -115,7 +116,7 @@ def create_app(
             await hub.close()
 
     middleware = []
-    if settings.cors_origins:
+    if settings.cors_origins:  # outermost: its headers go on refusals too
         middleware.append(
             Middleware(
                 CORSMiddleware,
@@ -125,6 +126,8 @@ def create_app(
                 expose_headers=["X-Memora-Turn", "Content-Location"],
             )
         )
+    # every body, whatever route it is for (the table's, AG-UI's, A2A's), passes one check
+    middleware.append(Middleware(BodyLimits, max_bytes=settings.max_body_bytes))
     routes: list[BaseRoute] = [
         Route(api.path, _endpoint(api, hub, guard), methods=[api.method]) for api in API
     ]

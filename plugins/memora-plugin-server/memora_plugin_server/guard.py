@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import time
 from typing import Literal, cast
 
@@ -42,8 +43,22 @@ class _Buckets:
         return 0.0
 
 
-PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
-"""A request a proxy passed on is not from this machine, whatever its address."""
+PROXY_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "via",
+)
+"""A request a proxy passed on is not from this machine, whatever its address: any header a
+proxy or CDN adds means "proxied"."""
+
+_HOST = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+))(?::(\d{1,5}))?$")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -56,9 +71,13 @@ def is_loopback(host: str | None) -> bool:
 
 
 def host_name(host_header: str) -> str:
-    if host_header.startswith("["):
-        return host_header[: host_header.find("]") + 1]
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+    """The name in a ``Host`` header — ``name``, ``name:port``, ``[v6]`` or ``[v6]:port``
+    exactly — or ``""`` for anything else (``127.0.0.1:80@evil.test`` is no loopback name)."""
+    match = _HOST.match(host_header.strip())
+    if match is None:
+        return ""
+    v6, name, _ = match.groups()
+    return f"[{v6}]" if v6 is not None else name
 
 
 class Guard:
@@ -68,6 +87,20 @@ class Guard:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.buckets = _Buckets(settings.rate_limit_per_minute)
+
+    def known(self, request: Request) -> bool:
+        """Whether a caller of a public route is one who may see what the server serves (the
+        project names): a valid token when tokens are configured, this machine otherwise.
+        Nothing is refused or counted against the rate limit here."""
+        if self.settings.tokens:
+            scheme, _, value = request.headers.get("authorization", "").partition(" ")
+            return scheme.lower() == "bearer" and self.settings.token_for(value.strip()) is not None
+        client = request.client.host if request.client else None
+        return (
+            not any(h in request.headers for h in PROXY_HEADERS)
+            and is_loopback(client)
+            and is_loopback(host_name(request.headers.get("host", "")))
+        )
 
     def check(self, request: Request, access: Access) -> TokenEntry | None:
         """The caller's token (None: loopback without tokens, or a public route), or the

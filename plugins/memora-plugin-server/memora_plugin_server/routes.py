@@ -53,6 +53,9 @@ class Call:
     hub: Hub
     body: Any
     token: TokenEntry | None
+    known: bool = False
+    """A public route's caller who may see what is served (a valid token, or this machine
+    when no token is configured)."""
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
@@ -73,6 +76,8 @@ async def health(call: Call) -> Response:
 async def ready(call: Call) -> Response:
     if not call.hub.ready:
         return error_response(503, "NOT_READY", "the server is starting or stopping")
+    if not call.known:  # a load balancer's probe needs the status, not what is served
+        return JSONResponse({"status": "ready"})
     return JSONResponse({"status": "ready", "projects": sorted(call.hub.projects)})
 
 

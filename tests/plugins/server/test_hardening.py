@@ -1,0 +1,149 @@
+"""Findings of the hostile review of `memora serve` (issue #43, item 5), each a test that failed
+before: limits and content rules on every route, A2A and AG-UI included (one middleware);
+deep JSON is a 400; no project names without a token; Host parsed strictly; every proxy
+header means "proxied"; bad edited arguments are a 400 and the pause survives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from memora.testing import ScriptedProvider, text, tool_call
+from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
+
+from .conftest import project_dir, read_events, scripted, serve
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"text": "x", "deep": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+@pytest.mark.parametrize("route", ["rest", "agui", "a2a"])
+async def test_every_route_has_the_same_body_rules(tmp_path: Path, route: str) -> None:
+    project = project_dir(tmp_path)
+    settings = ServerSettings(max_body_bytes=4096)
+    options = scripted(tmp_path, ScriptedProvider([], default=text("hello")))
+    async with (
+        serve(project, settings=settings, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+        path = {
+            "rest": f"/v1/projects/proj/sessions/{sid}/turns",
+            "agui": "/v1/projects/proj/ag-ui",
+            "a2a": "/a2a/proj",
+        }[route]
+        json_header = {"Content-Type": "application/json"}
+        # over the size limit: 413, by Content-Length or as it arrives
+        big = json.dumps({"text": "x" * 10_000}).encode()
+        r = await client.post(path, content=big, headers=json_header)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "TOO_LARGE"
+
+        async def chunks() -> Any:
+            for _ in range(10):
+                yield b" " * 1000
+
+        r = await client.post(path, content=chunks(), headers=json_header)
+        assert r.status_code == 413
+        # not JSON: 415
+        r = await client.post(path, content=b"text=hi", headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415
+        # nested 1,000 deep: 400, not a 500
+        r = await client.post(path, content=_deep(1000), headers=json_header)
+        assert r.status_code == 400 and "nested" in r.json()["error"]["message"]
+    # the service still answers
+    assert r.json()["error"]["code"] == "INVALID_INPUT"
+
+
+async def test_a2a_refuses_a_message_over_the_turn_limit(tmp_path: Path) -> None:
+    import uuid
+
+    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+    from .test_a2a import _client
+
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([], default=text("hello"))
+    settings = ServerSettings(max_body_bytes=4 * 1_048_576)
+    async with serve(project, settings=settings, **scripted(tmp_path, provider)) as srv:
+        client, _, http = await _client(srv.url, streaming=False)
+        try:
+            message = Message(
+                role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text="x" * 200_001)]
+            )
+            events = [e async for e in client.send_message(SendMessageRequest(message=message))]
+            task = events[-1].task
+            assert task.status.state == TaskState.TASK_STATE_FAILED
+            assert "200000 characters" in str(task.status.message)
+        finally:
+            await client.close()
+            await http.aclose()
+    assert provider.requests == []  # no turn ran on the text
+
+
+async def test_ready_names_no_project_without_a_token(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    settings = ServerSettings(tokens=[TokenEntry(name="ops", hash=hash_token("tok-1"))])
+    async with (
+        serve(project, settings=settings, **scripted(tmp_path, ScriptedProvider())) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        anonymous = (await client.get("/ready")).json()
+        assert anonymous == {"status": "ready"}
+        wrong = await client.get("/ready", headers={"Authorization": "Bearer nope"})
+        assert "projects" not in wrong.json()
+        known = await client.get("/ready", headers={"Authorization": "Bearer tok-1"})
+        assert known.json()["projects"] == ["proj"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Host": "127.0.0.1:80@evil.test"},
+        {"Host": "localhost:1@evil.test"},
+        {"Host": "127.0.0.1 evil.test"},
+        {"X-Client-IP": "203.0.113.9"},
+        {"True-Client-IP": "203.0.113.9"},
+        {"CF-Connecting-IP": "203.0.113.9"},
+        {"Via": "1.1 proxy.example"},
+    ],
+)
+async def test_loopback_mode_refuses_what_is_not_this_machine(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    project = project_dir(tmp_path)
+    async with (
+        serve(project, **scripted(tmp_path, ScriptedProvider())) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        ok = await client.get("/v1/projects")
+        assert ok.status_code == 200
+        r = await client.get("/v1/projects", headers=headers)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "LOOPBACK_ONLY"
+
+
+async def test_bad_edited_arguments_are_a_400_and_the_pause_survives(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider(
+        [tool_call(("write_file", {"path": "a.txt", "content": "x"}, "c1")), text("done")]
+    )
+    async with (
+        serve(project, **scripted(tmp_path, provider)) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+        base = f"/v1/projects/proj/sessions/{sid}"
+        async with client.stream("POST", f"{base}/turns", json={"text": "write"}) as r:
+            assert (await read_events(r))[-1].type == "paused"
+        bad = {"decision": "approve", "args": {"path": "a.txt", "content": "y", "mode": "777"}}
+        r = await client.post(f"{base}/approvals/c1", json=bad)
+        assert r.status_code == 400, r.text
+        assert "mode" in r.json()["error"]["message"]
+        assert (await client.get(f"{base}/pause")).json()["tool_call_id"] == "c1"
+        async with client.stream("POST", f"{base}/approvals/c1", json={"decision": "approve"}) as r:
+            assert (await read_events(r))[-1].type == "done"
+        assert (project / "a.txt").read_text() == "x"
