@@ -3,6 +3,7 @@ only, at most ``max_body_bytes``, validated by its model with the field named on
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Literal
 
@@ -33,6 +34,8 @@ class _Body(BaseModel):
 
 MAX_TURN_CHARS = 200_000
 """The longest message a turn takes, on every route (REST, AG-UI, A2A)."""
+BODY_SECONDS = 30.0
+"""How long a request's body may take to arrive, on every route."""
 MAX_JSON_DEPTH = 64
 """Deeper JSON is refused before anything parses it (a parser recursing 1,000 levels fails)."""
 
@@ -173,6 +176,13 @@ class BodyLimits:
         return None
 
     async def _read(self, receive: Any) -> tuple[bytes, tuple[int, str, str] | None]:
+        try:
+            async with asyncio.timeout(BODY_SECONDS):
+                return await self._read_all(receive)
+        except TimeoutError:  # a body sent a byte at a time holds a connection no longer
+            return b"", (408, "REQUEST_TIMEOUT", f"the body took over {BODY_SECONDS:g} s")
+
+    async def _read_all(self, receive: Any) -> tuple[bytes, tuple[int, str, str] | None]:
         parts: list[bytes] = []
         size = 0
         while True:

@@ -64,6 +64,7 @@ def serve_cmd(
     import uvicorn
 
     from .guard import is_loopback
+    from .protocol import DeadlineH11Protocol
 
     user_dir = user_config_dir(config_dir)
     settings = load_server_settings(user_dir)
@@ -91,7 +92,14 @@ def serve_cmd(
     click.echo(f"memora serving {where} on http://{host}:{port} ({workers} worker(s))", err=True)
     if workers == 1:
         app = _app_from(spec, settings)
-        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            proxy_headers=False,
+            http=DeadlineH11Protocol,  # a slow request head is closed, not held open
+        )
         return
     # each worker process builds its own app from the same spec (uvicorn imports the factory)
     os.environ[SPEC_ENV] = json.dumps(spec)
@@ -103,6 +111,7 @@ def serve_cmd(
         workers=workers,
         log_level="info",
         proxy_headers=False,
+        http=DeadlineH11Protocol,
     )
 
 

@@ -147,3 +147,58 @@ async def test_bad_edited_arguments_are_a_400_and_the_pause_survives(tmp_path: P
         async with client.stream("POST", f"{base}/approvals/c1", json={"decision": "approve"}) as r:
             assert (await read_events(r))[-1].type == "done"
         assert (project / "a.txt").read_text() == "x"
+
+
+async def test_slow_heads_and_bodies_do_not_hold_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#43: connections sending headers (or a body) a byte at a time stayed open as long as
+    their clients liked; now a head has `header_seconds`, a body BODY_SECONDS."""
+    import asyncio
+
+    import uvicorn
+
+    import memora_plugin_server.bodies as bodies
+    from memora_plugin_server.app import create_app
+    from memora_plugin_server.protocol import with_deadlines
+
+    monkeypatch.setattr(bodies, "BODY_SECONDS", 0.5)
+    project = project_dir(tmp_path)
+    app = create_app(project, **scripted(tmp_path, ScriptedProvider(default=text("hi"))))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", http=with_deadlines(0.5)
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        slow = []
+        for _ in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            await writer.drain()
+            slow.append((reader, writer))
+        closed = 0
+        for reader, _ in slow:
+            async with asyncio.timeout(5):
+                closed += (await reader.read()) == b""  # closed by the server, nothing sent
+        assert closed == 20
+        # a body that never finishes: 408 after BODY_SECONDS
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /v1/projects/proj/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        await writer.drain()
+        async with asyncio.timeout(5):
+            head = await reader.readline()
+        assert b" 408 " in head
+        writer.close()
+        # the server still serves
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/health")).status_code == 200
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
