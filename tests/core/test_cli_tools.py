@@ -101,6 +101,7 @@ def test_tools_call_runs_through_the_gates(project: Path) -> None:
             "run_code",
             "--args",
             '{"code": "print(6 * 7)"}',
+            "--yes",  # running code asks first, as in a turn (test below)
             "--role-pack-dir",
             "packs",
             "--role-pack",
@@ -113,6 +114,19 @@ def test_tools_call_runs_through_the_gates(project: Path) -> None:
     assert "42" in out["content"] and "isolation" in out["content"]
     r = memora(["tools", "call", "read_file", "--args", "[1, 2]"], project)
     assert r.returncode == 1 and "--args must be a JSON object" in r.stderr
+
+
+def test_tools_call_asks_like_the_loop(project: Path) -> None:
+    """#41: `tools call write_file` wrote in approval mode `ask` without asking, while `tools
+    list` said it asks; now it exits 3 with the way out, and --yes is the user's word."""
+    call = ["tools", "call", "write_file", "--args", '{"path": "y.txt", "content": "1"}']
+    r = memora(call, project)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert json.loads(r.stdout)["error_code"] == "NEEDS_APPROVAL"
+    assert "--yes" in r.stderr and not (project / "y.txt").exists()
+    r = memora([*call, "--yes"], project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (project / "y.txt").read_text() == "1"
 
 
 json_values = st.recursive(

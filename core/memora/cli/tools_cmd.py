@@ -14,7 +14,7 @@ import click
 from ..checks import approval_for
 from ..errors import ErrorCode, MemoraError
 from ..security.terminal import clean
-from .approvals import DEFAULT_MODE, approval_options
+from .approvals import DEFAULT_MODE, apply_default_mode, approval_options, how_to_allow
 from .common import (
     agent_arguments,
     data_dir_for,
@@ -329,15 +329,18 @@ def call_cmd(
     args = parse_call_args(args_json, pairs)
     project = project.resolve()
 
-    async def run() -> Any:
+    async def run() -> tuple[Any, str]:
         agent = await _agent(project, data_dir, config_dir, storage, role_pack, role_pack_dirs)
         try:
-            return await agent.call_tool(name, args, approve=yes)
+            # the approval mode applies as in a turn: the config's, else `ask` for a person
+            mode = apply_default_mode(agent)
+            return await agent.call_tool(name, args, approve=yes), mode
         finally:
             await agent.close()
 
-    result = asyncio.run(run())
+    result, mode = asyncio.run(run())
     click.echo(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
     if result.needs_approval is not None:
+        click.echo(how_to_allow(name, mode).replace("--yes (every call)", "--yes"), err=True)
         sys.exit(EXIT_NEEDS_APPROVAL)
     sys.exit(EXIT_OK if result.ok else EXIT_FAILED)
