@@ -149,7 +149,9 @@ class MemoraExecutor(AgentExecutor):
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 log = await self._answer(session, text, data[0] if data else None)
             else:
-                log = await self.hub.start_turn(self.project, session, text, output=_typed(message))
+                log = await self.hub.start_turn(
+                    self.project, session, text, output=_typed(message), create=True
+                )
         except MemoraError as exc:
             await updater.failed(
                 updater.new_agent_message([Part(text=f"{exc.code.value}: {exc.message}")])
@@ -163,7 +165,7 @@ class MemoraExecutor(AgentExecutor):
         agent = await self.hub.agent(self.project, session)
         paused = agent.paused_turn
         if paused is None:
-            return await self.hub.start_turn(self.project, session, text)
+            return await self.hub.start_turn(self.project, session, text, create=True)
         if paused.kind == "question":
             questions = getattr(paused.paused, "questions", [])
             answers = (

@@ -115,7 +115,7 @@ async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog
             )
     else:
         log = await hub.start_turn(
-            project, session, _last_user_text(run_input), output=_typed(run_input)
+            project, session, _last_user_text(run_input), output=_typed(run_input), create=True
         )
     return log, AguiTranslator(run_input.thread_id, run_input.run_id)
 

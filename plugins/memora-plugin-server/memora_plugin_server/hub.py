@@ -316,14 +316,22 @@ class Hub:
     # -- turns -------------------------------------------------------------------------------
 
     async def start_turn(
-        self, project: str, session_id: str, text: str, *, output: OutputSpec | None = None
+        self,
+        project: str,
+        session_id: str,
+        text: str,
+        *,
+        output: OutputSpec | None = None,
+        create: bool = False,
     ) -> TurnLog:
-        """Start a turn (``output``: a typed turn's result, ``done.output``)."""
+        """Start a turn (``output``: a typed turn's result, ``done.output``).  The session
+        must exist (``NOT_FOUND``) unless ``create``: an A2A context or an AG-UI thread is a
+        session made on first use, a REST session is made by its own route."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id, create=True)
+            agent = await self.agent(project, session_id, create=create)
             self._refuse_busy(slot)
             if agent.paused_turn is not None:
                 raise BusyError(

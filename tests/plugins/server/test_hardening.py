@@ -202,3 +202,21 @@ async def test_slow_heads_and_bodies_do_not_hold_connections(
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 30)
+
+
+async def test_a_turn_for_an_unknown_session_is_a_404(tmp_path: Path) -> None:
+    """#41: a turn posted to an unknown session id silently created that session; the docs
+    say 404 (sessions are made by POST /sessions; A2A contexts and AG-UI threads on first use)."""
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([], default=text("hello"))
+    async with (
+        serve(project, **scripted(tmp_path, provider)) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        r = await client.post(
+            "/v1/projects/proj/sessions/no-such-session/turns", json={"text": "hi"}
+        )
+        assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
+        listed = (await client.get("/v1/projects/proj/sessions")).json()["sessions"]
+        assert all(s["id"] != "no-such-session" for s in listed)
+    assert provider.requests == []
