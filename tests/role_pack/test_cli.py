@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -64,3 +65,25 @@ def test_list_shows_the_global_pool_with_the_built_in_skills(tmp_path: Path) -> 
     pool = {s["name"]: s for s in json.loads(r.output)["global_skills"]}
     assert {"code-review", "summarize", "web-search", "role-pack-creator"} <= set(pool)
     assert all(pool[n]["builtin"] for n in ("code-review", "role-pack-creator"))
+
+
+def test_new_scaffolds_where_the_project_looks(tmp_path: Path, monkeypatch: Any) -> None:
+    """#41: `role-pack new NAME` wrote into the working folder, where the project does not
+    look; now into the project's .memora/role-packs (from a subfolder too), and --user into
+    the user's own role-packs; `role-pack list` shows it."""
+    project = tmp_path / "proj"
+    (project / ".memora").mkdir(parents=True)
+    (project / "src").mkdir()
+    home = tmp_path / "home"
+    monkeypatch.setenv("MEMORA_HOME", str(home))
+    monkeypatch.chdir(project / "src")
+    runner = CliRunner()
+    made = runner.invoke(cli, ["role-pack", "new", "reviewer"])
+    assert made.exit_code == 0, made.output
+    assert (project / ".memora" / "role-packs" / "reviewer" / "manifest.json").exists()
+    assert "this project's role packs" in made.output
+    assert not (project / "src" / "reviewer").exists()
+    listed = runner.invoke(cli, ["role-pack", "list", "--project", str(project)])
+    assert "reviewer" in listed.output
+    mine = runner.invoke(cli, ["role-pack", "new", "helper", "--user"])
+    assert mine.exit_code == 0 and (home / "role-packs" / "helper" / "manifest.json").exists()

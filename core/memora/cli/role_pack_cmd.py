@@ -155,16 +155,33 @@ def check_cmd(path: Path, as_json: bool) -> None:
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
-    default=Path(),
-    show_default=True,
-    help="Folder to create the pack in.",
+    default=None,
+    help="Folder to create the pack in (default: the project's .memora/role-packs, where "
+    "the project looks for packs).",
 )
-def new_cmd(name: str, directory: Path) -> None:
-    """Scaffold a valid pack NAME (kebab-case) with persona, rules and one skill."""
+@click.option(
+    "--user",
+    "for_user",
+    is_flag=True,
+    help="Create it in your user config folder's role-packs (every project sees it).",
+)
+def new_cmd(name: str, directory: Path | None, for_user: bool) -> None:
+    """Scaffold a valid pack NAME (kebab-case) with persona, rules and one skill, where memora
+    looks for packs: the project's .memora/role-packs (--user: your own role-packs)."""
     from ..role_pack.text import KEBAB_NAME
+    from ..security.state import user_config_dir
+    from .common import find_project_root
 
     if not KEBAB_NAME.match(name):
         raise click.BadParameter(f"{name!r} is not kebab-case (a-z, 0-9, -)", param_hint="NAME")
+    if directory is not None and for_user:
+        raise click.UsageError("give --dir or --user, not both")
+    if directory is None:
+        directory = (
+            user_config_dir() / "role-packs"
+            if for_user
+            else find_project_root(Path.cwd()) / ".memora" / "role-packs"
+        )
     target = directory / name
     if target.exists():
         raise click.ClickException(f"{target} already exists; choose another name or folder")
@@ -200,7 +217,8 @@ def new_cmd(name: str, directory: Path) -> None:
         "---\n1. Restate the task.\n2. List what you need to know.\n3. Do the smallest useful step.\n",
         encoding="utf-8",
     )
-    click.echo(f"created {target}")
+    where = "your role packs" if for_user else "this project's role packs"
+    click.echo(f"created {target} ({where}; `memora role-pack list` shows it)")
 
 
 @role_pack_group.command("list")
