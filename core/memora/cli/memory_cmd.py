@@ -121,6 +121,88 @@ def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
         click.echo(f"    {clean(r.content[:200], newlines=False)}")
 
 
+def _who() -> str:
+    """Who acts from the command line, for the memory's audit (``cli:<login>``)."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no login name (a container without a passwd entry)
+        return "cli"
+
+
+def _show_record(r: Any) -> None:
+    # a memory's text was written by a model or imported from a file: cleaned for the terminal
+    click.echo(clean(f"{r.id}  [{r.source}] {r.name}"))
+    state = f"superseded by {r.superseded_by}" if r.superseded_by else "current"
+    click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}"))
+    for key in ("written", "grounding", "edited", "forgotten"):
+        if key in r.meta:
+            click.echo(clean(f"  {key}: {json.dumps(r.meta[key], ensure_ascii=False)}"))
+    click.echo("")
+    click.echo(clean(r.content) if r.content else "(forgotten: no text)")
+
+
+@memory_group.command("show")
+@click.argument("memory_id")
+@store_options
+@click.option("--json", "as_json", is_flag=True)
+def show_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
+    """Show one memory whole: its text, where it came from (session, round), how it was
+    written, and whether it was edited, forgotten or superseded."""
+    from ..memory.manager import MemoryManager
+
+    async def work(store: Any) -> Any:
+        return await MemoryManager(store).get(memory_id)
+
+    record = _run(where, work, read_only=True)
+    if as_json:
+        emit_json(record.to_dict())
+        return
+    _show_record(record)
+
+
+@memory_group.command("edit")
+@click.argument("memory_id")
+@store_options
+@click.option(
+    "--content", default=None, help="The corrected text (default: edit it in $VISUAL/$EDITOR)."
+)
+def edit_cmd(memory_id: str, where: StorageTarget, content: str | None) -> None:
+    """Correct a memory: the new text supersedes it (`memora memory history ID` keeps the
+    chain, with who edited it and when)."""
+    from ..memory.manager import MemoryManager
+
+    if content is None:
+        current = _run(where, lambda store: MemoryManager(store).get(memory_id), read_only=True)
+        edited = click.edit(current.content, extension=".md", require_save=True)
+        if edited is None or edited.strip() == current.content.strip():
+            click.echo("unchanged: nothing written", err=True)
+            return
+        content = edited.strip()
+
+    async def work(store: Any) -> Any:
+        return await MemoryManager(store).edit(memory_id, content, by=_who())
+
+    record = _run(where, work)
+    click.echo(f"{record.id} supersedes {memory_id}")
+
+
+@memory_group.command("forget")
+@click.argument("memory_id")
+@store_options
+def forget_cmd(memory_id: str, where: StorageTarget) -> None:
+    """Take a memory out of recall (searches, the model's memory_search, exports of current
+    memories); the chain records who forgot it and when."""
+    from ..memory.manager import MemoryManager
+
+    async def work(store: Any) -> Any:
+        return await MemoryManager(store).forget(memory_id, by=_who())
+
+    _run(where, work)
+    click.echo(f"forgotten: {memory_id}")
+
+
 @memory_group.command("export")
 @store_options
 @click.option(

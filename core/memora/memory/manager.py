@@ -8,13 +8,14 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
 from .grounding import short_name
 from .storage import MemoryStorage
 from .summary import round_memory
-from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory
+from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory, now
 from .vectors import SemanticSearch
 
 __all__ = ["MemoryManager", "MemorySnapshot"]
@@ -85,6 +86,65 @@ class MemoryManager:
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         self.embed_pending([record])
         return record
+
+    async def get(self, memory_id: str) -> MemoryRecord:
+        """The memory ``memory_id`` (``NOT_FOUND`` when there is none)."""
+        record = await self.storage.get(memory_id)
+        if record is None:
+            raise NotFoundError(f"no memory {memory_id!r}", context={"memory_id": memory_id})
+        return record
+
+    async def _current(self, memory_id: str, verb: str) -> MemoryRecord:
+        record = await self.get(memory_id)
+        if record.superseded_by is not None:
+            raise ConflictError(
+                f"memory {memory_id} was superseded by {record.superseded_by}; {verb} the "
+                "current one (memora memory history shows the chain)",
+                context={"memory_id": memory_id, "superseded_by": record.superseded_by},
+            )
+        return record
+
+    async def edit(
+        self, memory_id: str, content: str, *, by: str = "host", name: str | None = None
+    ) -> MemoryRecord:
+        """A person's correction: a new memory with ``content`` supersedes ``memory_id``
+        (the old one leaves recall; ``history`` keeps the chain), its ``meta["edited"]``
+        saying who and when."""
+        old = await self._current(memory_id, "edit")
+        if not content.strip():
+            raise InvalidInputError("the edited memory is empty; to remove it, forget it")
+        meta = {**old.meta, "edited": {"by": by, "at": now(), "from": old.id}}
+        return await self.supersede(
+            old.id,
+            NewMemory(
+                content=content,
+                source=old.source,
+                name=old.name if name is None else name,
+                summary_type=old.summary_type,
+                session_id=old.session_id,
+                round_id=old.round_id,
+                meta=meta,
+            ),
+        )
+
+    async def forget(self, memory_id: str, *, by: str = "host") -> MemoryRecord:
+        """Take ``memory_id`` out of recall: an empty record supersedes it, its
+        ``meta["forgotten"]`` saying who and when (the chain keeps the old text for
+        ``history``; every search leaves superseded memories out)."""
+        old = await self._current(memory_id, "forget")
+        tombstone = await self.storage.supersede(
+            old.id,
+            NewMemory(
+                content="",
+                source=old.source,
+                name="",  # nothing of it is searchable: its name is indexed too
+                summary_type=old.summary_type,
+                session_id=old.session_id,
+                round_id=old.round_id,
+                meta={"forgotten": {"by": by, "at": now(), "memory": old.id}},
+            ),
+        )
+        return tombstone
 
     def embed_pending(self, records: Sequence[MemoryRecord] | None = None) -> None:
         """With an embedder: write, in the background, the vectors of ``records`` (memories

@@ -21,6 +21,7 @@ __all__ = [
     "ApprovalIn",
     "BodyLimits",
     "ForkIn",
+    "MemoryEditIn",
     "RolePackIn",
     "SessionIn",
     "TurnIn",
@@ -70,6 +71,10 @@ class ApprovalIn(_Body):
 
 class AnswersIn(_Body):
     answers: dict[str, str] = Field(description="Question id -> answer.")
+
+
+class MemoryEditIn(_Body):
+    content: str = Field(min_length=1, max_length=100_000, description="The corrected text.")
 
 
 class RolePackIn(_Body):

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from memora.agent import OutputSpec
 from memora.errors import ErrorCode, MemoraError
 
-from .bodies import AnswersIn, ApprovalIn, ForkIn, RolePackIn, SessionIn, TurnIn
+from .bodies import AnswersIn, ApprovalIn, ForkIn, MemoryEditIn, RolePackIn, SessionIn, TurnIn
 from .config import TokenEntry
 from .errors import ApiError, error_response
 from .guard import Access
@@ -245,6 +245,29 @@ async def memory_search(call: Call) -> Response:
     )
 
 
+def _who(call: Call) -> str:
+    """Who acts, for a memory's audit: the token's name, or this machine without tokens."""
+    return f"token:{call.token.name}" if call.token is not None else "local"
+
+
+async def memory_get(call: Call) -> Response:
+    memory = call.hub.project(call.param("project")).runtime.memory
+    return JSONResponse((await memory.get(call.param("memory"))).to_dict())
+
+
+async def memory_edit(call: Call) -> Response:
+    memory = call.hub.project(call.param("project")).runtime.memory
+    body: MemoryEditIn = call.body
+    record = await memory.edit(call.param("memory"), body.content, by=_who(call))
+    return JSONResponse(record.to_dict(), status_code=201)
+
+
+async def memory_forget(call: Call) -> Response:
+    memory = call.hub.project(call.param("project")).runtime.memory
+    record = await memory.forget(call.param("memory"), by=_who(call))
+    return JSONResponse(record.to_dict(), status_code=201)
+
+
 async def memory_stats(call: Call) -> Response:
     snapshot = await call.hub.project(call.param("project")).runtime.memory.snapshot()
     return JSONResponse(snapshot.to_dict())
@@ -353,6 +376,28 @@ API: tuple[Api, ...] = (
         memory_search,
     ),
     Api("GET", "/v1/projects/{project}/memory/stats", "read", "Memories by source.", memory_stats),
+    Api(
+        "GET",
+        "/v1/projects/{project}/memory/{memory}",
+        "read",
+        "One memory whole, with where it came from and how it was written or changed.",
+        memory_get,
+    ),
+    Api(
+        "POST",
+        "/v1/projects/{project}/memory/{memory}/edit",
+        "write",
+        "Correct a memory: the new text supersedes it (its history keeps who and when).",
+        memory_edit,
+        MemoryEditIn,
+    ),
+    Api(
+        "POST",
+        "/v1/projects/{project}/memory/{memory}/forget",
+        "write",
+        "Take a memory out of recall (its history keeps who forgot it and when).",
+        memory_forget,
+    ),
     Api(
         "POST",
         "/v1/projects/{project}/ag-ui",

@@ -1,0 +1,95 @@
+"""A person can see, correct and forget what memora remembers (issue #39, item 3): through the
+library (`agent.memory.get/edit/forget`) and the command line (`memora memory show/edit/
+forget`); each change supersedes the memory, so its chain keeps who changed it and when, and
+recall no longer finds the old text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memora.cli.main import cli
+from memora.errors import ConflictError, InvalidInputError, NotFoundError
+from memora.events import EventEmitter
+from memora.memory import MemoryManager
+from memora.memory.simple_backends import InMemoryStorage
+from memora.memory.sqlite_store import open_sqlite_storage
+from memora.memory.types import NewMemory
+
+
+async def test_edit_and_forget_in_the_library(tmp_path: Path) -> None:
+    for storage in (InMemoryStorage(), open_sqlite_storage(tmp_path / "memory.db")):
+        manager = MemoryManager(storage, EventEmitter())
+        first = await manager.write(
+            NewMemory("The user prefers PostgreSQL for the shop", name="database", round_id="r1")
+        )
+        fixed = await manager.edit(first.id, "The user prefers SQLite for the shop", by="alice")
+        assert fixed.id != first.id and fixed.round_id == "r1" and fixed.name == "database"
+        assert fixed.meta["edited"]["by"] == "alice" and fixed.meta["edited"]["from"] == first.id
+        assert [h.record.id for h in await manager.search("PostgreSQL")] == []
+        assert [h.record.id for h in await manager.search("SQLite")] == [fixed.id]
+        # the old text is superseded: editing it again is a conflict naming the current one
+        with pytest.raises(ConflictError, match=fixed.id):
+            await manager.edit(first.id, "again", by="alice")
+        with pytest.raises(InvalidInputError):
+            await manager.edit(fixed.id, "   ", by="alice")
+
+        gone = await manager.forget(fixed.id, by="bob")
+        assert gone.content == "" and gone.meta["forgotten"]["by"] == "bob"
+        assert await manager.search("SQLite") == []
+        chain = await manager.history(first.id)
+        assert [r.id for r in chain] == [first.id, fixed.id, gone.id]
+        assert chain[1].superseded_by == gone.id
+        with pytest.raises(NotFoundError):
+            await manager.get("no-such-memory")
+        await storage.close()
+
+
+def test_show_edit_forget_from_the_command_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps(
+            {
+                "id": "m1",
+                "source": "round_summary",
+                "name": "数据库",
+                "content": "用户选择 PostgreSQL",
+                "session_id": "s1",
+                "round_id": "r1",
+            },
+            ensure_ascii=False,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    assert (
+        runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)]).exit_code == 0
+    )
+    shown = runner.invoke(cli, ["memory", "show", "m1", "--data-dir", str(data)])
+    assert shown.exit_code == 0 and "用户选择 PostgreSQL" in shown.output
+    assert "session s1 · round r1" in shown.output
+
+    edited = runner.invoke(
+        cli, ["memory", "edit", "m1", "--content", "用户选择 SQLite", "--data-dir", str(data)]
+    )
+    assert edited.exit_code == 0, edited.output
+    new_id = edited.output.split()[0]
+    found = runner.invoke(cli, ["memory", "search", "SQLite", "--json", "--data-dir", str(data)])
+    assert [r["id"] for r in json.loads(found.output)["results"]] == [new_id]
+    again = runner.invoke(cli, ["memory", "edit", "m1", "--content", "x", "--data-dir", str(data)])
+    assert again.exit_code == 1 and new_id in again.output  # superseded: edit the current one
+
+    forgot = runner.invoke(cli, ["memory", "forget", new_id, "--data-dir", str(data)])
+    assert forgot.exit_code == 0
+    found = runner.invoke(cli, ["memory", "search", "SQLite", "--json", "--data-dir", str(data)])
+    assert json.loads(found.output)["results"] == []
+    history = runner.invoke(cli, ["memory", "history", "m1", "--json", "--data-dir", str(data)])
+    chain = json.loads(history.output)["history"]
+    assert len(chain) == 3 and chain[-1]["meta"]["forgotten"]["by"].startswith("cli")
+    missing = runner.invoke(cli, ["memory", "show", "nope", "--data-dir", str(data)])
+    assert missing.exit_code == 1 and "no memory 'nope'" in missing.output
