@@ -237,7 +237,9 @@ async def memory_search(call: Call) -> Response:
                     "content": h.record.content,
                     "source": h.record.source,
                     "session_id": h.record.session_id,
+                    "round_id": h.record.round_id,
                     "created_at": h.record.created_at,
+                    "meta": h.record.meta,
                 }
                 for h in hits
             ]

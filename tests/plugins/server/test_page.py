@@ -176,3 +176,42 @@ async def test_a_typed_result_is_a_json_view_in_the_browser(tmp_path: Path) -> N
         assert '"severity": 2' in shown and "<b>cold</b> office" in shown  # as text
         assert await page.locator(".msg.assistant b").count() == 0
         assert "severity" not in await page.locator(".msg.assistant .md").last.inner_text()
+
+
+async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path) -> None:
+    """#39: memory hits were raw Markdown; now rendered (escaped), with where each came from,
+    and Edit / Forget in place."""
+    from memora.memory.types import NewMemory
+
+    project = project_dir(tmp_path)
+    options = scripted(tmp_path, ScriptedProvider([], default=text("hi")))
+    async with serve(project, **options) as srv, browser_page(tmp_path) as page:
+        memory = srv.app.state.hub.project("proj").runtime.memory
+        await memory.write(
+            NewMemory(
+                "The shop ships on **Mondays** <img src=x>",
+                name="shipping",
+                session_id="s-1",
+                round_id="r-7",
+            )
+        )
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")
+        await page.fill("#memory-q", "ships")
+        await page.press("#memory-q", "Enter")
+        hit = page.locator("#memory-hits li.memory")
+        await hit.wait_for(timeout=15_000)
+        assert await hit.locator(".md strong").inner_text() == "Mondays"  # Markdown rendered
+        assert await page.locator("#memory-hits img").count() == 0  # never as HTML
+        provenance = await hit.locator(".provenance").inner_text()
+        assert "shipping" in provenance and "session s-1" in provenance and "round r-7" in provenance
+
+        await hit.locator("button.edit").click()
+        await hit.locator("textarea").fill("The shop ships on **Tuesdays**")
+        await hit.locator("button.save").click()
+        await page.locator("#memory-hits li.memory .md strong", has_text="Tuesdays").wait_for()
+        assert await page.locator("#memory-hits li.memory").count() == 1  # the old text left recall
+
+        await page.locator("#memory-hits li.memory button.forget").click()
+        await page.locator("#memory-hits li.status-line", has_text="forgotten").wait_for()
+        assert await memory.search("ships") == []

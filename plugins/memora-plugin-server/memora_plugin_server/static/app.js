@@ -374,6 +374,47 @@ async function send(event) {
   } catch (err) { view.status(err.message, "status-line error"); }
 }
 
+// -- memory: what memora remembers, seen, corrected and forgotten in place ----------------------
+
+async function searchMemory(q) {
+  const { hits } = await getJSON(base() + "/memory/search?q=" + encodeURIComponent(q));
+  $("memory-hits").replaceChildren(...(hits.length ? hits.map((h) => memoryItem(h, q)) : [el("li", {}, "nothing found")]));
+}
+
+function memoryItem(h, q) {
+  const item = el("li", { class: "memory", "data-memory": h.id });
+  const body = el("div", { class: "md" });
+  body.innerHTML = renderMarkdown(h.content); // escaped by the renderer
+  const when = h.created_at ? new Date(h.created_at * 1000).toLocaleString() : "";
+  const how = h.meta && h.meta.written ? " · " + h.meta.written : "";
+  const where = [h.name, h.session_id ? "session " + h.session_id : "", h.round_id ? "round " + h.round_id : "", when].filter(Boolean).join(" · ");
+  const edit = el("button", { type: "button", class: "edit" }, "Edit");
+  const forget = el("button", { type: "button", class: "forget" }, "Forget");
+  edit.addEventListener("click", () => {
+    const text = el("textarea", { rows: "5", "aria-label": "Memory text" });
+    text.value = h.content;
+    const save = el("button", { type: "button", class: "save" }, "Save");
+    const cancel = el("button", { type: "button" }, "Cancel");
+    const editor = el("div", { class: "memory-editor" }, text, el("div", { class: "buttons" }, save, cancel));
+    cancel.addEventListener("click", () => editor.remove());
+    save.addEventListener("click", async () => {
+      try {
+        await postJSON(base() + "/memory/" + encodeURIComponent(h.id) + "/edit", { content: text.value });
+        await searchMemory(q);
+      } catch (err) { notice(err.message); }
+    });
+    item.append(editor);
+  });
+  forget.addEventListener("click", async () => {
+    try {
+      await postJSON(base() + "/memory/" + encodeURIComponent(h.id) + "/forget");
+      item.replaceWith(el("li", { class: "status-line" }, "forgotten"));
+    } catch (err) { notice(err.message); }
+  });
+  item.append(body, el("div", { class: "provenance" }, where + how), el("div", { class: "buttons" }, edit, forget));
+  return item;
+}
+
 function wire() {
   $("composer").addEventListener("submit", send);
   $("message").addEventListener("keydown", (event) => {
@@ -388,8 +429,7 @@ function wire() {
     const q = $("memory-q").value.trim();
     if (!q) return;
     try {
-      const { hits } = await getJSON(base() + "/memory/search?q=" + encodeURIComponent(q));
-      $("memory-hits").replaceChildren(...(hits.length ? hits.map((h) => el("li", {}, h.name ? h.name + " — " + h.content : h.content)) : [el("li", {}, "nothing found")]));
+      await searchMemory(q);
     } catch (err) { notice(err.message); }
   });
   $("token-form").addEventListener("submit", (event) => {
