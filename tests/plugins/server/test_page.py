@@ -204,7 +204,9 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
         assert await hit.locator(".md strong").inner_text() == "Mondays"  # Markdown rendered
         assert await page.locator("#memory-hits img").count() == 0  # never as HTML
         provenance = await hit.locator(".provenance").inner_text()
-        assert "shipping" in provenance and "session s-1" in provenance and "round r-7" in provenance
+        assert (
+            "shipping" in provenance and "session s-1" in provenance and "round r-7" in provenance
+        )
 
         await hit.locator("button.edit").click()
         await hit.locator("textarea").fill("The shop ships on **Tuesdays**")
