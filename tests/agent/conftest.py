@@ -82,3 +82,21 @@ def types(chunks: list[AgentChunk]) -> list[str]:
 
 def text_of(chunks: list[AgentChunk], stage: str = "answer") -> str:
     return "".join(c.content for c in chunks if c.type == "text" and c.stage == stage)  # type: ignore[union-attr]
+
+
+def team_agent(
+    tmp_path: Path, project: Path, provider: ScriptedProvider, strategy: dict[str, Any]
+) -> Agent:
+    """An Agent whose active pack ``lead`` leads a team with one member, ``helper``."""
+    config = tmp_path / "config"
+    for name in ("lead", "helper"):
+        write_pack(config, name, strategy)
+    return Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        provider=provider,
+        config_dir=config,
+        active_role_pack="lead",
+        role_pack_teams=[{"leader": "lead", "members": ["helper"]}],
+        load_entrypoints=False,
+    )

@@ -17,7 +17,7 @@ from memora.agent import ProjectResources
 from memora.llm.types import FinishDelta, TextDelta
 from memora.testing import ScriptedProvider, ScriptedResponse, text
 
-from .conftest import collect, types, write_pack
+from .conftest import collect, team_agent, types, write_pack
 
 
 def _slow(words: int = 60, delay: float = 0.03) -> ScriptedResponse:
@@ -65,19 +65,9 @@ async def test_a_turn_still_held_by_the_host_keeps_the_agent_busy(make_agent: An
 async def test_a_dropped_meeting_turn_also_releases_the_agent(
     tmp_path: Path, project: Path
 ) -> None:
-    config = tmp_path / "config"
-    for name in ("lead", "helper"):
-        write_pack(config, name, {"reflect": {"summary": "off"}})
     provider = ScriptedProvider([_slow()], default=text("said"))
-    async with Agent(
-        project_path=project,
-        data_dir=tmp_path / "data",
-        provider=provider,
-        config_dir=config,
-        active_role_pack="lead",
-        role_pack_teams=[{"leader": "lead", "members": ["helper"]}],
-        load_entrypoints=False,
-    ) as agent:
+    strategy = {"reflect": {"summary": "off"}}
+    async with team_agent(tmp_path, project, provider, strategy) as agent:
         async for chunk in agent.chat("long"):
             if chunk.type == "text":
                 break

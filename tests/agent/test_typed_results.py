@@ -19,7 +19,7 @@ from memora.errors import ErrorCode, InvalidInputError
 from memora.testing import ScriptedProvider, text, tool_call
 from memora.tools import ToolContext, tool
 
-from .conftest import collect, types
+from .conftest import collect, team_agent, types
 
 NO_TOOLS = {"act": {"toolMode": "block"}, "reflect": {"summary": "off"}}
 
@@ -240,11 +240,6 @@ def test_output_retries_is_bounded(tmp_path: Any, project: Any) -> None:
 async def test_a_typed_meeting_ends_with_the_chairs_typed_result(
     tmp_path: Any, project: Any
 ) -> None:
-    from .conftest import write_pack
-
-    config = tmp_path / "config"
-    for name in ("lead", "helper"):
-        write_pack(config, name, NO_TOOLS)
     provider = ScriptedProvider(
         [
             text("I would use SQLite."),  # the member
@@ -252,15 +247,7 @@ async def test_a_typed_meeting_ends_with_the_chairs_typed_result(
             text('{"number": "D-1", "total": 0}'),  # the chair again, valid
         ]
     )
-    async with Agent(
-        project_path=project,
-        data_dir=tmp_path / "data",
-        provider=provider,
-        config_dir=config,
-        active_role_pack="lead",
-        role_pack_teams=[{"leader": "lead", "members": ["helper"]}],
-        load_entrypoints=False,
-    ) as agent:
+    async with team_agent(tmp_path, project, provider, NO_TOOLS) as agent:
         chunks = await collect(agent.meeting("which database?", output_type=Invoice))
     done = chunks[-1]
     assert isinstance(done, DoneChunk), chunks[-1]

@@ -6,17 +6,16 @@ validate sent back with pydantic's error (two requests), and a server that refus
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic import BaseModel, Field
 
 from memora import Agent
 from memora_plugin_openai import OpenAIProvider
 
 from .fault_server import FaultServer, sse_chunk, status_scenario, stream_scenario
+from .test_openai_faults import server  # noqa: F401 - the scripted server fixture
 
 
 class Ticket(BaseModel):
@@ -32,15 +31,7 @@ def answer(text: str) -> list[bytes]:
     ]
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[FaultServer]:
-    s = FaultServer()
-    await s.start()
-    yield s
-    await s.stop()
-
-
-async def _agent(tmp_path: Path, server: FaultServer) -> Agent:
+async def _agent(tmp_path: Path, server: FaultServer) -> Agent:  # noqa: F811
     project = tmp_path / "p"
     project.mkdir(exist_ok=True)
     config = tmp_path / "config"
@@ -70,7 +61,8 @@ async def _agent(tmp_path: Path, server: FaultServer) -> Agent:
 
 
 async def test_the_schema_goes_on_the_wire_and_a_bad_result_comes_back(
-    tmp_path: Path, server: FaultServer
+    tmp_path: Path,
+    server: FaultServer,  # noqa: F811
 ) -> None:
     server.script = [
         stream_scenario(answer('{"title": "login fails", "severity": 9}')),
@@ -96,7 +88,8 @@ async def test_the_schema_goes_on_the_wire_and_a_bad_result_comes_back(
 
 
 async def test_a_server_that_refuses_the_format_is_asked_again_without_it(
-    tmp_path: Path, server: FaultServer
+    tmp_path: Path,
+    server: FaultServer,  # noqa: F811
 ) -> None:
     refusal = b'{"error": {"message": "Unrecognized request argument: response_format"}}'
     server.script = [
