@@ -48,6 +48,7 @@ KERNEL_COMMANDS: dict[str, str] = {
     "config": "memora.cli.admin_cmd:config_group",
     "init": "memora.cli.init_cmd:init_cmd",
     "install": "memora.cli.admin_cmd:install_cmd",
+    "logs": "memora.cli.logs_cmd:logs_cmd",
     "memory": "memora.cli.memory_cmd:memory_group",
     "plugins": "memora.cli.admin_cmd:plugins_cmd",
     "role-pack": "memora.cli.role_pack_cmd:role_pack_group",
