@@ -4,6 +4,7 @@ pack — refusing to overwrite anything."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,58 @@ def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
     )
 
 
+def _user_provider(name: str, base_url: str, model: str | None, key_env: str | None) -> str:
+    """``memora init --base-url``: the endpoint as provider ``name`` of the user's own config
+    (where endpoints and keys belong: a project's config may not choose where requests go);
+    returns the name for the project to refer to.  A user config with comments is not
+    rewritten (they would be lost): the line to add is printed instead."""
+    from ..plugins import create_plugin_manager
+    from ..security.atomic import atomic_write_text
+    from ..security.state import user_config_dir
+    from ..settings import strip_json_comments
+    from ..settings.files import read_config_file
+
+    if "openai" not in create_plugin_manager().names("provider"):
+        raise MemoraError(
+            ErrorCode.NOT_AVAILABLE,
+            "--base-url needs the openai provider: pip install memora-plugin-openai",
+        )
+    if not base_url.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            "an http(s):// URL, e.g. http://127.0.0.1:8080/v1", param_hint="--base-url"
+        )
+    if not model:
+        raise click.UsageError("--base-url needs --model NAME: the model that endpoint serves")
+    entry: dict[str, Any] = {"type": "openai", "model": model, "base_url": base_url}
+    if key_env:
+        entry["api_key_env"] = key_env
+    path = user_config_dir() / "config.json"
+    text = path.read_text(encoding="utf-8-sig") if path.exists() else "{}"
+    if path.exists():
+        read_config_file(path)  # a broken file is an error naming it, not overwritten
+    data = json.loads(strip_json_comments(text))
+    existing = (data.get("providers") or {}).get(name)
+    if existing is not None and existing != entry:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            f"your user config ({path}) already has a provider {name!r}; pass --provider "
+            "ANOTHER_NAME, or leave out --base-url to use it as it is",
+        )
+    if strip_json_comments(text) != text and existing is None:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            f"{path} has comments, which rewriting it would lose; add this provider to it "
+            f'yourself: "providers": {{{json.dumps(name)}: {json.dumps(entry)}}}',
+        )
+    data.setdefault("providers", {})[name] = entry
+    data.setdefault("active_provider", name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    os.chmod(path, 0o600)  # the user's own config: private, as every file memora writes
+    click.echo(f"provider {name!r} ({base_url}, {model}) is in {path}")
+    return name
+
+
 def _manifest(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -150,6 +203,18 @@ def _manifest(name: str) -> dict[str, Any]:
 )
 @click.option("--model", default=None, help="Model name (openai) or GGUF path (llamacpp).")
 @click.option(
+    "--base-url",
+    default=None,
+    help="An OpenAI-compatible endpoint (http(s)://host/v1): written as a provider of your user "
+    "config (named by --provider, default openai), which the project then names.",
+)
+@click.option(
+    "--api-key-env",
+    default=None,
+    help="The environment variable holding that endpoint's key (default MEMORA_API_KEY, else "
+    "OPENAI_API_KEY).",
+)
+@click.option(
     "--role-pack",
     "role_pack",
     default="assistant",
@@ -157,7 +222,12 @@ def _manifest(name: str) -> dict[str, Any]:
     help="Name of the starter role pack (kebab-case).",
 )
 def init_cmd(
-    directory: Path | None, provider: str | None, model: str | None, role_pack: str
+    directory: Path | None,
+    provider: str | None,
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    role_pack: str,
 ) -> None:
     """Scaffold DIR/.memora: a commented config.json and a starter role pack.  Without DIR, the
     project the other commands would find (the nearest folder with .memora/, else the git
@@ -172,6 +242,10 @@ def init_cmd(
             f"--role-pack {role_pack!r} must be kebab-case (a-z, 0-9, '-'), e.g. assistant",
         )
     root = (directory if directory is not None else find_project_root(Path.cwd())).resolve()
+    if base_url is not None:
+        provider = _user_provider(provider or "openai", base_url, model, api_key_env)
+    elif api_key_env is not None:
+        raise click.UsageError("--api-key-env goes with --base-url")
     memora_dir = root / ".memora"
     pack = memora_dir / "role-packs" / role_pack
     block, provider_type = _provider_block(provider, model)
@@ -207,10 +281,12 @@ def init_cmd(
     click.echo(
         "next: `memora chat` to talk"
         + (
-            " (set MEMORA_BASE_URL and MEMORA_API_KEY, or the endpoint in your user config)"
+            f" (the key comes from ${api_key_env or 'MEMORA_API_KEY'})"
+            if provider_type == "openai" and base_url is not None
+            else " (set MEMORA_BASE_URL and MEMORA_API_KEY, or the endpoint in your user config)"
             if provider_type == "openai"
             else ""
         )
-        + f", `memora tools list --project {directory}` to see the tools"
+        + f", `memora tools list --project {root}` to see the tools"
     )
     sys.stdout.flush()
