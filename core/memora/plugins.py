@@ -708,6 +708,13 @@ class Plugins:
             broken = [f for f in self.failures if f.name == name]
             if broken:
                 msg += f" (plugin {name!r} failed to load: {broken[0].error})"
+            elif kind == "provider" and "openai" in available:
+                # the plugin the hint would name is there: say how to point it somewhere
+                msg += (
+                    "; to use an OpenAI-compatible endpoint: memora init --base-url URL --model "
+                    f"NAME (or pass --base-url/--model); for {name!r}: pip install "
+                    f"memora-plugin-{name}"
+                )
             elif hint := INSTALL_HINTS.get(kind):
                 msg += f" (to add one: {hint})"
             raise NotAvailableError(

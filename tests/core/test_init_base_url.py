@@ -72,3 +72,27 @@ def test_init_with_an_endpoint_then_run(
     assert again.returncode == 1 and "--provider ANOTHER_NAME" in again.stderr
     bad = _memora(env, "init", str(tmp_path / "third"), "--base-url", url, cwd=tmp_path)
     assert bad.returncode == 2 and "--model" in bad.stderr
+
+
+def test_without_the_embedded_model_the_error_names_the_fix() -> None:
+    """#41: without llamacpp, the error said to install memora-plugin-openai — installed."""
+    import pytest
+
+    from memora.errors import NotAvailableError
+    from memora.plugins import create_plugin_manager
+
+    plugins = create_plugin_manager(load_entrypoints=False, extra=[_FakeOpenAI()])
+    with pytest.raises(NotAvailableError) as info:
+        plugins.get("provider", "llamacpp")
+    assert "memora init --base-url URL --model NAME" in info.value.message
+    assert "pip install memora-plugin-openai" not in info.value.message
+
+
+class _FakeOpenAI:
+    """A plugin registering a provider named openai (the real plugin is not needed here)."""
+
+    from memora import hookimpl
+
+    @hookimpl
+    def register_providers(self, register: object) -> None:
+        register("openai", lambda options: None)  # type: ignore[operator]
