@@ -80,6 +80,7 @@ def create_app(
     approvals: str = "ask",
     idle_seconds: float = 300.0,
     shared: bool | None = None,
+    settings_dir: Path | None = None,
     **runtime_options: Any,
 ) -> Starlette:
     """The service as an ASGI app, for ``memora serve`` or a host's own ASGI server.
@@ -90,6 +91,8 @@ def create_app(
     The runtimes open when the app starts (ASGI lifespan) and close when it stops.
     ``shared=True`` when several processes serve the same projects (each one's app made with
     it); ``None``: shared when a project's storage is PostgreSQL (other machines may serve it).
+    ``settings_dir``: the folder of ``server.json`` to follow — tokens and limits changed there
+    apply within a second, with no restart (``memora serve`` passes the user config folder).
     See :class:`~.hub.Hub`."""
     named = project_names(projects)
     settings = settings or ServerSettings()
@@ -100,7 +103,7 @@ def create_app(
         idle_seconds=idle_seconds,
         shared=shared,
     )
-    guard = Guard(settings)
+    guard = Guard(settings, follow=settings_dir)
     if not settings.tokens:
         logger.warning(
             "no server token is configured: only this machine may call "

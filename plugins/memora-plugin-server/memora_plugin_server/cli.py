@@ -143,11 +143,13 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
     options: dict[str, Any] = {}
     if spec.get("config_dir"):
         options["config_dir"] = Path(spec["config_dir"])
+    user_dir = user_config_dir(options.get("config_dir"))
     if settings is None:
-        settings = load_server_settings(user_config_dir(options.get("config_dir")))
+        settings = load_server_settings(user_dir)
     return create_app(
         [Path(p) for p in spec["projects"]],
         settings=settings,
+        settings_dir=user_dir,  # serve-tokens add/revoke apply to the running server
         approvals=spec.get("approvals") or "ask",
         idle_seconds=float(spec.get("idle_seconds", 300.0)),
         shared=spec.get("shared"),

@@ -4,16 +4,22 @@ rate limit.  Every route — the table's, A2A's — asks the one :class:`Guard`.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import math
 import re
 import time
+from pathlib import Path
 from typing import Literal, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .config import ServerSettings, TokenEntry
+from memora.errors import MemoraError
+
+from .config import ServerSettings, TokenEntry, load_server_settings, settings_path
 from .errors import ApiError, error_response
+
+logger = logging.getLogger("memora.server")
 
 __all__ = ["PROXY_HEADERS", "Access", "Guard", "host_name", "is_loopback"]
 
@@ -80,18 +86,59 @@ def host_name(host_header: str) -> str:
     return f"[{v6}]" if v6 is not None else name
 
 
+FOLLOW_SECONDS = 1.0
+"""How often a running server looks at ``server.json`` for changed tokens and limits."""
+
+
+def _stamp(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = settings_path(folder).stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 class Guard:
     """Who is calling and whether they may: bearer tokens, loopback without them, the origin,
     the rate limit."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, *, follow: Path | None = None) -> None:
         self.settings = settings
         self.buckets = _Buckets(settings.rate_limit_per_minute)
+        self._follow = follow
+        """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
+        within a second, in every worker (each reads the file), with no restart."""
+        self._seen: tuple[int, int] | None = _stamp(follow) if follow is not None else None
+        self._checked = time.monotonic()
+
+    def _refresh(self) -> None:
+        """Read ``server.json`` again when it changed (looked at once a second at most)."""
+        if self._follow is None:
+            return
+        now = time.monotonic()
+        if now - self._checked < FOLLOW_SECONDS:
+            return
+        self._checked = now
+        stamp = _stamp(self._follow)
+        if stamp == self._seen:
+            return
+        try:
+            fresh = load_server_settings(self._follow)
+        except MemoraError as exc:  # a broken edit keeps the settings in force, said once
+            logger.warning("%s; the server keeps its previous settings", exc.message)
+            self._seen = stamp
+            return
+        self._seen = stamp
+        if fresh.rate_limit_per_minute != self.settings.rate_limit_per_minute:
+            self.buckets = _Buckets(fresh.rate_limit_per_minute)
+        self.settings = fresh
+        logger.info("server settings read again: %d token(s)", len(fresh.tokens))
 
     def known(self, request: Request) -> bool:
         """Whether a caller of a public route is one who may see what the server serves (the
         project names): a valid token when tokens are configured, this machine otherwise.
         Nothing is refused or counted against the rate limit here."""
+        self._refresh()
         if self.settings.tokens:
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
             return scheme.lower() == "bearer" and self.settings.token_for(value.strip()) is not None
@@ -119,6 +166,7 @@ class Guard:
     def check_access(
         self, request: Request, access: Access, project: str | None
     ) -> TokenEntry | None:
+        self._refresh()
         client = request.client.host if request.client else None
         self._check_origin(request)
         if access == "public":

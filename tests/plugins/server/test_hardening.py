@@ -220,3 +220,36 @@ async def test_a_turn_for_an_unknown_session_is_a_404(tmp_path: Path) -> None:
         listed = (await client.get("/v1/projects/proj/sessions")).json()["sessions"]
         assert all(s["id"] != "no-such-session" for s in listed)
     assert provider.requests == []
+
+
+async def test_tokens_added_and_revoked_apply_to_a_running_server(tmp_path: Path) -> None:
+    """#41: `serve-tokens add`/`revoke` did nothing to a running server (a revoked token kept
+    working until a restart); now server.json is followed, within a second."""
+    import asyncio
+
+    from memora_plugin_server.config import add_token, load_server_settings, revoke_token
+
+    project = project_dir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    first, _ = add_token(home, "alice", projects=[], access="full")
+    async with (
+        serve(
+            project,
+            settings=load_server_settings(home),
+            settings_dir=home,
+            **scripted(tmp_path, ScriptedProvider()),
+        ) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        alice = {"Authorization": f"Bearer {first}"}
+        assert (await client.get("/v1/projects", headers=alice)).status_code == 200
+        second, _ = add_token(home, "bob", projects=[], access="read")
+        revoke_token(home, "alice")
+        bob = {"Authorization": f"Bearer {second}"}
+        for _ in range(30):  # within a second (checked once a second at most)
+            if (await client.get("/v1/projects", headers=alice)).status_code == 401:
+                break
+            await asyncio.sleep(0.1)
+        assert (await client.get("/v1/projects", headers=alice)).status_code == 401
+        assert (await client.get("/v1/projects", headers=bob)).status_code == 200
