@@ -52,6 +52,7 @@ from memora.chunks import (
     ApprovalPendingChunk,
     DoneChunk,
     ErrorChunk,
+    NarrateChunk,
     PausedChunk,
     QuestionPendingChunk,
     TextChunk,
@@ -158,8 +159,9 @@ class MemoraExecutor(AgentExecutor):
             )
             return
         await updater.start_work()
-        # one artifact per stretch of the turn (a pause ends one; the answer after it is the next)
-        await self._follow(updater, log, f"answer-{task.id}-{len(task.artifacts)}")
+        # one artifact, the answer: text streamed before a pause (narration) is replaced by the
+        # final answer when the turn ends
+        await self._follow(updater, log, f"answer-{task.id}", earlier=bool(task.artifacts))
 
     async def _answer(self, session: str, text: str, data: dict[str, Any] | None) -> Any:
         agent = await self.hub.agent(self.project, session)
@@ -184,10 +186,16 @@ class MemoraExecutor(AgentExecutor):
         reason = str((data or {}).get("reason") or ("" if decision in _NO else text))
         return await self.hub.continue_turn(self.project, session, deny=(call_id, reason))
 
-    async def _follow(self, updater: TaskUpdater, log: Any, artifact: str) -> None:
-        """The turn's events as task updates.  Its text streams as one artifact; the last piece
-        is held back so it can carry ``last_chunk`` when the turn ends or pauses."""
+    async def _follow(
+        self, updater: TaskUpdater, log: Any, artifact: str, *, earlier: bool = False
+    ) -> None:
+        """The turn's events as task updates.  Its text streams into the task's one artifact;
+        the last piece is held back so it can carry ``last_chunk`` when the turn ends or
+        pauses.  Text that turned out to be narration (before a tool call, or before a pause:
+        ``earlier`` says the artifact has text from a stretch before this one) is replaced by
+        the final answer when the turn ends, so the artifact holds the answer only."""
         streamed = False
+        narrated = earlier
         held: str | None = None
         typed = log.output is not None  # its text is the result being written: not streamed
         pending: list[str] = []
@@ -218,6 +226,8 @@ class MemoraExecutor(AgentExecutor):
                     if held is not None:
                         await emit(held, last=False)
                     held = content
+                case NarrateChunk(withdrawn=withdrawn) if withdrawn:
+                    narrated = True
                 case ToolResultChunk(name=name, ok=ok, blocked=blocked, summary=summary):
                     status = "refused" if blocked else "done" if ok else "failed"
                     await updater.update_status(
@@ -241,6 +251,15 @@ class MemoraExecutor(AgentExecutor):
                     await updater.requires_input(
                         updater.new_agent_message([Part(text="\n".join(pending) or "input needed")])
                     )
+                case DoneChunk(answer=answer) if narrated and answer:
+                    await updater.add_artifact(  # the answer replaces what streamed before it
+                        [Part(text=answer)],
+                        artifact_id=artifact,
+                        name="answer",
+                        append=False,
+                        last_chunk=True,
+                    )
+                    await updater.complete()
                 case DoneChunk(answer=answer):
                     if held is not None:
                         await emit(held, last=True)

@@ -205,3 +205,29 @@ async def test_a_question_is_input_required_and_the_reply_answers_it(tmp_path: P
         finally:
             await client.close()
             await http.aclose()
+
+
+async def test_a_task_that_paused_ends_with_one_artifact_holding_the_answer(
+    tmp_path: Path,
+) -> None:
+    """#41: a task that paused ended with two artifacts (the narration before the pause, then
+    the answer); docs/service.md promises one answer."""
+    project = project_dir(tmp_path)
+    write = ("write_file", {"path": "a.txt", "content": "x"}, "w1")
+    provider = ScriptedProvider(
+        [tool_call(write, preface="Let me write the file first."), text("Written: a.txt.")]
+    )
+    async with serve(project, **scripted(tmp_path, provider)) as srv:
+        client, _, http = await _client(srv.url, streaming=True)
+        try:
+            context = str(uuid.uuid4())
+            events = await _send(client, "write a.txt", context=context)
+            task_id = events[0].task.id
+            await _send(client, "approve", context=context, task=task_id)
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert len(task.artifacts) == 1
+            assert get_artifact_text(task.artifacts[0], delimiter="") == "Written: a.txt."
+        finally:
+            await client.close()
+            await http.aclose()
