@@ -214,3 +214,25 @@ def test_memory_search_on_a_terminal_prints_no_sequence_from_a_memory(tmp_path: 
     assert "deploy notes" in seen and "here" in seen
     for bad in ("\x1b[1A", "\x1b[2K", "\x1b[2J", "\x1b]52", "\x1b]8"):
         assert bad not in seen, (bad, seen)
+
+
+def test_the_chat_header_names_the_model_once() -> None:
+    """#41: the header said `openai:m m`."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from memora.cli.chat_cmd import header
+
+    def agent(name: str, model: str | None) -> SimpleNamespace:
+        provider = SimpleNamespace(name=name, model=model)
+        return SimpleNamespace(
+            router=SimpleNamespace(chat=provider),
+            session_id="s1",
+            role_pack=SimpleNamespace(active=SimpleNamespace(name="assistant")),
+            approvals="ask",
+        )
+
+    line = header(agent("openai:gpt-4o-mini", "gpt-4o-mini"), Path("/p"))
+    assert line.count("gpt-4o-mini") == 1
+    other = header(agent("custom", "big-model"), Path("/p"))
+    assert "custom big-model" in other

@@ -488,12 +488,14 @@ def header(agent: Any, project: Path) -> str:
     mode this conversation is in."""
     provider = agent.router.chat
     model = getattr(provider, "model", None) or getattr(provider, "model_path", None)
-    model_name = Path(str(model)).name if model else "?"
+    model_name = Path(str(model)).name if model else ""
+    name = str(getattr(provider, "name", type(provider).__name__))
+    # "openai:gpt-4o-mini" already names its model: shown once
+    shown = name if not model_name or model_name in name else f"{name} {model_name}"
     return (
         f"[bold]memora[/bold] · project [cyan]{safe(project)}[/cyan] · "
         f"session [cyan]{safe(agent.session_id)}[/cyan] · "
-        f"{safe(getattr(provider, 'name', type(provider).__name__))} "
-        f"[cyan]{safe(model_name)}[/cyan] · role pack [cyan]{safe(agent.role_pack.active.name)}"
+        f"[cyan]{safe(shown)}[/cyan] · role pack [cyan]{safe(agent.role_pack.active.name)}"
         f"[/cyan] · approvals [cyan]{agent.approvals or 'full-auto'}[/cyan] · /help"
     )
 
