@@ -204,3 +204,24 @@ def test_memory_export_and_import_round_trip_without_a_terminal(project: Path) -
     assert "\x1b[" not in r.stderr  # no progress bar drawn into a pipe
     r = memora(["memory", "export"], project)
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1500
+
+
+def test_tools_list_fits_80_columns(project: Path) -> None:
+    """#41: `tools list` wrapped the kernel's module path through every row; now the kernel's
+    tools say built-in and the table keeps to the terminal's 80 columns."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80", "MEMORA_HOME": str(project.parent / "home")}
+    r = subprocess.run(
+        [sys.executable, "-m", "memora", "tools", "list", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "built-in" in r.stdout and "memora.default_plugins" not in r.stdout

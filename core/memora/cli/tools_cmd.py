@@ -213,9 +213,12 @@ def list_cmd(
         "approval",
         "what it does",
     ):
-        table.add_column(column, overflow="fold")
+        # the description takes what the other columns leave: the table fits 80 columns
+        table.add_column(column, overflow="fold", ratio=3 if column == "what it does" else None)
     for row in report["tools"]:
         plugin = row["plugin"] or ""
+        if plugin.startswith("memora.default_plugins."):
+            plugin = "built-in"  # the kernel's own (the JSON keeps the module's name)
         if row["service"]:
             plugin = f"service: {row['service']}"
         # names and descriptions may come from an MCP server or a plugin: cleaned, no markup
