@@ -331,3 +331,37 @@ def test_chat_asks_and_remembers_always_and_edits_in_the_editor(
     child.expect(pexpect.EOF)
     assert (project / "a.txt").exists() and (project / "c.txt").exists()
     assert (project / "edited.txt").exists() and not (project / "b.txt").exists()
+
+
+def test_ctrl_c_at_an_approval_prompt_stops_the_turn_at_once(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+    project: Path,
+) -> None:
+    """#41: Ctrl-C at the chat's approval prompt showed nothing until the prompt was answered
+    (the event loop held SIGINT); now the turn stops there and then, nothing runs."""
+    url, script = server
+    env = _env(tmp_path)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "memora", "chat", "--project", str(project), "--base-url", url, "--model", "m"],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(40, 160),
+    )
+    child.expect("/help")
+    script.answers += [call("run_command", {"command": "rm -f keep.txt"}), say("removed")]
+    child.sendline("remove keep.txt")
+    child.expect(r"\[a\]lways this session")
+    child.sendintr()
+    child.expect("stopped", timeout=10)
+    child.expect("› ")
+    assert (project / "keep.txt").exists()
+    # the session goes on: the next message is a new turn (the stopped turn's second answer
+    # was never asked for)
+    script.answers[:] = [say("still here")]
+    child.sendline("hello")
+    child.expect("still here")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)

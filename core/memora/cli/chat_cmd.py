@@ -69,7 +69,14 @@ class ChatUI:
             last = await self._render(stream)
             if last is None or last.type != "paused":
                 return
-            if not self._answer_pause():
+            try:
+                with _interruptible(self.agent.abort):
+                    answered = self._answer_pause()
+            except KeyboardInterrupt:  # Ctrl-C at the question: the turn stops at once
+                self.agent.paused_turn.discard()
+                self.console.print("\n[yellow]stopped[/yellow]")
+                return
+            if not answered:
                 self.agent.paused_turn.discard()
                 self.console.print("[yellow]turn dropped[/yellow]")
                 return
@@ -516,6 +523,27 @@ async def _turn(agent: Any, ui: ChatUI, line: str) -> None:
     finally:
         if installed:
             loop.remove_signal_handler(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _interruptible(abort: Any) -> Any:
+    """While a pause's question waits for the person, Ctrl-C raises KeyboardInterrupt there.
+    During the turn the event loop holds SIGINT (for ``agent.abort``), and a loop blocked in a
+    prompt only saw it once the prompt was answered: Ctrl-C showed nothing until then."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    held = False
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        held = loop.remove_signal_handler(signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:  # the turn goes on: Ctrl-C is the loop's again (agent.abort)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, abort)
 
 
 @contextlib.contextmanager
