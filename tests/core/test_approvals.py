@@ -15,7 +15,7 @@ from memora import Agent
 from memora.checks import approval_for, stricter
 from memora.settings import resolve_settings
 from memora.testing import ScriptedProvider, text, tool_call
-from tests.core.test_chat_cli import Script, _env, call, pexpect, say, server  # noqa: F401
+from tests.core.test_chat_cli import Script, _chat, _env, call, pexpect, say, server  # noqa: F401
 from tests.core.test_settings import _write
 
 # -- the modes ---------------------------------------------------------------------------------
@@ -341,16 +341,7 @@ def test_ctrl_c_at_an_approval_prompt_stops_the_turn_at_once(
     """#41: Ctrl-C at the chat's approval prompt showed nothing until the prompt was answered
     (the event loop held SIGINT); now the turn stops there and then, nothing runs."""
     url, script = server
-    env = _env(tmp_path)
-    child = pexpect.spawn(
-        sys.executable,
-        ["-m", "memora", "chat", "--project", str(project), "--base-url", url, "--model", "m"],
-        env=env,
-        encoding="utf-8",
-        timeout=60,
-        dimensions=(40, 160),
-    )
-    child.expect("/help")
+    child = _chat(project, url, _env(tmp_path))  # up to its header's "/help"
     script.answers += [call("run_command", {"command": "rm -f keep.txt"}), say("removed")]
     child.sendline("remove keep.txt")
     child.expect(r"\[a\]lways this session")
