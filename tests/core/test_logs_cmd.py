@@ -20,7 +20,8 @@ async def _three_rounds(project: Path, data: Path) -> tuple[str, str]:
             tool_call(("read_file", {"path": "notes.txt"}, "c1")),
             text("The notes say 第一行."),
             text("Third answer \x1b]0;title\x07 here."),
-        ]
+        ],
+        name="openai:gpt-4o-mini",
     )
     async with Agent(
         project_path=project,
@@ -57,6 +58,7 @@ def test_logs_across_sessions(tmp_path: Path) -> None:
     assert call["name"] == "read_file" and call["args"]["path"] == "notes.txt"
     assert call["ok"] and not call["blocked"] and "notes.txt" in call["summary"]
     assert read["usage"]["input_tokens"] > 0 and read["seconds"] >= 0
+    assert {x["model"] for x in rounds} == {"openai:gpt-4o-mini"}  # which model answered
 
     one = runner.invoke(cli, ["logs", "-n", "1", "--json", "--data-dir", str(data)])
     assert [x["user"] for x in json.loads(one.output)["rounds"]] == ["a third question"]
@@ -69,7 +71,28 @@ def test_logs_across_sessions(tmp_path: Path) -> None:
     assert plain.exit_code == 0
     assert "> read the notes" in plain.output and "`read_file`" in plain.output
     assert "SQLite is a **file** database." in plain.output
+    assert "· openai:gpt-4o-mini · " in plain.output
     assert "\x1b" not in plain.output  # a model's escape sequence never reaches the terminal
     assert (
         runner.invoke(cli, ["logs", "--data-dir", str(tmp_path / "empty")]).output == "no rounds\n"
     )
+
+
+def test_model_label_names_the_model_once() -> None:
+    from types import SimpleNamespace
+
+    from memora.llm.provider import model_label
+    from memora.memory.sessions import RoundRecord
+
+    assert model_label(SimpleNamespace(name="openai:gpt-4o-mini", model="gpt-4o-mini")) == (
+        "openai:gpt-4o-mini"
+    )
+    local = SimpleNamespace(name="llamacpp", model_path="/m/SmolLM2-135M.Q8_0.gguf")
+    assert model_label(local) == "llamacpp SmolLM2-135M.Q8_0.gguf"
+    assert model_label(ScriptedProvider()) == "scripted"
+    # a round stored before rounds recorded the model still reads; one with it round-trips
+    old = {"round_id": "r1", "user": "hi"}
+    assert RoundRecord.from_dict(old).model == ""
+    assert "model" not in RoundRecord.from_dict(old).to_dict()
+    kept = RoundRecord(round_id="r2", user="hi", model="llamacpp x.gguf")
+    assert RoundRecord.from_dict(kept.to_dict()).model == "llamacpp x.gguf"

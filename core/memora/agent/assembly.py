@@ -35,7 +35,7 @@ from ..errors import (
     ProviderError,
     TurnFailedError,
 )
-from ..llm.provider import complete_text
+from ..llm.provider import complete_text, model_label
 from ..llm.retry import RetryPolicy
 from ..llm.types import LLMRequest, Message
 from ..role_pack.manager import RolePackManager
@@ -211,6 +211,8 @@ def turn_deps(agent: Agent, record: TurnRecord, *, model_turn: bool = True) -> T
     opts = agent.options
     router = agent.router
     provider = router.for_task("chat")
+    if model_turn:
+        record.model = model_label(provider)
     tools = agent._exposure.for_turn(provider)
     strategy = agent._role_pack.strategy
     if model_turn and strategy.tool_mode != "block" and tools.withheld is not None:

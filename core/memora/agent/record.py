@@ -260,6 +260,9 @@ class TurnRecord:
     """This turn's messages so far (persisted to the session when the turn ends)."""
     soft_limit_sent: bool = False
     empty_attempts: int = 0
+    model: str = ""
+    """Which provider and model answered (:func:`~memora.llm.provider.model_label`); set each
+    time the turn runs, so a turn resumed elsewhere records the model that finished it."""
     status: str = "running"
     # per-turn state of the gates and tools (shared with every call's ToolContext)
     outbox: Outbox = field(default_factory=Outbox)

@@ -184,6 +184,7 @@ class LiveSession:
             ended_at=time.time(),
             usage=dict(state.usage),
             output=state.output,
+            model=state.model,
         )
         try:
             store, rounds = self._runtime.session_store, self._runtime.round_store

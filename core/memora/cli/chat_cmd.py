@@ -493,12 +493,10 @@ def _brief_args(args: dict[str, Any], limit: int = 80) -> str:
 def header(agent: Any, project: Path) -> str:
     """The first line: which project, session, provider and model, role pack and approval
     mode this conversation is in."""
-    provider = agent.router.chat
-    model = getattr(provider, "model", None) or getattr(provider, "model_path", None)
-    model_name = Path(str(model)).name if model else ""
-    name = str(getattr(provider, "name", type(provider).__name__))
+    from ..llm.provider import model_label
+
     # "openai:gpt-4o-mini" already names its model: shown once
-    shown = name if not model_name or model_name in name else f"{name} {model_name}"
+    shown = model_label(agent.router.chat)
     return (
         f"[bold]memora[/bold] · project [cyan]{safe(project)}[/cyan] · "
         f"session [cyan]{safe(agent.session_id)}[/cyan] · "

@@ -80,6 +80,7 @@ def _doc(info: Any, record: Any) -> dict[str, Any]:
         "output": record.output,
         "tools": _tools(record),
         "usage": dict(record.usage),
+        "model": record.model or None,
     }
 
 
@@ -133,7 +134,8 @@ def _print(docs: list[dict[str, Any]], *, rich: bool) -> None:
         head = (
             f"## {_when(doc['started_at'])} · session {doc['session_id']} · "
             f"round {doc['round_id']} · {doc['status']} · {doc['seconds']:.1f} s · "
-            f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"
+            + (f"{doc['model']} · " if doc["model"] else "")
+            + f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"
         )
         lines = [clean(head, newlines=False), "", "> " + clean(doc["user"]).replace("\n", "\n> ")]
         for tool in doc["tools"]:

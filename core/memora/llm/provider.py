@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from ..errors import ErrorCategory, ProviderError
 from .types import Delta, LLMRequest, TextDelta
 
-__all__ = ["ErrorCategory", "Provider", "ProviderError", "complete_text"]
+__all__ = ["ErrorCategory", "Provider", "ProviderError", "complete_text", "model_label"]
 
 
 @runtime_checkable
@@ -49,6 +49,17 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release connections, threads and models."""
         ...
+
+
+def model_label(provider: object) -> str:
+    """Which provider and model answer, in one short string: the provider's ``name``, with the
+    file or model name of its ``model``/``model_path`` attribute when the name does not hold it
+    already (``openai:gpt-4o-mini``; ``llamacpp smollm2.gguf``).  Rounds record it and the CLI
+    shows it."""
+    model = getattr(provider, "model", None) or getattr(provider, "model_path", None)
+    model_name = str(model).replace("\\", "/").rsplit("/", 1)[-1] if model else ""
+    name = str(getattr(provider, "name", "") or type(provider).__name__)
+    return name if not model_name or model_name in name else f"{name} {model_name}"
 
 
 async def complete_text(provider: Provider, request: LLMRequest) -> str:

@@ -104,6 +104,9 @@ class RoundRecord:
     usage: dict[str, int] = field(default_factory=dict)
     output: Any = None
     """A typed turn's validated result, as JSON data (``None``: a text turn)."""
+    model: str = ""
+    """Which provider and model answered (``openai:gpt-4o-mini``); empty in rounds stored
+    before memora recorded it."""
 
     def to_dict(self) -> dict[str, Any]:
         # shallow on purpose: events are plain JSON values, about to be serialised (asdict()
@@ -120,6 +123,8 @@ class RoundRecord:
         }
         if self.output is not None:
             data["output"] = self.output
+        if self.model:
+            data["model"] = self.model
         return data
 
     @staticmethod
@@ -134,6 +139,7 @@ class RoundRecord:
             ended_at=float(data.get("ended_at") or 0.0),
             usage=dict(data.get("usage") or {}),
             output=data.get("output"),
+            model=str(data.get("model") or ""),
         )
 
 
