@@ -113,6 +113,7 @@ class Agent(PauseVerbs):
     _prompts: Prompts
     _polish: PolishManager
     _sessions: SessionManager
+    _memory: MemoryManager
 
     def __init__(
         self,
@@ -185,7 +186,8 @@ class Agent(PauseVerbs):
     polish: AfterInit[PolishManager] = AfterInit()
     sessions: AfterInit[SessionManager] = AfterInit()
     tool_context: AfterInit[ToolContext] = AfterInit()
-    memory: AfterInit[MemoryManager] = AfterInit(shared=True)
+    memory: AfterInit[MemoryManager] = AfterInit()
+    """Memory as this Agent sees it: its ``memory_scope``'s and the project's unscoped."""
     works: AfterInit[WorksRegistry] = AfterInit(shared=True)
     security: AfterInit[SecurityManager] = AfterInit(shared=True)
     plugins: AfterInit[Plugins] = AfterInit(shared=True)

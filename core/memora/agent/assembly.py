@@ -118,18 +118,22 @@ def build_session(agent: Agent) -> None:
     sync_plugin_tools(agent)
     table = TaskTable()
     agent._window = ContextWindow(agent.messages, summarise=opts.enable_context_summary)
+    # the Agent's view of memory: its scope's and the project's unscoped (every read filtered
+    # in the storage's own query; the round memories it writes go into its scope)
+    agent._memory = runtime.memory.for_scope(opts.memory_scope)
     agent._live = LiveSession(
         runtime,
         agent._window,
         agent.session_state,
         DuplicateCallInterceptor(opts.duplicate_call_threshold),
         events=agent.events,
+        memory=agent._memory,
     )
     agent._tool_context = ToolContext(
         project=project,
         guard=runtime.guard,
         permission=opts.permission,
-        memory=runtime.memory,
+        memory=agent._memory,
         role_packs=agent._role_pack,
         works=runtime.works,
         background=runtime.background,

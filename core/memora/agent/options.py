@@ -10,12 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..checks import ApprovalMode
 from ..errors import InvalidConfigError
+from ..memory.types import check_scope
 from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
 
 __all__ = ["SESSION_OPTIONS", "AgentOptions", "TeamConfig", "check_session_options"]
 
-SESSION_OPTIONS = frozenset({"session_id", "active_role_pack", "approvals"})
+SESSION_OPTIONS = frozenset({"session_id", "active_role_pack", "approvals", "memory_scope"})
 """The options an Agent made from a shared runtime may set for itself."""
 
 
@@ -129,6 +130,11 @@ class AgentOptions(BaseModel):
     """Rounds live in the session store; set only to use a different object for them."""
     session_id: str | None = None
     """Session to open (created when missing); default: the most recent one, or a new one."""
+    memory_scope: str | None = None
+    """Whose memory and sessions this Agent works in: a user, tenant or agent name (1-200
+    characters).  A scoped Agent writes its rounds' memories into its scope and recalls its
+    scope plus the project's unscoped memories, and opens and lists only its scope's sessions;
+    ``None`` (the default): the project's unscoped memory and sessions only."""
     tracer: Any = None
     messages: Messages = Field(default_factory=Messages)
     enable_context_summary: bool = True
@@ -202,6 +208,11 @@ class AgentOptions(BaseModel):
             if twice:
                 raise ValueError(f"a role pack leads one team at most: {', '.join(twice)}")
         return value
+
+    @field_validator("memory_scope")
+    @classmethod
+    def _scope(cls, value: str | None) -> str | None:
+        return check_scope(value)
 
     @field_validator("messages", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NotFoundError
 from ..llm.provider import complete_text
 from ..llm.types import LLMRequest, Message
 from ..memory.sessions import RoundRecord, SessionInfo
@@ -119,12 +120,31 @@ class SessionManager:
     def current(self) -> str:
         return self._agent.session_id
 
+    @property
+    def scope(self) -> str | None:
+        """Whose sessions these are: the Agent's ``memory_scope``."""
+        return self._agent.memory.scope
+
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
-        return list(await self.store.list(include_archived=include_archived))
+        """This Agent's scope's sessions, most recent first."""
+        scope = self.scope
+        return [
+            i for i in await self.store.list(include_archived=include_archived) if i.scope == scope
+        ]
+
+    async def get(self, session_id: str) -> SessionInfo:
+        """The session ``session_id`` (``NOT_FOUND`` when it is another scope's)."""
+        info: SessionInfo = await self.store.get(session_id)
+        if info.scope != self.scope:
+            raise NotFoundError(f"no session {session_id!r}", context={"session_id": session_id})
+        return info
 
     async def rounds(self, session_id: str | None = None) -> builtins.list[RoundRecord]:
+        if session_id is not None and session_id != self.current:
+            await self.get(session_id)
         return list(await self.store.rounds(session_id or self.current))
 
     async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
+        await self.get(session_id)
         info: SessionInfo = await self.store.archive(session_id, archived)
         return info

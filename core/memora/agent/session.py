@@ -17,9 +17,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NotAvailableError, NotFoundError
 from ..events import ArchiveFailed, EventEmitter
 from ..llm.types import Message
-from ..memory.sessions import RoundRecord
+from ..memory.sessions import RoundRecord, SessionInfo, SessionStore
+from ..memory.storage import accepts_keyword
 from ..tools.task_table import PlanItem
 from .context_window import ContextWindow
 from .loop import new_round_id
@@ -61,8 +63,13 @@ class LiveSession:
         duplicates: DuplicateCallInterceptor,
         *,
         events: EventEmitter,
+        memory: MemoryManager | None = None,
     ) -> None:
         self._runtime = runtime
+        self.memory = memory if memory is not None else runtime.memory
+        """The Agent's view of memory: round memories go into its scope."""
+        self.scope = self.memory.scope
+        """Whose sessions this Agent opens (``None``: the project's unscoped ones)."""
         self.window = window
         self.state = state
         self.duplicates = duplicates
@@ -95,12 +102,20 @@ class LiveSession:
         history, rounds and plan are read back."""
         store = self._runtime.session_store
         if session_id is None:
-            existing = await store.list()
-            info = existing[0] if existing else await store.create()
+            existing = [i for i in await store.list() if i.scope == self.scope]
+            info = existing[0] if existing else await self._new(store)
         elif await store.exists(session_id):
             info = await store.get(session_id)
+            if info.scope != self.scope:
+                # another user's session is not there for this one (nor a user's for the
+                # project's unscoped Agent, whose memories would leak its rounds)
+                raise NotFoundError(
+                    f"no session {session_id!r}"
+                    + (f" in memory scope {self.scope!r}" if self.scope else " without a scope"),
+                    context={"session_id": session_id},
+                )
         else:
-            info = await store.create(session_id=session_id)
+            info = await self._new(store, session_id=session_id)
         self._runtime.hold(holder, info.id, self.session_id or None)
         history = [message_from_dict(m) for m in await store.messages(info.id)]
         round_store = self._runtime.round_store
@@ -115,9 +130,23 @@ class LiveSession:
                 break
         self.reset(info.id, history, [r.round_id for r in rounds], plan)
 
+    async def _new(
+        self, store: SessionStore, *, title: str = "", session_id: str | None = None
+    ) -> SessionInfo:
+        """A new session of this Agent's scope."""
+        if self.scope is None:
+            return await store.create(title=title, session_id=session_id)
+        if not accepts_keyword(store.create, "scope"):
+            raise NotAvailableError(
+                f"the session store {type(store).__name__} keeps no scopes (its create takes "
+                "no scope=), so a scoped Agent cannot use it",
+                context={"session_store": type(store).__name__},
+            )
+        return await store.create(title=title, session_id=session_id, scope=self.scope)
+
     async def create(self, title: str, holder: object) -> str:
         runtime = self._runtime
-        info = await runtime.session_store.create(title=title)
+        info = await self._new(runtime.session_store, title=title)
         if runtime.round_store is not runtime.session_store:
             await runtime.round_store.create(session_id=info.id, title=title)
         runtime.hold(holder, info.id, self.session_id or None)
@@ -207,7 +236,7 @@ class LiveSession:
         # The summary is an extra LLM call: `done` does not wait for it.  The session owns
         # the task; `await agent.idle()` waits for it and `close()` finishes it.
         self.spawn(
-            self._write_summary(state, tool_notes, summary, self._runtime.memory),
+            self._write_summary(state, tool_notes, summary, self.memory),
             name=f"memora-round-summary-{state.round_id}",
         )
 

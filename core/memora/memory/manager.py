@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..errors import ConflictError, InvalidInputError, NotAvailableError, NotFoundError
 from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
 from .grounding import short_name
-from .storage import MemoryStorage
+from .storage import MemoryStorage, accepts_scopes
 from .summary import round_memory
-from .types import SOURCE_LABELS, MemoryRecord, NewMemory, ScoredMemory, now
+from .types import (
+    SOURCE_LABELS,
+    MemoryRecord,
+    NewMemory,
+    ScoredMemory,
+    check_scope,
+    now,
+    visible_scopes,
+)
 from .vectors import SemanticSearch
 
 __all__ = ["MemoryManager", "MemorySnapshot"]
@@ -35,22 +45,108 @@ class MemorySnapshot:
 
 
 class MemoryManager:
+    """Memory as one reader sees it: its ``scope`` (a user, tenant or agent; ``None``: the
+    project's unscoped memory).  A scoped manager writes into its scope and reads its scope
+    plus the unscoped memories; an unscoped one reads only the unscoped.  Every read passes the
+    filter to the storage's own query.  :meth:`for_scope` makes the view of another scope
+    sharing this one's storage and background embedding; :meth:`all_scopes` the whole store
+    (the owner's tools: export, the CLI's ``--all-scopes``)."""
+
     def __init__(
         self,
         storage: MemoryStorage,
         events: EventEmitter | None = None,
         *,
         semantic: SemanticSearch | None = None,
+        scope: str | None = None,
     ) -> None:
         self.storage = storage
         self.events = events or EventEmitter()
         self.semantic = semantic
         """Semantic recall when an embedder is configured (see :mod:`memora.memory.vectors`)."""
+        self.scope = check_scope(scope)
+        """Whose memory this view reads and writes (``None``: the project's unscoped)."""
+        self._scopes: tuple[str, ...] | None = visible_scopes(self.scope)
+        self._root = self  # the view that owns the background embedding
+        self._scoped_store = accepts_scopes(storage)
+        if self.scope is not None:
+            self._require_scopes()
         self._fill_task: asyncio.Task[None] | None = None
         self._queue: list[MemoryRecord] = []  # written here: embedded without a search
         self._scan = False  # look for every memory without a vector (open, after a failure)
         self._scan_later = False  # an embedding failed: the next write scans too
         self._warm = False
+
+    # -- scopes ---------------------------------------------------------------------------------
+
+    def _require_scopes(self) -> None:
+        if not self._scoped_store:
+            raise NotAvailableError(
+                f"the memory storage {type(self.storage).__name__} has no memory scopes (its "
+                "search_by_keyword takes no scopes=), so a scoped agent cannot use it without "
+                "seeing every user's memory; use sqlite, json, memory or postgres, or update "
+                "the backend (memora.testing.storage_conformance checks scopes)",
+                context={"storage": type(self.storage).__name__},
+            )
+
+    def for_scope(self, scope: str | None) -> MemoryManager:
+        """The view of ``scope`` (``None``: unscoped) on the same storage, embedder and events."""
+        scope = check_scope(scope)
+        if scope == self.scope and self._scopes is not None:
+            return self
+        view = object.__new__(MemoryManager)
+        view.__dict__.update(self._root.__dict__)
+        view.scope = scope
+        view._scopes = visible_scopes(scope)
+        view._root = self._root
+        if scope is not None:
+            view._require_scopes()
+        return view
+
+    def all_scopes(self) -> MemoryManager:
+        """A view of every memory of every scope: the project owner's (export, the CLI's
+        ``--all-scopes``); it writes unscoped unless an item names its scope."""
+        view = object.__new__(MemoryManager)
+        view.__dict__.update(self._root.__dict__)
+        view.scope = None
+        view._scopes = None
+        view._root = self._root
+        return view
+
+    @property
+    def scopes(self) -> tuple[str, ...] | None:
+        """The scope keys this view reads (``""`` the unscoped; ``None``: every scope)."""
+        return self._scopes
+
+    def _filter(self) -> dict[str, Any]:
+        """``scopes=`` for the storage: always for a scope-aware store (an unscoped reader must
+        not see scoped memories); a store without scopes holds only unscoped ones."""
+        if self._scopes is None or not self._scoped_store:
+            return {}
+        return {"scopes": self._scopes}
+
+    def visible(self, record: MemoryRecord) -> bool:
+        """Whether this view may see ``record``."""
+        return self._scopes is None or record.scope_key in self._scopes
+
+    def _own(self, item: NewMemory) -> NewMemory:
+        """``item`` written into this view's scope; a scoped view cannot write another's."""
+        if item.scope is None:
+            if self.scope is None:
+                return item
+            return replace(item, scope=self.scope)
+        check_scope(item.scope, "scope")
+        if self._scopes is not None and item.scope != self.scope:
+            raise InvalidInputError(
+                f"this memory view is scope {self.scope!r}; it cannot write into scope "
+                f"{item.scope!r}",
+                context={"field": "scope"},
+            )
+        if not self._scoped_store:
+            self._require_scopes()
+        return item
+
+    # -- reads and writes -----------------------------------------------------------------------
 
     async def search(
         self,
@@ -60,29 +156,63 @@ class MemoryManager:
         limit: int = 10,
         round_ids: Collection[str] | None = None,
     ) -> list[ScoredMemory]:
-        """Keyword search — fused with vector search when an embedder is configured; emits
-        ``MemoryRecalled`` with the number of hits."""
+        """Keyword search — fused with vector search when an embedder is configured — over
+        this view's scopes; emits ``MemoryRecalled`` with the number of hits."""
+        scoped = self._filter()
         if self.semantic is not None:
             hits = await self.semantic.search(
-                query, source=source, limit=limit, round_ids=round_ids
+                query,
+                source=source,
+                limit=limit,
+                round_ids=round_ids,
+                scopes=scoped.get("scopes"),
             )
         else:
             hits = await self.storage.search_by_keyword(
-                query, source=source, limit=limit, round_ids=round_ids
+                query,
+                source=source,
+                limit=limit,
+                round_ids=round_ids,
+                **scoped,
             )
         self.events.emit(MemoryRecalled(query, len(hits)))
         return hits
 
+    async def list(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_superseded: bool = True,
+    ) -> builtins.list[MemoryRecord]:
+        """This view's memories, newest first, paged."""
+        return await self.storage.list(
+            source=source,
+            limit=limit,
+            offset=offset,
+            include_superseded=include_superseded,
+            **self._filter(),
+        )
+
+    async def count(self, source: str | None = None) -> int:
+        """How many memories this view sees (of ``source``)."""
+        scoped = self._filter()
+        if source is None:
+            return await self.storage.count(**scoped)
+        return await self.storage.count_by_source(source, **scoped)
+
     async def write(self, item: NewMemory) -> MemoryRecord:
-        """Write one memory; emits ``MemoryAdded``.  With an embedder, its vector is written in
-        the background (:meth:`idle` waits for it)."""
-        record = await self.storage.add(item)
+        """Write one memory (into this view's scope); emits ``MemoryAdded``.  With an
+        embedder, its vector is written in the background (:meth:`idle` waits for it)."""
+        record = await self.storage.add(self._own(item))
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         self.embed_pending([record])
         return record
 
     async def supersede(self, old_id: str, item: NewMemory) -> MemoryRecord:
-        record = await self.storage.supersede(old_id, item)
+        await self.get(old_id)  # NOT_FOUND for a memory of another scope
+        record = await self.storage.supersede(old_id, self._own(item))
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         self.embed_pending([record])
         return record
@@ -90,7 +220,7 @@ class MemoryManager:
     async def get(self, memory_id: str) -> MemoryRecord:
         """The memory ``memory_id`` (``NOT_FOUND`` when there is none)."""
         record = await self.storage.get(memory_id)
-        if record is None:
+        if record is None or not self.visible(record):  # another scope's: not there for it
             raise NotFoundError(f"no memory {memory_id!r}", context={"memory_id": memory_id})
         return record
 
@@ -124,6 +254,7 @@ class MemoryManager:
                 session_id=old.session_id,
                 round_id=old.round_id,
                 meta=meta,
+                scope=old.scope,
             ),
         )
 
@@ -142,6 +273,7 @@ class MemoryManager:
                 session_id=old.session_id,
                 round_id=old.round_id,
                 meta={"forgotten": {"by": by, "at": now(), "memory": old.id}},
+                scope=old.scope,
             ),
         )
         return tombstone
@@ -153,6 +285,9 @@ class MemoryManager:
         for searches.  One pass at a time: a call during a pass queues its work.  Without an
         embedder: nothing."""
         if self.semantic is None:
+            return
+        if self._root is not self:
+            self._root.embed_pending(records)
             return
         if records is None or self._scan_later:
             self._scan, self._scan_later = True, False
@@ -184,23 +319,31 @@ class MemoryManager:
 
     async def idle(self) -> None:
         """Wait until the vectors being written in the background are written."""
+        if self._root is not self:
+            await self._root.idle()
+            return
         while self._fill_task is not None and not self._fill_task.done():
             await asyncio.wait([self._fill_task])
 
     async def close(self) -> None:
         """Stop writing vectors (those not written yet are written after the next open)."""
+        if self._root is not self:
+            return  # a view: the project's manager owns the background work
         task, self._fill_task = self._fill_task, None
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def history(self, memory_id: str) -> list[MemoryRecord]:
-        return await self.storage.history(memory_id)
+    async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
+        """The supersede chain of ``memory_id`` (``NOT_FOUND`` for another scope's)."""
+        await self.get(memory_id)
+        return [r for r in await self.storage.history(memory_id) if self.visible(r)]
 
     async def snapshot(self) -> MemorySnapshot:
-        by_source = {s: await self.storage.count_by_source(s) for s in SOURCE_LABELS}
-        total = await self.storage.count()
+        """Totals of this view's memories, by source."""
+        by_source = {s: await self.count(s) for s in SOURCE_LABELS}
+        total = await self.count()
         known = sum(by_source.values())
         if total > known:
             by_source["other"] = total - known

@@ -80,6 +80,9 @@ class SessionInfo:
     fork_round_id: str | None = None
     archived: bool = False
     round_count: int = 0
+    scope: str | None = None
+    """The user, tenant or agent the session belongs to (``None``: the project's); an Agent of
+    one scope opens and lists only that scope's sessions."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,7 +169,16 @@ _INDEX = "index.json"
 _LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_META_FIELDS = ("id", "title", "created_at", "updated_at", "parent_id", "fork_round_id", "archived")
+_META_FIELDS = (
+    "id",
+    "title",
+    "created_at",
+    "updated_at",
+    "parent_id",
+    "fork_round_id",
+    "archived",
+    "scope",
+)
 
 
 def _meta_info(session_id: str, data: Any, path: Path) -> SessionInfo:
@@ -195,11 +207,11 @@ def _meta_info(session_id: str, data: Any, path: Path) -> SessionInfo:
         if not math.isfinite(value) or abs(value) > 1e11:  # ~ year 5000
             raise bad(key)
         setattr(info, key, float(value))
-    for key in ("parent_id", "fork_round_id"):
+    for key in ("parent_id", "fork_round_id", "scope"):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise bad(key)
-        setattr(info, key, value)
+        setattr(info, key, value or None if key == "scope" else value)
     archived = data.get("archived", False)
     if not isinstance(archived, bool):
         raise bad("archived")
@@ -347,7 +359,13 @@ class SessionStore(Protocol):
     A store may also offer ``append_turn(session_id, messages, record)``, one write for a
     finished turn's messages and round."""
 
-    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo: ...
+    async def create(
+        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
+    ) -> SessionInfo:
+        """A new session (of ``scope``: a store without the parameter serves unscoped agents
+        only)."""
+        ...
+
     async def get(self, session_id: str) -> SessionInfo: ...
     async def exists(self, session_id: str) -> bool: ...
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]: ...
@@ -536,7 +554,9 @@ class JsonlSessionStore:
 
     # -- API -------------------------------------------------------------------------------------
 
-    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+    async def create(
+        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
+    ) -> SessionInfo:
         sid = session_id or new_session_id()
         folder = self._dir(sid)
         if session_id is not None:  # a host's id: refuse a planted link now, not at the first turn
@@ -544,7 +564,7 @@ class JsonlSessionStore:
         if sid in self._unwritten or (folder.exists() and self._is_session(folder)):
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()
-        info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+        info = SessionInfo(id=sid, title=title, created_at=t, updated_at=t, scope=scope)
         # nothing on disk yet: the first append writes meta.json with the turn (an empty
         # session is not worth a file, a folder and a worker hop)
         self._unwritten[sid] = info
@@ -646,6 +666,7 @@ class JsonlSessionStore:
                     parent_id=session_id,
                     fork_round_id=at_round_id,
                     round_count=rounds,
+                    scope=source.scope,  # a fork stays its owner's
                 )
                 self._write_meta(info)
                 if kept:
@@ -696,12 +717,14 @@ class InMemorySessionStore:
                 info.title = rounds[0]["user"].strip().splitlines()[0][:80]
         return info
 
-    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+    async def create(
+        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
+    ) -> SessionInfo:
         sid = session_id or new_session_id()
         if sid in self._meta:
             raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
         t = time.time()
-        self._meta[sid] = SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+        self._meta[sid] = SessionInfo(id=sid, title=title, created_at=t, updated_at=t, scope=scope)
         self._lines[sid] = []
         return self._info(sid)
 
@@ -747,7 +770,7 @@ class InMemorySessionStore:
     ) -> tuple[SessionInfo, int]:
         source = self._info(session_id)
         kept = lines_until_round(self._lines[session_id], session_id, at_round_id)
-        info = await self.create(title or (source.title + " (fork)").strip())
+        info = await self.create(title or (source.title + " (fork)").strip(), scope=source.scope)
         meta = self._meta[info.id]
         meta.parent_id, meta.fork_round_id = session_id, at_round_id
         self._lines[info.id] = list(kept)

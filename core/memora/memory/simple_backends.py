@@ -159,14 +159,17 @@ class InMemoryStorage:
         limit: int = 50,
         offset: int = 0,
         include_superseded: bool = True,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[MemoryRecord]:
         self._check_open()
         await self._refresh()
+        seen = _scope_set(scopes)
         rows = [
             r
             for r in self._records.values()
             if (source is None or r.source == source)
             and (include_superseded or r.superseded_by is None)
+            and (seen is None or r.scope_key in seen)
         ]
         rows.sort(key=lambda r: (-r.created_at, r.id))
         return rows[max(0, offset) : max(0, offset) + clamp_limit(limit)]
@@ -179,32 +182,43 @@ class InMemoryStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         self._check_open()
         await self._refresh()
         if not isinstance(query, str):
             return []
-        scope = set(round_ids) if round_ids is not None else None
+        rounds = set(round_ids) if round_ids is not None else None
+        seen = _scope_set(scopes)
         candidates = [
             (r, *self._tokens[r.id])
             for r in self._records.values()
             if (source is None or r.source == source)
             and (include_superseded or r.superseded_by is None)
-            and (scope is None or r.round_id in scope)
+            and (rounds is None or r.round_id in rounds)
+            and (seen is None or r.scope_key in seen)
         ]
         total = len(self._records)
         avg = sum(t[2] for t in self._tokens.values()) / total if total else 1.0
         return score_records(candidates, query, clamp_limit(limit), total, avg)
 
-    async def count(self) -> int:
+    async def count(self, *, scopes: Collection[str] | None = None) -> int:
         self._check_open()
         await self._refresh()
-        return len(self._records)
+        seen = _scope_set(scopes)
+        if seen is None:
+            return len(self._records)
+        return sum(1 for r in self._records.values() if r.scope_key in seen)
 
-    async def count_by_source(self, source: str) -> int:
+    async def count_by_source(self, source: str, *, scopes: Collection[str] | None = None) -> int:
         self._check_open()
         await self._refresh()
-        return sum(1 for r in self._records.values() if r.source == source)
+        seen = _scope_set(scopes)
+        return sum(
+            1
+            for r in self._records.values()
+            if r.source == source and (seen is None or r.scope_key in seen)
+        )
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         self._check_open()
@@ -257,6 +271,7 @@ class InMemoryStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         self._check_open()
         await self._refresh()
@@ -265,7 +280,8 @@ class InMemoryStorage:
         if entry is None or limit <= 0:
             return []
         rows, texts = entry
-        scope = set(round_ids) if round_ids is not None else None
+        rounds = set(round_ids) if round_ids is not None else None
+        seen = _scope_set(scopes)
         k = max(limit * 4, 40)
         while True:
             ranked = rows.ranked(vector, k)
@@ -277,7 +293,8 @@ class InMemoryStorage:
                     and texts.get(memory_id) == embed_text(r)
                     and (source is None or r.source == source)
                     and (include_superseded or r.superseded_by is None)
-                    and (scope is None or r.round_id in scope)
+                    and (rounds is None or r.round_id in rounds)
+                    and (seen is None or r.scope_key in seen)
                 ):
                     hits.append(ScoredMemory(r, score))
             if len(hits) >= limit or len(ranked) < k:
@@ -368,6 +385,10 @@ class JsonFileStorage(InMemoryStorage):
         data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         await asyncio.to_thread(atomic_write_bytes, self.path, data)
         self._stamp = self._file_stamp()
+
+
+def _scope_set(scopes: Collection[str] | None) -> set[str] | None:
+    return None if scopes is None else {str(s) for s in scopes}
 
 
 def _release_file_lock(fd: int) -> None:

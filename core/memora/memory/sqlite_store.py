@@ -29,11 +29,13 @@ from ..errors import ErrorCode, MemoraError, NotAvailableError
 from ..security.state import check_state_path, ensure_state_dir, private_file
 from .keywords import index_tokens, query_terms
 from .storage import (
+    ROW_LEN,
     ReadOnlyView,
     check_new,
     clamp_limit,
     record_from_row,
     record_to_row,
+    scope_keys,
     update_changes,
 )
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
@@ -45,8 +47,9 @@ T = TypeVar("T")
 
 _COLUMNS = (
     "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
-    "session_id, round_id, meta"
+    "session_id, round_id, meta, scope"
 )
+_N = ROW_LEN  # the record's columns; a search row adds its rank after them
 
 
 def _script(db: sqlite3.Connection, script: str) -> None:
@@ -101,9 +104,22 @@ def _m002_vectors(db: sqlite3.Connection) -> None:
     )
 
 
+def _m003_scopes(db: sqlite3.Connection) -> None:
+    # memory scopes (a user, tenant or agent): '' is the project's own, unscoped memory; the
+    # index serves the scoped list and count (searches filter the FTS candidates by it)
+    _script(
+        db,
+        """
+        ALTER TABLE memories ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+        CREATE INDEX memories_scope ON memories(scope, created_at);
+        """,
+    )
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("001_initial", _m001_initial),
     ("002_vectors", _m002_vectors),
+    ("003_scopes", _m003_scopes),
 )
 """Applied in order when a store opens; each is recorded in ``_memora_migrations``."""
 
@@ -195,7 +211,7 @@ class _Core:
 
     def _insert(self, record: MemoryRecord) -> None:
         cur = self.db.execute(
-            f"INSERT INTO memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO memories ({_COLUMNS}) VALUES ({', '.join('?' * _N)})",
             record_to_row(record),
         )
         self.db.execute(
@@ -308,14 +324,14 @@ class _Core:
         return self._tx(work)
 
     def list(
-        self, source: str | None, limit: int, offset: int, include_superseded: bool
+        self,
+        source: str | None,
+        limit: int,
+        offset: int,
+        include_superseded: bool,
+        scopes: builtins.list[str] | None,
     ) -> builtins.list[MemoryRecord]:
-        where, args = [], []
-        if source is not None:
-            where.append("source = ?")
-            args.append(source)
-        if not include_superseded:
-            where.append("superseded_by IS NULL")
+        where, args = self._filters(source, include_superseded, None, scopes, prefix="")
         sql = f"SELECT {_COLUMNS} FROM memories"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -329,12 +345,13 @@ class _Core:
         limit: int,
         include_superseded: bool,
         round_ids: builtins.list[str] | None,
+        scopes: builtins.list[str] | None,
     ) -> builtins.list[ScoredMemory]:
         """Top-k first: rank on the FTS table alone (FTS5 keeps only the best k while sorting),
         then fetch and filter those rows; fall back to the full join when filters discard too
         many candidates."""
         k = max(limit * 4, 40)
-        where, args = self._filters(source, include_superseded, round_ids, prefix="m.")
+        where, args = self._filters(source, include_superseded, round_ids, scopes, prefix="m.")
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
         sql = (
             "WITH top AS MATERIALIZED (SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ? "
@@ -344,11 +361,11 @@ class _Core:
             + " ORDER BY top.rank LIMIT ?"
         )
         rows = self.db.execute(sql, (match, k, *args, limit)).fetchall()
-        if len(rows) >= limit or not rows or rows[0][12] < k:
+        if len(rows) >= limit or not rows or rows[0][_N + 1] < k:
             if not rows and where:
                 # every top candidate was filtered out: ask again without the shortcut
                 return self._search_join(match, limit, where, args)
-            return [ScoredMemory(record_from_row(r[:11]), -float(r[11])) for r in rows]
+            return [ScoredMemory(record_from_row(r[:_N]), -float(r[_N])) for r in rows]
         return self._search_join(match, limit, where, args)
 
     @staticmethod
@@ -356,6 +373,7 @@ class _Core:
         source: str | None,
         include_superseded: bool,
         round_ids: builtins.list[str] | None,
+        scopes: builtins.list[str] | None,
         *,
         prefix: str,
     ) -> tuple[builtins.list[str], builtins.list[Any]]:
@@ -369,6 +387,13 @@ class _Core:
         if round_ids is not None:
             where.append(f"{prefix}round_id IN (SELECT value FROM json_each(?))")
             args.append(json.dumps(round_ids))
+        if scopes is not None:
+            # in the query itself: a limit counts only what this reader may see
+            if scopes:
+                where.append(f"{prefix}scope IN ({', '.join('?' * len(scopes))})")
+                args.extend(scopes)
+            else:
+                where.append("0")
         return where, args
 
     def _search_join(
@@ -383,18 +408,14 @@ class _Core:
             sql += " AND " + clause
         sql += " ORDER BY score LIMIT ?"
         return [
-            ScoredMemory(record_from_row(r[:11]), -float(r[11]))
+            ScoredMemory(record_from_row(r[:_N]), -float(r[_N]))
             for r in self.db.execute(sql, (match, *args, limit))
         ]
 
-    def count(self, source: str | None) -> int:
-        if source is None:
-            return int(self.db.execute("SELECT count(*) FROM memories").fetchone()[0])
-        return int(
-            self.db.execute("SELECT count(*) FROM memories WHERE source = ?", (source,)).fetchone()[
-                0
-            ]
-        )
+    def count(self, source: str | None, scopes: builtins.list[str] | None) -> int:
+        where, args = self._filters(source, True, None, scopes, prefix="")
+        sql = "SELECT count(*) FROM memories" + (" WHERE " + " AND ".join(where) if where else "")
+        return int(self.db.execute(sql, args).fetchone()[0])
 
     def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         _, record = self._require(memory_id)
@@ -508,11 +529,12 @@ class _Core:
         limit: int,
         include_superseded: bool,
         round_ids: builtins.list[str] | None,
+        scopes: builtins.list[str] | None,
     ) -> builtins.list[ScoredMemory]:
         if limit <= 0 or not self._has_vector_table():
             return []
         rows = self._vector_rows(space)
-        where, args = self._filters(source, include_superseded, round_ids, prefix="m.")
+        where, args = self._filters(source, include_superseded, round_ids, scopes, prefix="m.")
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
         # CROSS JOIN: the candidates drive the lookup by id (a plain IN lets the planner walk
         # the superseded_by index over every memory instead)
@@ -665,9 +687,15 @@ class SqliteStorage:
         limit: int = 50,
         offset: int = 0,
         include_superseded: bool = True,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[MemoryRecord]:
         return await self._run(
-            self._core.list, source, clamp_limit(limit), offset, include_superseded
+            self._core.list,
+            source,
+            clamp_limit(limit),
+            offset,
+            include_superseded,
+            scope_keys(scopes),
         )
 
     async def search_by_keyword(
@@ -678,6 +706,7 @@ class SqliteStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         if not isinstance(query, str):
             return []
@@ -686,13 +715,15 @@ class SqliteStorage:
         if match is None or limit == 0:
             return []
         ids = list(round_ids) if round_ids is not None else None
-        return await self._run(self._core.search, match, source, limit, include_superseded, ids)
+        return await self._run(
+            self._core.search, match, source, limit, include_superseded, ids, scope_keys(scopes)
+        )
 
-    async def count(self) -> int:
-        return await self._run(self._core.count, None)
+    async def count(self, *, scopes: Collection[str] | None = None) -> int:
+        return await self._run(self._core.count, None, scope_keys(scopes))
 
-    async def count_by_source(self, source: str) -> int:
-        return await self._run(self._core.count, source)
+    async def count_by_source(self, source: str, *, scopes: Collection[str] | None = None) -> int:
+        return await self._run(self._core.count, source, scope_keys(scopes))
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         return await self._run(self._core.history, memory_id)
@@ -712,6 +743,7 @@ class SqliteStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         return await self._run(
             self._core.search_vector,
@@ -721,6 +753,7 @@ class SqliteStorage:
             clamp_limit(limit),
             include_superseded,
             list(round_ids) if round_ids is not None else None,
+            scope_keys(scopes),
         )
 
     async def integrity_check(self) -> str:

@@ -8,6 +8,11 @@ suite in :mod:`memora.testing.storage_conformance` checks):
 * ``add`` with an ``id`` that already exists returns the stored record unchanged (idempotent
   import);
 * superseded memories are excluded from ``search_by_keyword`` unless ``include_superseded``;
+* ``scopes`` (on ``list``, ``search_by_keyword``, ``count``, ``count_by_source`` and
+  ``search_by_vector``): ``None`` reads every memory; otherwise only memories whose scope key
+  (:data:`~memora.memory.types.UNSCOPED`, ``""``, for none) is one of them — part of the
+  backend's own query, so a limit counts only visible memories and nothing of another scope is
+  ever read back (a third-party backend without the parameter cannot be given a scoped agent);
 * search input is capped (:data:`~memora.memory.keywords.MAX_QUERY_CHARS`) and never raises on any
   string: a query with no searchable characters returns ``[]``.
 """
@@ -15,23 +20,28 @@ suite in :mod:`memora.testing.storage_conformance` checks):
 from __future__ import annotations
 
 import builtins
+import inspect
 import json
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from .keywords import QueryTerm, index_tokens, query_terms
-from .types import MAX_CONTENT_CHARS, MemoryRecord, NewMemory, ScoredMemory
+from .types import MAX_CONTENT_CHARS, MemoryRecord, NewMemory, ScoredMemory, check_scope
 
 __all__ = [
+    "ROW_LEN",
     "MemoryStorage",
     "ReadOnlyMemoryStorage",
     "ReadOnlyView",
+    "accepts_keyword",
+    "accepts_scopes",
     "check_new",
     "record_from_row",
     "record_to_row",
+    "scope_keys",
     "score_records",
 ]
 
@@ -49,6 +59,7 @@ class ReadOnlyMemoryStorage(Protocol):
         limit: int = 50,
         offset: int = 0,
         include_superseded: bool = True,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[MemoryRecord]:
         """Newest first, paged."""
         ...
@@ -61,14 +72,17 @@ class ReadOnlyMemoryStorage(Protocol):
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         """Most relevant first.  ``round_ids`` restricts the search to memories of those rounds
         (the rounds of one session branch)."""
         ...
 
-    async def count(self) -> int: ...
+    async def count(self, *, scopes: Collection[str] | None = None) -> int: ...
 
-    async def count_by_source(self, source: str) -> int: ...
+    async def count_by_source(
+        self, source: str, *, scopes: Collection[str] | None = None
+    ) -> int: ...
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         """The supersede chain containing ``memory_id``, oldest first."""
@@ -120,9 +134,14 @@ class ReadOnlyView:
         limit: int = 50,
         offset: int = 0,
         include_superseded: bool = True,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[MemoryRecord]:
         return await self._inner.list(
-            source=source, limit=limit, offset=offset, include_superseded=include_superseded
+            source=source,
+            limit=limit,
+            offset=offset,
+            include_superseded=include_superseded,
+            **_scoped(scopes),
         )
 
     async def search_by_keyword(
@@ -133,6 +152,7 @@ class ReadOnlyView:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         return await self._inner.search_by_keyword(
             query,
@@ -140,19 +160,51 @@ class ReadOnlyView:
             limit=limit,
             include_superseded=include_superseded,
             round_ids=round_ids,
+            **_scoped(scopes),
         )
 
-    async def count(self) -> int:
-        return await self._inner.count()
+    async def count(self, *, scopes: Collection[str] | None = None) -> int:
+        return await self._inner.count(**_scoped(scopes))
 
-    async def count_by_source(self, source: str) -> int:
-        return await self._inner.count_by_source(source)
+    async def count_by_source(self, source: str, *, scopes: Collection[str] | None = None) -> int:
+        return await self._inner.count_by_source(source, **_scoped(scopes))
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         return await self._inner.history(memory_id)
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def _scoped(scopes: Collection[str] | None) -> dict[str, Any]:
+    """``scopes=`` only when set: a view over a backend without scopes still reads it whole."""
+    return {} if scopes is None else {"scopes": scopes}
+
+
+def accepts_scopes(storage: object) -> bool:
+    """Whether ``storage`` filters by scope in its own queries (its ``search_by_keyword`` takes
+    ``scopes``); a view answers for what it wraps."""
+    inner = getattr(storage, "_inner", None)
+    if isinstance(storage, ReadOnlyView) and inner is not None:
+        return accepts_scopes(inner)
+    return accepts_keyword(getattr(storage, "search_by_keyword", None), "scopes")
+
+
+def accepts_keyword(fn: object, name: str) -> bool:
+    """Whether the callable ``fn`` takes the keyword argument ``name`` (a backend's optional
+    capability, told by its signature)."""
+    if not callable(fn):
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def scope_keys(scopes: Collection[str] | None) -> builtins.list[str] | None:
+    """``scopes`` as a list for an SQL parameter (``None``: no filter)."""
+    return None if scopes is None else [str(s) for s in scopes]
 
 
 def record_to_row(record: MemoryRecord) -> tuple[Any, ...]:
@@ -170,13 +222,15 @@ def record_to_row(record: MemoryRecord) -> tuple[Any, ...]:
         record.session_id,
         record.round_id,
         json.dumps(record.meta, ensure_ascii=False),
+        record.scope_key,
     )
 
 
 def record_from_row(row: Sequence[Any]) -> MemoryRecord:
     """A record from a row in the column order every SQL backend uses: id, source, name,
-    content, summary_type, created_at, updated_at, superseded_by, session_id, round_id, meta
-    (``meta`` a dict, or its JSON text)."""
+    content, summary_type, created_at, updated_at, superseded_by, session_id, round_id, meta,
+    scope (``meta`` a dict, or its JSON text; scope ``""`` for none).  The row has
+    :data:`ROW_LEN` values."""
     meta = row[10]
     if isinstance(meta, str):
         try:
@@ -195,12 +249,18 @@ def record_from_row(row: Sequence[Any]) -> MemoryRecord:
         session_id=row[8],
         round_id=row[9],
         meta=dict(meta or {}) if isinstance(meta, dict) else {},
+        scope=row[11] or None,
     )
+
+
+ROW_LEN: Final = 12
+"""How many values :func:`record_to_row` gives and :func:`record_from_row` reads."""
 
 
 def check_new(item: NewMemory) -> None:
     if not isinstance(item.content, str):
         raise MemoraError(ErrorCode.INVALID_INPUT, "memory content must be a string")
+    check_scope(item.scope, "scope")
     for label in ("id", "session_id", "round_id", "superseded_by", "summary_type"):
         value = getattr(item, label, None)
         if value is not None and not isinstance(value, str):

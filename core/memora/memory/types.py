@@ -8,14 +8,19 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from ..errors import InvalidInputError
+
 __all__ = [
     "SOURCE_LABELS",
+    "UNSCOPED",
     "MemoryRecord",
     "NewMemory",
     "ScoredMemory",
+    "check_scope",
     "check_source",
     "new_id",
     "now",
+    "visible_scopes",
 ]
 
 logger = logging.getLogger("memora.memory")
@@ -44,6 +49,44 @@ def check_source(source: str) -> str:
     return source
 
 
+UNSCOPED: Final = ""
+"""The scope key of a memory that belongs to no scope (the whole project's); in a ``scopes``
+filter it admits the unscoped memories."""
+
+MAX_SCOPE_CHARS: Final = 200
+
+
+def check_scope(scope: object, field: str = "memory_scope") -> str | None:
+    """``scope`` as a scope name (``None``: unscoped), or ``INVALID_INPUT`` naming ``field``:
+    a scope is 1-200 characters of text without control characters or surrounding spaces (a
+    user id, a tenant, an agent name; any script)."""
+    if scope is None:
+        return None
+    if not isinstance(scope, str):
+        raise InvalidInputError(
+            f"{field} must be a string (a user, tenant or agent name), not {type(scope).__name__}",
+            context={"field": field},
+        )
+    if (
+        not scope
+        or len(scope) > MAX_SCOPE_CHARS
+        or scope != scope.strip()
+        or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in scope)
+    ):
+        raise InvalidInputError(
+            f"{field} {scope[:40]!r} is not a scope name: use 1-{MAX_SCOPE_CHARS} characters, "
+            "no control characters, no leading or trailing spaces",
+            context={"field": field},
+        )
+    return scope
+
+
+def visible_scopes(scope: str | None) -> tuple[str, ...]:
+    """The scope keys a reader of ``scope`` sees: its own and the unscoped memories (an
+    unscoped reader: only the unscoped)."""
+    return (UNSCOPED,) if scope is None else (UNSCOPED, scope)
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 
@@ -67,6 +110,8 @@ class NewMemory:
     created_at: float | None = None
     superseded_by: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    """The user, tenant or agent the memory belongs to (``None``: the whole project's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +129,9 @@ class MemoryRecord:
     round_id: str | None = None
     superseded_by: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    """The user, tenant or agent the memory belongs to (``None``: the whole project's); only
+    readers of that scope recall it."""
 
     @staticmethod
     def from_new(item: NewMemory) -> MemoryRecord:
@@ -100,7 +148,13 @@ class MemoryRecord:
             round_id=item.round_id,
             superseded_by=item.superseded_by,
             meta=dict(item.meta),
+            scope=item.scope or None,
         )
+
+    @property
+    def scope_key(self) -> str:
+        """The scope as a filter compares it (:data:`UNSCOPED` for none)."""
+        return self.scope or UNSCOPED
 
     def with_changes(self, **changes: Any) -> MemoryRecord:
         return replace(self, **changes, updated_at=now())
@@ -118,6 +172,7 @@ class MemoryRecord:
             "session_id": self.session_id,
             "round_id": self.round_id,
             "meta": self.meta,
+            "scope": self.scope,
         }
 
     @staticmethod
@@ -134,6 +189,7 @@ class MemoryRecord:
             round_id=data.get("round_id"),
             superseded_by=data.get("superseded_by"),
             meta=dict(data.get("meta") or {}),
+            scope=data.get("scope") or None,
         )
 
 

@@ -105,9 +105,10 @@ class VectorStorage(ReadOnlyMemoryStorage, Protocol):
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> list[ScoredMemory]:
         """The memories whose vectors are closest to ``vector`` (cosine; the score), with the
-        filters of ``search_by_keyword``."""
+        filters of ``search_by_keyword`` (``scopes`` in the backend's own query)."""
         ...
 
 
@@ -425,10 +426,12 @@ class SemanticSearch:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         if not isinstance(query, str) or not query.strip() or limit <= 0:
             return []
         pool = max(self.pool, limit * 2)
+        scoped: dict[str, Any] = {} if scopes is None else {"scopes": scopes}
         keyword_task = asyncio.ensure_future(
             self.storage.search_by_keyword(
                 query,
@@ -436,6 +439,7 @@ class SemanticSearch:
                 limit=pool,
                 include_superseded=include_superseded,
                 round_ids=round_ids,
+                **scoped,
             )
         )
         try:
@@ -453,5 +457,6 @@ class SemanticSearch:
             limit=pool,
             include_superseded=include_superseded,
             round_ids=round_ids,
+            **scoped,
         )
         return fuse(keyword, semantic, self.weight, limit)

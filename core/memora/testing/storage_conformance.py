@@ -393,6 +393,105 @@ class StorageConformance:
         finally:
             await again.close()
 
+    # -- scopes (a user, tenant or agent per memory: memora.memory.types.check_scope) -------------
+
+    async def _seed_scopes(self, store: MemoryStorage) -> dict[str, list[Any]]:
+        """Memories of three scopes and the project's, all holding the word "harbor"; bob's
+        rank highest, so a filter applied after a limited search would return nothing else."""
+        out: dict[str, list[Any]] = {"": [], "alice": [], "bob": [], "王芳": []}
+        for n in range(3):
+            out[""].append(await store.add(NewMemory(f"project note {n}: harbor schedule")))
+        for n in range(2):
+            out["alice"].append(
+                await store.add(NewMemory(f"alice asked about the harbor {n}", scope="alice"))
+            )
+        for n in range(30):
+            out["bob"].append(
+                await store.add(
+                    NewMemory(f"harbor harbor harbor bob {n}", scope="bob", source="persona")
+                )
+            )
+        out["王芳"].append(await store.add(NewMemory("王芳 的 harbor 记忆", scope="王芳")))
+        return out
+
+    async def test_backend_takes_scopes(self, store: MemoryStorage) -> None:
+        from ..memory.storage import accepts_scopes
+
+        assert accepts_scopes(store), (
+            "search_by_keyword, list, count, count_by_source (and search_by_vector) must take "
+            "scopes= (see memora.memory.storage)"
+        )
+
+    async def test_scopes_round_trip(self, store: MemoryStorage) -> None:
+        mine = await store.add(NewMemory("a note of alice's", scope="alice"))
+        project = await store.add(NewMemory("a note of the project's"))
+        assert mine.scope == "alice" and project.scope is None
+        got = await store.get(mine.id)
+        assert got is not None and got.scope == "alice", "get returns the memory's scope"
+        got = await store.get(project.id)
+        assert got is not None and got.scope is None, "an unscoped memory reads back unscoped"
+        newer = await store.supersede(mine.id, NewMemory("alice's corrected note", scope="alice"))
+        assert newer.scope == "alice"
+        chain = await store.history(newer.id)
+        assert [r.scope for r in chain] == ["alice", "alice"]
+
+    async def test_scopes_filter_every_read_in_the_query(self, store: MemoryStorage) -> None:
+        seeded = await self._seed_scopes(store)
+        ids = {scope: {r.id for r in records} for scope, records in seeded.items()}
+
+        def scopes_of(hits: list[Any]) -> set[str]:
+            return {(h.record if hasattr(h, "record") else h).scope or "" for h in hits}
+
+        alice = await store.search_by_keyword("harbor", limit=5, scopes=("", "alice"))
+        assert scopes_of(alice) <= {"", "alice"}, "a reader of alice sees no other scope"
+        assert len(alice) == 5, (
+            "the scope filter is part of the query: the limit counts only visible memories "
+            "(bob's 30 better-ranked memories must not crowd alice's out)"
+        )
+        assert {h.record.id for h in alice} == ids[""] | ids["alice"]
+        project = await store.search_by_keyword("harbor", limit=50, scopes=("",))
+        assert {h.record.id for h in project} == ids[""], "an unscoped reader sees only unscoped"
+        assert await store.search_by_keyword("harbor", scopes=()) == [], "no scope: nothing"
+        cjk = await store.search_by_keyword("记忆", limit=50, scopes=("", "王芳"))
+        assert {h.record.id for h in cjk} == ids["王芳"], "a scope in any script"
+        assert await store.search_by_keyword("记忆", limit=50, scopes=("", "alice")) == []
+        every = await store.search_by_keyword("harbor", limit=100)
+        assert len(every) == 36, "without scopes= a search reads every memory (the owner's)"
+        assert (
+            scopes_of(
+                await store.search_by_keyword("harbor", source="persona", scopes=("", "alice"))
+            )
+            == set()
+        ), "source and scope filters combine"
+
+        listed = await store.list(limit=100, scopes=("", "alice"))
+        assert {r.id for r in listed} == ids[""] | ids["alice"]
+        page = await store.list(limit=2, offset=0, scopes=("alice",))
+        assert {r.id for r in page} == ids["alice"], "list pages over visible memories only"
+        assert len(await store.list(limit=100)) == 36
+        assert await store.count(scopes=("", "alice")) == 5
+        assert await store.count(scopes=("bob",)) == 30
+        assert await store.count() == 36
+        assert await store.count_by_source("persona", scopes=("", "alice")) == 0
+        assert await store.count_by_source("persona", scopes=("bob",)) == 30
+        assert await store.count_by_source("round_summary", scopes=("",)) == 3
+
+    async def test_reopen_keeps_scopes(self, tmp_path: Path) -> None:
+        if not self.persistent:
+            pytest.skip("backend is not persistent")
+        store = await self.open_storage(tmp_path)
+        await store.add(NewMemory("alice's harbor", scope="alice"))
+        await store.add(NewMemory("the project's harbor"))
+        await store.close()
+        again = await self.open_storage(tmp_path)
+        try:
+            hits = await again.search_by_keyword("harbor", scopes=("",))
+            assert [h.record.content for h in hits] == ["the project's harbor"], (
+                "a reopened store keeps every memory's scope"
+            )
+        finally:
+            await again.close()
+
     # -- vectors (semantic recall; backends that keep them: memora.memory.vectors) ---------------
 
     async def _vector_store(self, store: MemoryStorage) -> VectorStorage:
@@ -441,6 +540,24 @@ class StorageConformance:
         assert [r.content for r in await vs.missing_vectors("t:4")] == [
             "the dog note, corrected"
         ], "a new memory has no vector until one is put"
+
+    async def test_vectors_respect_scopes(self, store: MemoryStorage) -> None:
+        vs = await self._vector_store(store)
+        mine = await store.add(NewMemory("alice's", scope="alice"))
+        theirs = [await store.add(NewMemory(f"bob's {n}", scope="bob")) for n in range(60)]
+        project = await store.add(NewMemory("the project's"))
+        await vs.put_vectors(
+            "t:2",
+            [(mine.id, normalize([0.8, 0.6])), (project.id, normalize([0.6, 0.8]))]
+            + [(r.id, normalize([1, 0])) for r in theirs],
+        )
+        hits = await vs.search_by_vector("t:2", [1.0, 0.0], limit=2, scopes=("", "alice"))
+        assert [h.record.id for h in hits] == [mine.id, project.id], (
+            "the scope filter is part of the vector search: bob's 60 closer vectors neither "
+            "show nor crowd out what alice may see"
+        )
+        only = await vs.search_by_vector("t:2", [1.0, 0.0], limit=5, scopes=("",))
+        assert [h.record.id for h in only] == [project.id]
 
     async def test_vectors_follow_updates_and_deletes(self, store: MemoryStorage) -> None:
         vs = await self._vector_store(store)

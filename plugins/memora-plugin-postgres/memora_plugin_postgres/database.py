@@ -164,9 +164,20 @@ async def _m2_vectors(conn: AsyncConnection[Any]) -> None:
     )
 
 
+async def _m3_scopes(conn: AsyncConnection[Any]) -> None:
+    # memory scopes (a user, tenant or agent): '' is the project's own, unscoped memory; a
+    # session belongs to a scope too
+    await conn.execute("ALTER TABLE memora_memories ADD COLUMN scope text NOT NULL DEFAULT ''")
+    await conn.execute(
+        "CREATE INDEX memora_memories_scope ON memora_memories (namespace, scope, created_at DESC)"
+    )
+    await conn.execute("ALTER TABLE memora_sessions ADD COLUMN scope text NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_tables", _m1_tables),
     ("0002_vectors", _m2_vectors),
+    ("0003_scopes", _m3_scopes),
 ]
 """Applied in order, each once, recorded in ``memora_migrations``; new ones are appended."""
 

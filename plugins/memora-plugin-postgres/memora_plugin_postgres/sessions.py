@@ -27,11 +27,13 @@ _INFO = """
 SELECT s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id, s.archived,
        count(l.seq) FILTER (WHERE l.kind = 'round'),
        max((l.body->>'ended_at')::double precision) FILTER (WHERE l.kind = 'round'),
-       (array_agg(l.body->>'user' ORDER BY l.seq) FILTER (WHERE l.kind = 'round'))[1]
+       (array_agg(l.body->>'user' ORDER BY l.seq) FILTER (WHERE l.kind = 'round'))[1],
+       s.scope
 FROM memora_sessions s
 LEFT JOIN memora_session_lines l ON l.namespace = s.namespace AND l.session_id = s.id
 WHERE s.namespace = %s {where}
-GROUP BY s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id, s.archived
+GROUP BY s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id, s.archived,
+         s.scope
 """
 
 
@@ -45,6 +47,7 @@ def _info(row: Sequence[Any]) -> SessionInfo:
         fork_round_id=row[5],
         archived=row[6],
         round_count=int(row[7] or 0),
+        scope=row[10] or None,
     )
     if not info.title and row[9] and row[9].strip():
         info.title = row[9].strip().splitlines()[0][:80]
@@ -76,18 +79,20 @@ class PostgresSessionStore:
             )
         return _info(row)
 
-    async def create(self, title: str = "", session_id: str | None = None) -> SessionInfo:
+    async def create(
+        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
+    ) -> SessionInfo:
         sid = session_id or f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         t = time.time()
         async with await self._conn() as conn:
             cur = await conn.execute(
-                "INSERT INTO memora_sessions (namespace, id, title, created_at, updated_at) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (self.namespace, sid, title, t, t),
+                "INSERT INTO memora_sessions (namespace, id, title, created_at, updated_at, scope) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (self.namespace, sid, title, t, t, scope or ""),
             )
             if cur.rowcount != 1:
                 raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
-        return SessionInfo(id=sid, title=title, created_at=t, updated_at=t)
+        return SessionInfo(id=sid, title=title, created_at=t, updated_at=t, scope=scope)
 
     async def get(self, session_id: str) -> SessionInfo:
         async with await self._conn() as conn:
@@ -170,8 +175,17 @@ class PostgresSessionStore:
             new_title = title or (source.title + " (fork)").strip()
             await conn.execute(
                 "INSERT INTO memora_sessions (namespace, id, title, created_at, updated_at, "
-                "parent_id, fork_round_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (self.namespace, new_id, new_title, t, t, session_id, at_round_id),
+                "parent_id, fork_round_id, scope) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    self.namespace,
+                    new_id,
+                    new_title,
+                    t,
+                    t,
+                    session_id,
+                    at_round_id,
+                    source.scope or "",  # a fork stays its owner's
+                ),
             )
             async with conn.cursor() as c:
                 await c.executemany(

@@ -31,6 +31,7 @@ from memora.memory.storage import (
     clamp_limit,
     record_from_row,
     record_to_row,
+    scope_keys,
     score_records,
     tokens_of,
     update_changes,
@@ -46,7 +47,7 @@ logger = logging.getLogger("memora.plugins.postgres")
 
 _COLUMNS = (
     "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
-    "session_id, round_id, meta"
+    "session_id, round_id, meta, scope"
 )
 _ANALYZE_AFTER = 5000  # rows in one add_many that count as a bulk import
 _MAX_POSITION = 16383  # PostgreSQL's largest tsvector position
@@ -135,7 +136,7 @@ class PostgresStorage:
 
     _INSERT = (
         f"INSERT INTO memora_memories (namespace, {_COLUMNS}, lexemes) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector) "
         "ON CONFLICT (namespace, id) DO NOTHING"
     )
 
@@ -272,8 +273,9 @@ class PostgresStorage:
         limit: int = 50,
         offset: int = 0,
         include_superseded: bool = True,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[MemoryRecord]:
-        where, args = self._filters(source, include_superseded, None)
+        where, args = self._filters(source, include_superseded, None, scopes)
         async with await self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT {_COLUMNS} FROM memora_memories WHERE {' AND '.join(where)} "
@@ -283,7 +285,11 @@ class PostgresStorage:
             return [record_from_row(r) for r in await cur.fetchall()]
 
     def _filters(
-        self, source: str | None, include_superseded: bool, round_ids: builtins.list[str] | None
+        self,
+        source: str | None,
+        include_superseded: bool,
+        round_ids: builtins.list[str] | None,
+        scopes: Collection[str] | None = None,
     ) -> tuple[builtins.list[str], builtins.list[Any]]:
         where = ["namespace = %s"]
         args: builtins.list[Any] = [self.namespace]
@@ -295,6 +301,10 @@ class PostgresStorage:
         if round_ids is not None:
             where.append("round_id = ANY(%s)")
             args.append(round_ids)
+        if scopes is not None:
+            # in the query itself: a page counts only what this reader may see
+            where.append("scope = ANY(%s)")
+            args.append(scope_keys(scopes))
         return where, args
 
     async def search_by_keyword(
@@ -305,6 +315,7 @@ class PostgresStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         self._check_open()
         if not isinstance(query, str):
@@ -314,7 +325,7 @@ class PostgresStorage:
         ids = list(round_ids) if round_ids is not None else None
         if tsquery is None or limit == 0 or ids == []:
             return []
-        where, args = self._filters(source, include_superseded, ids)
+        where, args = self._filters(source, include_superseded, ids, scopes)
         # Candidates in index rank order, then the kernel's phrase check and BM25.  A page
         # larger than `limit` leaves room for candidates the phrase check drops; more pages are
         # read only when it dropped too many.
@@ -401,6 +412,7 @@ class PostgresStorage:
         limit: int = 10,
         include_superseded: bool = False,
         round_ids: Collection[str] | None = None,
+        scopes: Collection[str] | None = None,
     ) -> builtins.list[ScoredMemory]:
         """Cosine of unit vectors by brute force in this process (numpy when installed): the
         space's vectors are read once, then only the rows written since (by any process); the
@@ -410,7 +422,7 @@ class PostgresStorage:
         ids = list(round_ids) if round_ids is not None else None
         if limit == 0 or ids == []:
             return []
-        where, args = self._filters(source, include_superseded, ids)
+        where, args = self._filters(source, include_superseded, ids, scopes)
         async with await self._conn() as conn:
             rows = await self._vector_rows(conn, space)
             k = max(limit * 4, 40)
@@ -458,14 +470,14 @@ class PostgresStorage:
         self._vectors[space] = (xmin, rows)
         return rows
 
-    async def count(self) -> int:
-        return await self._count(None)
+    async def count(self, *, scopes: Collection[str] | None = None) -> int:
+        return await self._count(None, scopes)
 
-    async def count_by_source(self, source: str) -> int:
-        return await self._count(source)
+    async def count_by_source(self, source: str, *, scopes: Collection[str] | None = None) -> int:
+        return await self._count(source, scopes)
 
-    async def _count(self, source: str | None) -> int:
-        where, args = self._filters(source, True, None)
+    async def _count(self, source: str | None, scopes: Collection[str] | None) -> int:
+        where, args = self._filters(source, True, None, scopes)
         async with await self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT count(*) FROM memora_memories WHERE {' AND '.join(where)}", args
