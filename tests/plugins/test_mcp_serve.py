@@ -89,3 +89,48 @@ def test_serve_without_data_says_so(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 1 and "no memora data" in r.stderr
+
+
+async def test_mcp_serve_reads_as_the_scope_it_is_given(tmp_path: Path) -> None:
+    """`memora mcp serve --scope alice`: alice's memories, rounds and sessions with the
+    project's; without --scope, the project's only; never bob's."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    data = project / ".memora" / "data"
+    for user, said in (("alice", "my harbor pass is 4711"), ("bob", "my harbor pass is 9999")):
+        async with Agent(
+            project_path=project,
+            data_dir=data,
+            provider=ScriptedProvider(default=text("noted")),
+            load_entrypoints=False,
+            memory_scope=user,
+        ) as agent:
+            [c async for c in agent.chat(said)]
+            await agent.idle()
+    async with Agent(
+        project_path=project,
+        data_dir=data,
+        load_entrypoints=False,
+        provider=ScriptedProvider(default=text("ok")),
+    ) as owner:
+        await owner.memory.write(NewMemory("the harbor opens at six"))
+
+    def params(*extra: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memora", "mcp", "serve", "--project", str(project), *extra],
+            env={"MEMORA_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")},
+        )
+
+    async with Client(params("--scope", "alice")) as client:
+        hits = _text(await client.call_tool("memory_search", {"query": "harbor", "limit": 20}))
+        contents = " ".join(h["content"] for h in hits)
+        assert "4711" in contents and "six" in contents and "9999" not in contents
+        stats = _text(await client.call_tool("memory_stats", {}))
+        assert stats["memories"] == 2 and stats["sessions"] == 1
+        rounds = _text(await client.call_tool("recent_rounds", {"limit": 10}))
+        assert [r["user"] for r in rounds] == ["my harbor pass is 4711"]
+    async with Client(params()) as client:
+        hits = _text(await client.call_tool("memory_search", {"query": "harbor", "limit": 20}))
+        assert [h["content"] for h in hits] == ["the harbor opens at six"]
+        assert _text(await client.call_tool("recent_rounds", {"limit": 10})) == []

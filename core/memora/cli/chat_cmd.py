@@ -32,6 +32,7 @@ from .common import (
     role_pack_options,
     safe,
     say_small_model,
+    scope_option,
     start_agent,
     storage_option,
 )
@@ -373,6 +374,7 @@ def _input_with_history(history: Path) -> Any:
 @storage_option
 @role_pack_options
 @click.option("--session", default=None, help="Session id (default: the most recent one).")
+@scope_option
 @approval_options
 def chat_cmd(
     provider: str | None,
@@ -385,6 +387,7 @@ def chat_cmd(
     role_pack: str | None,
     role_pack_dirs: tuple[Path, ...],
     session: str | None,
+    scope: str | None,
     approvals: str | None,
 ) -> None:
     """Talk to memora in the terminal; the most recent session is resumed.  Tool calls that
@@ -412,6 +415,7 @@ def chat_cmd(
         project_trust=ask_trust,
         role_pack_dirs=list(role_pack_dirs),
         session_id=session,
+        memory_scope=scope,
         **agent_mode(approvals),
         **explicit,
     )

@@ -138,12 +138,34 @@ class StorageTarget:
     """Where a command works: the project, its data folder and its settings."""
 
     def __init__(
-        self, project: Path, data_dir: Path | None, config_dir: Path | None, storage: str | None
+        self,
+        project: Path,
+        data_dir: Path | None,
+        config_dir: Path | None,
+        storage: str | None,
+        *,
+        scope: str | None = None,
+        all_scopes: bool = False,
     ) -> None:
         self.project = project.resolve()
         self.data_dir = data_dir_for(self.project, data_dir)
         self.config_dir = config_dir
         self.storage = storage
+        self.scope = scope
+        """``--scope``: whose memory and sessions (``None``: the project's unscoped)."""
+        self.all_scopes = all_scopes
+        """``--all-scopes``: every scope's (the project owner's view)."""
+
+    def memory(self, store: Any) -> Any:
+        """``store`` as this command's scope sees it (a :class:`MemoryManager` view)."""
+        from ..memory.manager import MemoryManager
+
+        manager = MemoryManager(store)
+        return manager.all_scopes() if self.all_scopes else manager.for_scope(self.scope)
+
+    def sees_session(self, info: Any) -> bool:
+        """Whether the session ``info`` is this command's scope's."""
+        return self.all_scopes or getattr(info, "scope", None) == self.scope
 
     def settings(self) -> Settings:
         return settings_for(self.project, self.config_dir, storage=self.storage)
@@ -174,11 +196,52 @@ def store_options(fn: F) -> F:
         data_dir: Path | None,
         config_dir: Path | None,
         storage: str | None = None,
+        scope: str | None = None,
+        all_scopes: bool = False,
         **kwargs: Any,
     ) -> Any:
-        return fn(*args, where=StorageTarget(project, data_dir, config_dir, storage), **kwargs)
+        if scope is not None and all_scopes:
+            raise click.UsageError("--scope and --all-scopes exclude each other")
+        where = StorageTarget(
+            project, data_dir, config_dir, storage, scope=scope, all_scopes=all_scopes
+        )
+        return fn(*args, where=where, **kwargs)
 
-    return storage_option(location_options(wrapper))  # type: ignore[return-value]
+    return scope_options(storage_option(location_options(wrapper)))  # type: ignore[return-value]
+
+
+def _check_scope_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from ..errors import MemoraError
+    from ..memory.types import check_scope
+
+    try:
+        return check_scope(value, "--scope")
+    except MemoraError as exc:
+        raise click.BadParameter(exc.message) from exc
+
+
+def scope_option(fn: F) -> F:
+    """--scope NAME: work as that user, tenant or agent (its memories and sessions, and the
+    project's unscoped memories)."""
+    return click.option(
+        "--scope",
+        default=None,
+        envvar="MEMORA_SCOPE",
+        callback=_check_scope_option,
+        help="Whose memory and sessions: a user, tenant or agent name (env MEMORA_SCOPE). "
+        "Default: the project's unscoped ones.",
+    )(fn)
+
+
+def scope_options(fn: F) -> F:
+    """--scope NAME and --all-scopes."""
+    return scope_option(
+        click.option(
+            "--all-scopes",
+            is_flag=True,
+            help="Every scope's memories and sessions (the project owner's view).",
+        )(fn)
+    )
 
 
 SMALL_MODEL_NOTE = (

@@ -16,16 +16,18 @@ from .common import StorageTarget, store_options
 
 
 async def _newest_rounds(
-    store: Any, count: int, session: str | None, words: list[str]
+    store: Any, count: int, session: str | None, words: list[str], where: StorageTarget
 ) -> list[tuple[Any, Any]]:
     """``(session info, round)`` pairs, newest first, at most ``count``: sessions are read in
     the order they were last updated, and reading stops once no older session can hold a
     round newer than those found."""
     if session is not None:
-        infos = [await store.get(session)]
+        infos = [i for i in [await store.get(session)] if where.sees_session(i)]
     else:
         infos = sorted(
-            await store.list(include_archived=True), key=lambda i: i.updated_at, reverse=True
+            (i for i in await store.list(include_archived=True) if where.sees_session(i)),
+            key=lambda i: i.updated_at,
+            reverse=True,
         )
     found: list[tuple[Any, Any]] = []
     for info in infos:
@@ -105,7 +107,7 @@ def logs_cmd(
     async def main() -> list[tuple[Any, Any]]:
         store = where.open_sessions()
         try:
-            return await _newest_rounds(store, count, session, words)
+            return await _newest_rounds(store, count, session, words, where)
         finally:
             await store.close()
 

@@ -52,10 +52,11 @@ def memory_group() -> None:
 def search_cmd(
     query: str, where: StorageTarget, source: str | None, limit: int, as_json: bool
 ) -> None:
-    """Keyword search (Chinese and English), most relevant first."""
+    """Keyword search (Chinese and English), most relevant first: the project's unscoped
+    memories, with --scope NAME also that scope's, with --all-scopes every scope's."""
 
     async def work(store: Any) -> list[Any]:
-        return list(await store.search_by_keyword(query, source=source, limit=limit))
+        return list(await where.memory(store).search(query, source=source, limit=limit))
 
     hits = _run(where, work, read_only=True)
     if as_json:
@@ -68,6 +69,8 @@ def search_cmd(
                         "name": h.record.name,
                         "content": h.record.content,
                         "score": round(h.score, 6),
+                        # as in an export: the scope when the memory has one
+                        **({"scope": h.record.scope} if h.record.scope else {}),
                     }
                     for h in hits
                 ]
@@ -78,7 +81,10 @@ def search_cmd(
         click.echo("no results")
     for h in hits:
         # memory text was written by a model or imported from a file: cleaned for the terminal
-        click.echo(clean(f"{h.score:7.3f}  {h.record.id}  [{h.record.source}] {h.record.name}"))
+        owner = f" ({h.record.scope})" if h.record.scope else ""
+        click.echo(
+            clean(f"{h.score:7.3f}  {h.record.id}  [{h.record.source}]{owner} {h.record.name}")
+        )
         click.echo(f"         {clean(h.record.content[:200], newlines=False)}")
 
 
@@ -86,11 +92,10 @@ def search_cmd(
 @store_options
 @click.option("--json", "as_json", is_flag=True)
 def stats_cmd(where: StorageTarget, as_json: bool) -> None:
-    """Totals by source label."""
-    from ..memory.manager import MemoryManager
+    """Totals by source label (of the memories the scope options select)."""
 
     async def work(store: Any) -> Any:
-        return await MemoryManager(store).snapshot()
+        return await where.memory(store).snapshot()
 
     snap = _run(where, work, read_only=True)
     if as_json:
@@ -109,7 +114,7 @@ def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
     """Show a memory's supersede chain, oldest first."""
 
     async def work(store: Any) -> list[Any]:
-        return list(await store.history(memory_id))
+        return list(await where.memory(store).history(memory_id))
 
     chain = _run(where, work, read_only=True)
     if as_json:
@@ -135,7 +140,8 @@ def _show_record(r: Any) -> None:
     # a memory's text was written by a model or imported from a file: cleaned for the terminal
     click.echo(clean(f"{r.id}  [{r.source}] {r.name}"))
     state = f"superseded by {r.superseded_by}" if r.superseded_by else "current"
-    click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}"))
+    owner = f" · scope {r.scope}" if r.scope else ""
+    click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}{owner}"))
     for key in ("written", "grounding", "edited", "forgotten"):
         if key in r.meta:
             click.echo(clean(f"  {key}: {json.dumps(r.meta[key], ensure_ascii=False)}"))
@@ -150,10 +156,9 @@ def _show_record(r: Any) -> None:
 def show_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
     """Show one memory whole: its text, where it came from (session, round), how it was
     written, and whether it was edited, forgotten or superseded."""
-    from ..memory.manager import MemoryManager
 
     async def work(store: Any) -> Any:
-        return await MemoryManager(store).get(memory_id)
+        return await where.memory(store).get(memory_id)
 
     record = _run(where, work, read_only=True)
     if as_json:
@@ -171,10 +176,8 @@ def show_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
 def edit_cmd(memory_id: str, where: StorageTarget, content: str | None) -> None:
     """Correct a memory: the new text supersedes it (`memora memory history ID` keeps the
     chain, with who edited it and when)."""
-    from ..memory.manager import MemoryManager
-
     if content is None:
-        current = _run(where, lambda store: MemoryManager(store).get(memory_id), read_only=True)
+        current = _run(where, lambda store: where.memory(store).get(memory_id), read_only=True)
         edited = click.edit(current.content, extension=".md", require_save=True)
         if edited is None or edited.strip() == current.content.strip():
             click.echo("unchanged: nothing written", err=True)
@@ -182,7 +185,7 @@ def edit_cmd(memory_id: str, where: StorageTarget, content: str | None) -> None:
         content = edited.strip()
 
     async def work(store: Any) -> Any:
-        return await MemoryManager(store).edit(memory_id, content, by=_who())
+        return await where.memory(store).edit(memory_id, content, by=_who())
 
     record = _run(where, work)
     click.echo(f"{record.id} supersedes {memory_id}")
@@ -194,10 +197,9 @@ def edit_cmd(memory_id: str, where: StorageTarget, content: str | None) -> None:
 def forget_cmd(memory_id: str, where: StorageTarget) -> None:
     """Take a memory out of recall (searches, the model's memory_search, exports of current
     memories); the chain records who forgot it and when."""
-    from ..memory.manager import MemoryManager
 
     async def work(store: Any) -> Any:
-        return await MemoryManager(store).forget(memory_id, by=_who())
+        return await where.memory(store).forget(memory_id, by=_who())
 
     _run(where, work)
     click.echo(f"forgotten: {memory_id}")
@@ -213,20 +215,30 @@ def forget_cmd(memory_id: str, where: StorageTarget) -> None:
     help="File to write (default: stdout).",
 )
 def export_cmd(where: StorageTarget, output: Path | None) -> None:
-    """Export every memory as JSONL, one memory a line."""
+    """Export memories as JSONL, one memory a line: the project's unscoped ones, with --scope
+    NAME that scope's too, with --all-scopes every memory (a whole backup)."""
 
-    async def work(store: Any) -> list[Any]:
+    async def work(store: Any) -> tuple[list[Any], int]:
+        memory = where.memory(store)
         out, offset = [], 0
-        with progress("exporting", await store.count()) as advance:
+        with progress("exporting", await memory.count()) as advance:
             while True:
-                page = await store.list(limit=1000, offset=offset)
+                page = await memory.list(limit=1000, offset=offset)
                 out.extend(page)
                 advance(len(page))
                 if len(page) < 1000:
-                    return out
+                    break
                 offset += 1000
+        total = await memory.all_scopes().count() if memory.scopes is not None else len(out)
+        return out, int(total) - len(out)
 
-    records = _run(where, work, read_only=True)
+    records, left = _run(where, work, read_only=True)
+    if left > 0:
+        click.echo(
+            f"memora: {left} memories of other scopes were not exported "
+            "(--all-scopes exports every scope's)",
+            err=True,
+        )
     lines = [
         json.dumps(
             {
@@ -254,7 +266,10 @@ def export_cmd(where: StorageTarget, output: Path | None) -> None:
 )
 @store_options
 def import_cmd(file: Path, where: StorageTarget) -> None:
-    """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is bad."""
+    """Import JSONL memories (idempotent on "id" when given). Nothing is written if a line is
+    bad.  A line keeps its "scope"; with --scope NAME, lines without one go into NAME."""
+    from dataclasses import replace
+
     from ..memory.types import NewMemory
 
     raw = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
@@ -266,6 +281,8 @@ def import_cmd(file: Path, where: StorageTarget) -> None:
         for n, chunk in enumerate(chunks, 1):
             advance(1)
             _parse_line(file, n, chunk, items)
+    if where.scope is not None:
+        items = [i if i.scope else replace(i, scope=where.scope) for i in items]
 
     async def work(store: Any) -> int:
         before = await store.count()
@@ -319,6 +336,7 @@ def _parse_line(file: Path, n: int, chunk: bytes, items: list[Any]) -> None:
                 else None,
                 superseded_by=data.get("superseded_by"),
                 meta=dict(data.get("meta") or {}),
+                scope=data.get("scope") or None,
             )
         )
         created = items[-1].created_at
@@ -354,6 +372,19 @@ def _with_sessions(where: StorageTarget, work: Callable[[Any], Awaitable[T]]) ->
         raise click.ClickException(str(exc)) from exc
 
 
+async def _session_of(where: StorageTarget, store: Any, session_id: str) -> Any:
+    """The session ``session_id`` if the scope options select it, else ``NOT_FOUND``."""
+    from ..errors import NotFoundError
+
+    info = await store.get(session_id)
+    if not where.sees_session(info):
+        hint = f"scope {info.scope}" if info.scope else "no scope"
+        raise NotFoundError(
+            f"no session {session_id!r} here: it belongs to {hint} (--scope, --all-scopes)"
+        )
+    return info
+
+
 @sessions_group.command("list")
 @store_options
 @click.option("--all", "include_archived", is_flag=True, help="Include archived sessions.")
@@ -362,7 +393,8 @@ def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -
     """Sessions, most recently updated first."""
 
     async def work(store: Any) -> list[Any]:
-        return list(await store.list(include_archived=include_archived))
+        infos = await store.list(include_archived=include_archived)
+        return [i for i in infos if where.sees_session(i)]
 
     infos = _with_sessions(where, work)
     if as_json:
@@ -370,7 +402,8 @@ def sessions_list(where: StorageTarget, include_archived: bool, as_json: bool) -
         return
     for i in infos:
         flag = " (archived)" if i.archived else ""
-        click.echo(clean(f"{i.id}  rounds={i.round_count}  {i.title}{flag}", newlines=False))
+        owner = f"  scope={i.scope}" if i.scope else ""
+        click.echo(clean(f"{i.id}  rounds={i.round_count}{owner}  {i.title}{flag}", newlines=False))
 
 
 @sessions_group.command("show")
@@ -381,7 +414,8 @@ def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
     """One session and its rounds."""
 
     async def work(store: Any) -> tuple[Any, list[Any]]:
-        return await store.get(session_id), list(await store.rounds(session_id))
+        info = await _session_of(where, store, session_id)
+        return info, list(await store.rounds(session_id))
 
     info, rounds = _with_sessions(where, work)
     if as_json:
@@ -405,6 +439,7 @@ def sessions_fork(
     """Copy a session's rounds (up to a round) into a new session."""
 
     async def work(store: Any) -> tuple[Any, int]:
+        await _session_of(where, store, session_id)
         info, count = await store.fork(session_id, at_round)
         return info, int(count)
 

@@ -29,6 +29,7 @@ from .common import (
     provider_options,
     role_pack_options,
     say_small_model,
+    scope_option,
     start_agent,
     storage_option,
 )
@@ -71,6 +72,7 @@ async def _run(
     tools: bool,
     approvals: str | None,
     output: Any = None,
+    scope: str | None = None,
 ) -> int:
     from ..agent import Agent
     from ..chunks import AgentChunk
@@ -92,6 +94,7 @@ async def _run(
         # is never read only to be left
         session_id=session if session is not None or continue_last or resume else new_session_id(),
         strategy_override=override,
+        memory_scope=scope,
         **agent_mode(approvals),
         **explicit,
     )
@@ -263,6 +266,7 @@ def _emit(chunk: Any, events: str, *, typed: bool = False) -> None:
 @storage_option
 @role_pack_options
 @click.option("--session", default=None, help="Continue this session (default: a new one).")
+@scope_option
 @click.option(
     "-c", "--continue", "continue_last", is_flag=True, help="Continue the most recent session."
 )
@@ -297,6 +301,7 @@ def run_cmd(
     role_pack: str | None,
     role_pack_dirs: tuple[Path, ...],
     session: str | None,
+    scope: str | None,
     continue_last: bool,
     resume: bool,
     tools: bool,
@@ -336,6 +341,7 @@ def run_cmd(
                 tools=tools,
                 approvals=approvals,
                 output=output,
+                scope=scope,
             )
         )
     except MemoraError as exc:

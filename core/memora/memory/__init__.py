@@ -22,6 +22,8 @@ _LAZY: dict[str, str] = {
     "SOURCE_LABELS": "memora.memory.types",
     "ScoredMemory": "memora.memory.types",
     "SessionInfo": "memora.memory.sessions",
+    "UNSCOPED": "memora.memory.types",
+    "check_scope": "memora.memory.types",
     "extract_keywords": "memora.memory.keywords",
     "index_tokens": "memora.memory.keywords",
     "query_terms": "memora.memory.keywords",
@@ -29,6 +31,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "SOURCE_LABELS",
+    "UNSCOPED",
     "InMemorySessionStore",
     "InMemoryStorage",
     "JsonFileStorage",
@@ -43,6 +46,7 @@ __all__ = [
     "RoundRecord",
     "ScoredMemory",
     "SessionInfo",
+    "check_scope",
     "extract_keywords",
     "index_tokens",
     "query_terms",
@@ -75,9 +79,11 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
     )
     from .types import (
         SOURCE_LABELS as SOURCE_LABELS,
+        UNSCOPED as UNSCOPED,
         MemoryRecord as MemoryRecord,
         NewMemory as NewMemory,
         ScoredMemory as ScoredMemory,
+        check_scope as check_scope,
     )
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

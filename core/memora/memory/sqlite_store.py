@@ -176,11 +176,18 @@ class _Core:
         self.db.execute("PRAGMA busy_timeout=10000")
         if not read_only:
             self._migrate()
+        elif not self._has_column("memories", "scope"):
+            # a file no writer has opened since scopes came: read it as it is, every memory
+            # the project's (a temporary view shadows the table on this connection only)
+            self.db.execute("CREATE TEMP VIEW memories AS SELECT *, '' AS scope FROM main.memories")
         # vectors per space, loaded on the first vector search; kept up to date by this
         # connection's writes and reloaded when another connection committed (data_version)
         self._vectors: dict[str, tuple[int, VectorRows]] = {}
         # per space: (data_version, rowid) — every memory up to rowid has a vector
         self._vectors_done: dict[str, tuple[int, int]] = {}
+
+    def _has_column(self, table: str, column: str) -> bool:
+        return any(r[1] == column for r in self.db.execute(f"PRAGMA table_info({table})"))
 
     def _migrate(self) -> None:
         db = self.db

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from memora.cli.common import StorageTarget, location_options, storage_option
+from memora.cli.common import StorageTarget, location_options, scope_option, storage_option
 from memora.errors import NotFoundError
 
 
@@ -22,11 +22,17 @@ def mcp_group() -> None:
 @mcp_group.command("serve")
 @location_options
 @storage_option
+@scope_option
 def serve_cmd(
-    project: Path, data_dir: Path | None, config_dir: Path | None, storage: str | None
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    storage: str | None,
+    scope: str | None,
 ) -> None:
     """Serve the project's memory read-only over MCP on stdin/stdout: keyword search, stats,
-    recent rounds, role packs.  For Claude Desktop-style clients:
+    recent rounds, role packs — the project's unscoped memory and sessions, or with --scope
+    NAME that user's too.  For Claude Desktop-style clients:
     {"command": "memora", "args": ["mcp", "serve", "--project", "/path/to/project"]}"""
     from memora.memory.storage import ReadOnlyView
     from memora.role_pack.manager import RolePackManager
@@ -34,7 +40,7 @@ def serve_cmd(
 
     from .server import MemoryServer, build_server
 
-    target = StorageTarget(project, data_dir, config_dir, storage)
+    target = StorageTarget(project, data_dir, config_dir, storage, scope=scope)
     if not target.data_dir.is_dir():
         raise NotFoundError(
             f"no memora data in {target.data_dir}; pass --data-dir, or run memora in the project first"
@@ -46,7 +52,9 @@ def serve_cmd(
         sessions = target.open_sessions()
         packs = RolePackManager(user_config_dir(config_dir), project_path=target.project)
         try:
-            yield MemoryServer(ReadOnlyView(storage_obj), sessions, packs, target.project)
+            yield MemoryServer(
+                ReadOnlyView(storage_obj), sessions, packs, target.project, scope=scope
+            )
         finally:
             for closer in (storage_obj, sessions):
                 with contextlib.suppress(Exception):

@@ -4,7 +4,9 @@ The server is built on the official ``mcp`` SDK (``MCPServer``) and talks over s
 tools only read: keyword search over the memory (round summaries, registered works), memory
 statistics, the recent rounds of the project's sessions, and the role packs' metadata.  The
 storage is opened through :class:`memora.memory.storage.ReadOnlyView` (and SQLite in read-only
-mode), so no tool can write, whatever a client sends.
+mode), so no tool can write, whatever a client sends.  With ``--scope NAME`` the server reads
+as that user, tenant or agent: its memories and the project's unscoped ones, and its sessions
+only (the filter is in the storage's own queries); without, the unscoped memories and sessions.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from memora import __version__
+from memora.memory.manager import MemoryManager
 from memora.memory.storage import ReadOnlyView
 
 __all__ = ["MemoryServer", "build_server"]
@@ -34,9 +37,22 @@ class MemoryServer:
     sessions: Any
     role_packs: Any
     project: Path
+    scope: str | None = None
+    """Whose memory and sessions the tools read (``None``: the project's unscoped)."""
+
+    def __post_init__(self) -> None:
+        # reads only, through the view of the scope: every query carries its filter
+        self.memory = MemoryManager(self.storage).for_scope(self.scope)  # type: ignore[arg-type]
+
+    async def _sessions(self) -> list[Any]:
+        return [
+            s
+            for s in await self.sessions.list(include_archived=True)
+            if getattr(s, "scope", None) == self.scope
+        ]
 
     async def search(self, query: str, limit: int, source: str | None) -> list[dict[str, Any]]:
-        hits = await self.storage.search_by_keyword(query, limit=limit, source=source)
+        hits = await self.memory.search(query, limit=limit, source=source)
         return [
             {
                 "id": h.record.id,
@@ -55,16 +71,21 @@ class MemoryServer:
         sources = ("round_summary", "work", "manual")
         return {
             "project": str(self.project),
-            "memories": await self.storage.count(),
-            "by_source": {s: await self.storage.count_by_source(s) for s in sources},
-            "sessions": len(await self.sessions.list(include_archived=True)),
+            "memories": await self.memory.count(),
+            "by_source": {s: await self.memory.count(s) for s in sources},
+            "sessions": len(await self._sessions()),
         }
 
     async def recent_rounds(self, limit: int, session_id: str | None) -> list[dict[str, Any]]:
         if session_id is not None:
+            info = await self.sessions.get(session_id)
+            if getattr(info, "scope", None) != self.scope:
+                from memora.errors import NotFoundError
+
+                raise NotFoundError(f"no session {session_id!r}")
             ids = [session_id]
         else:
-            ids = [s.id for s in await self.sessions.list(include_archived=True)][:5]
+            ids = [s.id for s in await self._sessions()][:5]
         rounds: list[dict[str, Any]] = []
         for sid in ids:
             for r in await self.sessions.rounds(sid):
