@@ -16,6 +16,7 @@ the text answers a single question and a data part ``{"slot": "answer"}`` severa
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,8 @@ from memora.errors import InvalidInputError, MemoraError
 
 from ._version import __version__
 from .bodies import MAX_TURN_CHARS
+from .errors import ApiError
+from .guard import USER_HEADER, scope_for
 from .hub import Hub
 
 __all__ = ["MemoraExecutor", "a2a_routes", "agent_card", "session_for"]
@@ -125,6 +128,25 @@ def _typed(message: Any) -> OutputSpec | None:
     return OutputSpec.from_json_schema(schema)
 
 
+_CALLER: contextvars.ContextVar[tuple[Any, str | None]] = contextvars.ContextVar(
+    "memora_a2a_caller", default=(None, None)
+)
+"""The request's token and ``X-Memora-User`` header, set by the guarded endpoint for the
+executor (the A2A SDK runs it in the request's context)."""
+
+
+def _scope(message: Any) -> str | None:
+    """The user a message acts for: ``metadata.user`` or the ``X-Memora-User`` header, when
+    the caller may act for users; else the token's own scope."""
+    token, header = _CALLER.get()
+    user = None
+    if message.HasField("metadata"):
+        user = MessageToDict(message.metadata).get("user")
+    if user is not None and header is not None and user != header:
+        raise InvalidInputError("the X-Memora-User header and metadata.user differ")
+    return scope_for(token, user if user is not None else header)  # ApiError: refused
+
+
 class MemoraExecutor(AgentExecutor):
     """Runs A2A messages as turns of a project's sessions in the :class:`Hub`."""
 
@@ -145,29 +167,31 @@ class MemoraExecutor(AgentExecutor):
         text = context.get_user_input().strip()
         data = [d for d in get_data_parts(list(message.parts)) if isinstance(d, dict)]
         try:
+            scope = _scope(message)
             if len(text) > MAX_TURN_CHARS:  # the same limit as a REST or AG-UI turn
                 raise InvalidInputError(f"the message is over {MAX_TURN_CHARS} characters")
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
-                log = await self._answer(session, text, data[0] if data else None)
+                log = await self._answer(session, text, data[0] if data else None, scope)
             else:
                 log = await self.hub.start_turn(
-                    self.project, session, text, output=_typed(message), create=True
+                    self.project, session, text, output=_typed(message), create=True, scope=scope
                 )
-        except MemoraError as exc:
-            await updater.failed(
-                updater.new_agent_message([Part(text=f"{exc.code.value}: {exc.message}")])
-            )
+        except (MemoraError, ApiError) as exc:
+            code = exc.code.value if isinstance(exc, MemoraError) else exc.code
+            await updater.failed(updater.new_agent_message([Part(text=f"{code}: {exc.message}")]))
             return
         await updater.start_work()
         # one artifact, the answer: text streamed before a pause (narration) is replaced by the
         # final answer when the turn ends
         await self._follow(updater, log, f"answer-{task.id}", earlier=bool(task.artifacts))
 
-    async def _answer(self, session: str, text: str, data: dict[str, Any] | None) -> Any:
-        agent = await self.hub.agent(self.project, session)
+    async def _answer(
+        self, session: str, text: str, data: dict[str, Any] | None, scope: str | None
+    ) -> Any:
+        agent = await self.hub.agent(self.project, session, scope=scope)
         paused = agent.paused_turn
         if paused is None:
-            return await self.hub.start_turn(self.project, session, text, create=True)
+            return await self.hub.start_turn(self.project, session, text, create=True, scope=scope)
         if paused.kind == "question":
             questions = getattr(paused.paused, "questions", [])
             answers = (
@@ -175,16 +199,21 @@ class MemoraExecutor(AgentExecutor):
                 if data is not None
                 else {q.slot: text for q in questions[:1]}
             )
-            return await self.hub.continue_turn(self.project, session, answers=answers)
+            return await self.hub.continue_turn(self.project, session, answers=answers, scope=scope)
         call_id = str(getattr(paused.paused, "tool_call_id", ""))
         decision = str((data or {}).get("decision") or text).strip().lower()
         if decision in _YES:
             args = (data or {}).get("args")
             return await self.hub.continue_turn(
-                self.project, session, approve=(call_id, args if isinstance(args, dict) else None)
+                self.project,
+                session,
+                approve=(call_id, args if isinstance(args, dict) else None),
+                scope=scope,
             )
         reason = str((data or {}).get("reason") or ("" if decision in _NO else text))
-        return await self.hub.continue_turn(self.project, session, deny=(call_id, reason))
+        return await self.hub.continue_turn(
+            self.project, session, deny=(call_id, reason), scope=scope
+        )
 
     async def _follow(
         self, updater: TaskUpdater, log: Any, artifact: str, *, earlier: bool = False
@@ -274,7 +303,10 @@ class MemoraExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.context_id:
-            await self.hub.abort(self.project, session_for(context.context_id))
+            token, header = _CALLER.get()
+            await self.hub.abort(
+                self.project, session_for(context.context_id), scope=scope_for(token, header)
+            )
         if context.task_id and context.context_id:
             await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
@@ -325,6 +357,10 @@ def _guarded(route: Route, guard: Guard, project: str) -> Route:
         refused = await guard(request, "write", project)
         if refused is not None:
             return refused
+        # who calls, for the executor (its tasks are made in this context)
+        _CALLER.set(
+            (getattr(request.state, "memora_token", None), request.headers.get(USER_HEADER))
+        )
         return await inner(request)
 
     return Route(route.path, endpoint, methods=list(route.methods or ["POST"]), name=route.name)

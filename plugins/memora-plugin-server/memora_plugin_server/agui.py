@@ -94,28 +94,39 @@ def _typed(run_input: RunAgentInput) -> OutputSpec | None:
     return OutputSpec.from_json_schema(schema)
 
 
-async def run(hub: Hub, project: str, run_input: RunAgentInput) -> tuple[TurnLog, AguiTranslator]:
-    """Start the run's turn (or answer the interrupt and continue it) in the hub."""
+async def run(
+    hub: Hub, project: str, run_input: RunAgentInput, *, scope: str | None = None
+) -> tuple[TurnLog, AguiTranslator]:
+    """Start the run's turn (or answer the interrupt and continue it) in the hub, as the user
+    ``scope`` (``forwardedProps.user``, checked by the route)."""
     session = run_input.thread_id
     if run_input.resume:
         entry = run_input.resume[0]
         payload = entry.payload if isinstance(entry.payload, dict) else {}
         if entry.interrupt_id.startswith(QUESTIONS_PREFIX):
             answers = {str(k): str(v) for k, v in payload.items()}
-            log = await hub.continue_turn(project, session, answers=answers)
+            log = await hub.continue_turn(project, session, answers=answers, scope=scope)
         elif entry.status == "cancelled" or payload.get("decision") == "deny":
             reason = str(payload.get("reason") or "denied")
-            log = await hub.continue_turn(project, session, deny=(entry.interrupt_id, reason))
+            log = await hub.continue_turn(
+                project, session, deny=(entry.interrupt_id, reason), scope=scope
+            )
         else:
             args = payload.get("args")
             log = await hub.continue_turn(
                 project,
                 session,
                 approve=(entry.interrupt_id, args if isinstance(args, dict) else None),
+                scope=scope,
             )
     else:
         log = await hub.start_turn(
-            project, session, _last_user_text(run_input), output=_typed(run_input), create=True
+            project,
+            session,
+            _last_user_text(run_input),
+            output=_typed(run_input),
+            create=True,
+            scope=scope,
         )
     return log, AguiTranslator(run_input.thread_id, run_input.run_id)
 

@@ -41,6 +41,13 @@ MAX_JSON_DEPTH = 64
 """Deeper JSON is refused before anything parses it (a parser recursing 1,000 levels fails)."""
 
 
+_USER = (
+    "The user (memory scope) the request acts for, as the X-Memora-User header: only a token "
+    "added with --act-for-users (or this machine without tokens) may name another user than "
+    "its own."
+)
+
+
 class TurnIn(_Body):
     text: str = Field(min_length=1, max_length=MAX_TURN_CHARS, description="The user's message.")
     output_schema: dict[str, Any] | None = Field(
@@ -49,10 +56,12 @@ class TurnIn(_Body):
         "carries it validated as `output` (an `error` with code OUTPUT_INVALID when it never "
         "validates).",
     )
+    user: str | None = Field(default=None, max_length=200, description=_USER)
 
 
 class SessionIn(_Body):
     title: str = Field(default="", max_length=200)
+    user: str | None = Field(default=None, max_length=200, description=_USER)
 
 
 class ForkIn(_Body):

@@ -179,15 +179,52 @@ def tokens_group() -> None:
     help="A project name the token may use (repeat; default: every project).",
 )
 @click.option("--read-only", is_flag=True, help="The token may read, not send or change anything.")
+@click.option(
+    "--scope",
+    default=None,
+    help="The user (memory scope) the token acts as (default: NAME).",
+)
+@click.option(
+    "--no-scope",
+    is_flag=True,
+    help="The token acts in the project's unscoped memory and sessions (the owner's).",
+)
+@click.option(
+    "--act-for-users",
+    is_flag=True,
+    help="The token may act for any user it names on a request (X-Memora-User): a backend "
+    "serving many people.",
+)
 @config_dir_option
-def add_cmd(name: str, projects: tuple[str, ...], read_only: bool, config_dir: Path | None) -> None:
-    """Create a token: printed once on stdout, stored only as its hash."""
+def add_cmd(
+    name: str,
+    projects: tuple[str, ...],
+    read_only: bool,
+    scope: str | None,
+    no_scope: bool,
+    act_for_users: bool,
+    config_dir: Path | None,
+) -> None:
+    """Create a token: printed once on stdout, stored only as its hash.  It names its user: its
+    requests remember and recall in memory scope NAME (--scope, --no-scope), and see only that
+    user's sessions."""
+    if scope is not None and no_scope:
+        raise click.UsageError("--scope and --no-scope exclude each other")
     access: Literal["read", "full"] = "read" if read_only else "full"
     token, path = add_token(
-        user_config_dir(config_dir), name, projects=list(projects), access=access
+        user_config_dir(config_dir),
+        name,
+        projects=list(projects),
+        access=access,
+        scope=None if no_scope else (scope or name),
+        act_for_users=act_for_users,
     )
+    who = "unscoped" if no_scope else f"scope {scope or name!r}"
+    delegate = ", may act for users" if act_for_users else ""
     click.echo(
-        f"token {name!r} ({access}) stored hashed in {path}; it is shown only now:", err=True
+        f"token {name!r} ({access}, {who}{delegate}) stored hashed in {path}; it is shown only "
+        "now:",
+        err=True,
     )
     sys.stdout.write(token + "\n")
 
@@ -204,14 +241,17 @@ def list_cmd(as_json: bool, config_dir: Path | None) -> None:
     if not rows:
         click.echo("no tokens: `memora serve` answers only this machine")
     for row in rows:
-        click.echo(f"{row['name']}\t{row['access']}\t{','.join(row['projects'])}")
+        who = row["scope"] or "(unscoped)"
+        if row["act_for_users"]:
+            who += " +users"
+        click.echo(f"{row['name']}\t{row['access']}\t{','.join(row['projects'])}\t{who}")
 
 
 @tokens_group.command("revoke")
 @click.argument("name")
 @config_dir_option
 def revoke_cmd(name: str, config_dir: Path | None) -> None:
-    """Remove a token (a running server reads tokens at start: restart it)."""
+    """Remove a token (a running server stops taking it within a second)."""
     if not revoke_token(user_config_dir(config_dir), name):
         raise click.ClickException(f"no token named {name!r}")
     click.echo(f"token {name!r} revoked")

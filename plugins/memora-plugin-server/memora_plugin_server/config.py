@@ -6,7 +6,8 @@ user config folder (``$MEMORA_HOME``, else ``~/.config/memora``), next to ``conf
 .. code-block:: json
 
     {
-      "tokens": [{"name": "ci", "hash": "sha256:…", "projects": ["*"], "access": "read"}],
+      "tokens": [{"name": "alice", "hash": "sha256:…", "projects": ["*"], "access": "full",
+                  "scope": "alice", "act_for_users": false}],
       "cors_origins": ["https://app.example.com"],
       "max_body_bytes": 1048576,
       "rate_limit_per_minute": 600
@@ -15,6 +16,12 @@ user config folder (``$MEMORA_HOME``, else ``~/.config/memora``), next to ``conf
 Tokens are stored as their SHA-256 (a token is 32 random bytes: no salt or slow hash needed to
 keep it from being guessed); ``memora serve-tokens add`` prints a new token once and stores only
 its hash.  The file is written atomically and private (0600).
+
+A token names its user: ``scope`` is the memory scope its requests act in (``memora
+serve-tokens add alice`` makes scope ``alice``; ``--no-scope``: the project's unscoped memory and
+sessions).  ``act_for_users`` lets a backend that serves many people act for any of them by
+naming the user on each request (the ``X-Memora-User`` header, a body's ``user``, A2A message
+metadata ``user``, AG-UI ``forwardedProps.user``).
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ TOKEN_PREFIX = "mem_"
 
 
 class TokenEntry(BaseModel):
-    """One bearer token: who it is (``name``), its hash, the projects it may use (``*``: all)
-    and whether it may change anything (``full``) or only read (``read``)."""
+    """One bearer token: who it is (``name``), its hash, the projects it may use (``*``: all),
+    whether it may change anything (``full``) or only read (``read``), the memory scope it acts
+    in (``scope``; ``None``: the project's unscoped) and whether it may act for other users
+    (``act_for_users``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +67,23 @@ class TokenEntry(BaseModel):
     projects: list[str] = Field(default_factory=lambda: ["*"])
     access: Literal["read", "full"] = "full"
     created_at: float = 0.0
+    scope: str | None = None
+    """The user (memory scope) this token's requests act in; ``None``: unscoped (a token from
+    before scopes, or one added with ``--no-scope``)."""
+    act_for_users: bool = False
+    """May name another user on a request and act in that user's scope (a backend serving
+    many people)."""
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, value: str | None) -> str | None:
+        from memora.errors import MemoraError
+        from memora.memory.types import check_scope
+
+        try:
+            return check_scope(value, "scope")
+        except MemoraError as exc:
+            raise ValueError(exc.message) from None
 
     def allows(self, project: str, *, write: bool) -> bool:
         if write and self.access != "full":
@@ -138,10 +164,20 @@ def save_server_settings(user_dir: Path, settings: ServerSettings) -> Path:
     return path
 
 
+_SAME: Any = object()
+
+
 def add_token(
-    user_dir: Path, name: str, *, projects: list[str], access: Literal["read", "full"]
+    user_dir: Path,
+    name: str,
+    *,
+    projects: list[str],
+    access: Literal["read", "full"],
+    scope: str | None = _SAME,
+    act_for_users: bool = False,
 ) -> tuple[str, Path]:
-    """A new token for ``name``: stored hashed, returned once (the caller shows it)."""
+    """A new token for ``name``: stored hashed, returned once (the caller shows it).  Its
+    requests act in memory scope ``scope`` (default: ``name``; ``None``: unscoped)."""
     settings = load_server_settings(user_dir)
     if any(t.name == name for t in settings.tokens):
         raise InvalidInputError(
@@ -156,6 +192,8 @@ def add_token(
             projects=projects or ["*"],
             access=access,
             created_at=time.time(),
+            scope=name if scope is _SAME else scope,
+            act_for_users=act_for_users,
         )
     except ValidationError as exc:
         raise InvalidInputError(
@@ -178,6 +216,13 @@ def revoke_token(user_dir: Path, name: str) -> bool:
 def describe(settings: ServerSettings) -> list[dict[str, Any]]:
     """The tokens without their hashes (for ``memora serve-tokens list``)."""
     return [
-        {"name": t.name, "projects": t.projects, "access": t.access, "created_at": t.created_at}
+        {
+            "name": t.name,
+            "projects": t.projects,
+            "access": t.access,
+            "scope": t.scope,
+            "act_for_users": t.act_for_users,
+            "created_at": t.created_at,
+        }
         for t in settings.tokens
     ]

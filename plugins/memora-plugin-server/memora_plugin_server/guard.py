@@ -21,7 +21,15 @@ from .errors import ApiError, error_response
 
 logger = logging.getLogger("memora.server")
 
-__all__ = ["PROXY_HEADERS", "Access", "Guard", "host_name", "is_loopback"]
+__all__ = [
+    "PROXY_HEADERS",
+    "USER_HEADER",
+    "Access",
+    "Guard",
+    "host_name",
+    "is_loopback",
+    "scope_for",
+]
 
 Access = Literal["public", "read", "write"]
 """Who may call a route: anyone, a token that may read the project, one that may write."""
@@ -156,9 +164,10 @@ class Guard:
         return self.check_access(request, access, str(project) if project else None)
 
     async def refusal(self, request: Request, access: str, project: str) -> Response | None:
-        """For routes outside the table (A2A): the refusal as a response, or None."""
+        """For routes outside the table (A2A): the refusal as a response, or None (the caller's
+        token then in ``request.state.memora_token``)."""
         try:
-            self.check_access(request, cast("Access", access), project)
+            request.state.memora_token = self.check_access(request, cast("Access", access), project)
         except ApiError as exc:
             return error_response(exc.status, exc.code, exc.message, exc.headers)
         return None
@@ -235,3 +244,32 @@ class Guard:
             raise ApiError(
                 403, "ORIGIN_REFUSED", f"requests from {origin} are not allowed (cors_origins)"
             )
+
+
+USER_HEADER = "x-memora-user"
+"""The request header naming the user a request acts for (``X-Memora-User``)."""
+
+
+def scope_for(token: TokenEntry | None, user: object = None) -> str | None:
+    """The memory scope a request acts in: the user it names (``user``: the ``X-Memora-User``
+    header, a body's ``user``, A2A metadata, AG-UI forwarded props) when its caller may act for
+    users — a token with ``act_for_users``, or this machine without tokens — or the token's own
+    scope.  Another user named by a token that may not: ``403 FORBIDDEN``; a malformed name:
+    ``400``."""
+    if user is None or user == "":
+        return token.scope if token is not None else None
+    from memora.errors import MemoraError
+    from memora.memory.types import check_scope
+
+    try:
+        named = check_scope(user, "user")
+    except MemoraError as exc:
+        raise ApiError(400, "INVALID_INPUT", exc.message) from None
+    if token is None or token.act_for_users or named == token.scope:
+        return named
+    raise ApiError(
+        403,
+        "FORBIDDEN",
+        f"token {token.name!r} may not act for other users (it acts as "
+        f"{token.scope or 'the project'}; a token added with --act-for-users may)",
+    )

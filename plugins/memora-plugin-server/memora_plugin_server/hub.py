@@ -62,6 +62,8 @@ class _Slot:
     logs: OrderedDict[str, TurnLog] = field(default_factory=OrderedDict)
     last_used: float = field(default_factory=time.monotonic)
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    scope: str | None = None
+    """The memory scope (user) the session belongs to, known once its Agent was opened."""
 
     @property
     def busy(self) -> bool:
@@ -218,11 +220,43 @@ class Hub:
         slot.last_used = time.monotonic()
         return slot
 
-    async def agent(self, project: str, session_id: str, *, create: bool = False) -> Agent:
+    def _own_slot(self, slot: _Slot, scope: str | None) -> None:
+        """``NOT_FOUND`` when the session open here is another scope's (before anything else
+        is said about it: not even that a turn runs there)."""
+        if slot.agent is not None and slot.scope != scope:
+            raise _no_session(slot.session_id)
+
+    async def owner(self, project: str, session_id: str) -> tuple[bool, str | None]:
+        """Whether the session exists (here or, not yet written, on another worker) and the
+        scope it belongs to."""
+        served = self.project(project)
+        store = served.runtime.session_store
+        if await store.exists(session_id):
+            return True, (await store.get(session_id)).scope
+        if served.shared is not None:
+            created = await served.shared.created()
+            if session_id in created:
+                return True, created[session_id].get("scope") or None
+        return False, None
+
+    async def check_session(self, project: str, session_id: str, scope: str | None) -> None:
+        """``NOT_FOUND`` unless the session exists and belongs to ``scope``."""
+        slot = self._slots.get((project, session_id))
+        if slot is not None and slot.agent is not None:
+            self._own_slot(slot, scope)
+            return
+        exists, owner = await self.owner(project, session_id)
+        if not exists or owner != scope:
+            raise _no_session(session_id)
+
+    async def agent(
+        self, project: str, session_id: str, *, create: bool = False, scope: str | None = None
+    ) -> Agent:
         """The session's Agent, opened on first use — and opened again when another worker
         changed the session since (shared mode).  ``NOT_FOUND`` for a session that does not
-        exist unless ``create``."""
+        exist unless ``create``, and for another ``scope``'s session."""
         slot = self._slot(project, session_id)
+        self._own_slot(slot, scope)
         async with slot.opening:
             shared = slot.project.shared
             if (
@@ -232,15 +266,18 @@ class Hub:
                 and await shared.version(session_id) != slot.version
             ):
                 await self._close_agent(slot)
+            self._own_slot(slot, scope)
             if slot.agent is None:
                 runtime = slot.project.runtime
-                if not create and not await self.session_exists(project, session_id):
-                    self._slots.pop((project, session_id), None)
+                exists, owner = await self.owner(project, session_id)
+                if (not exists and not create) or (exists and owner != scope):
+                    if not slot.busy:
+                        self._slots.pop((project, session_id), None)
                     raise NotFoundError(
                         f"no session {session_id!r} in project {project!r}",
                         context={"session_id": session_id},
                     )
-                options: dict[str, Any] = {"session_id": session_id}
+                options: dict[str, Any] = {"session_id": session_id, "memory_scope": scope}
                 pause = None
                 if shared is not None:
                     slot.version = await shared.version(session_id)
@@ -258,6 +295,7 @@ class Hub:
                     typed = OutputSpec.from_json_schema(schema) if schema else None
                     await agent.resume(state, output_type=typed)
                 slot.agent = agent
+                slot.scope = scope
             return slot.agent
 
     def live(self, project: str, session_id: str) -> Agent | None:
@@ -267,9 +305,17 @@ class Hub:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    async def create_session(self, project: str, title: str = "") -> dict[str, Any]:
+    async def create_session(
+        self, project: str, title: str = "", *, scope: str | None = None
+    ) -> dict[str, Any]:
         served = self.project(project)
-        info = (await served.runtime.session_store.create(title=title)).to_dict()
+        store = served.runtime.session_store
+        made = (
+            await store.create(title=title, scope=scope)
+            if scope is not None
+            else await store.create(title=title)
+        )
+        info = made.to_dict()
         if served.shared is not None:
             # the file store writes a session at its first turn: tell the other workers now
             await served.shared.note_created(info["id"], info)
@@ -281,18 +327,27 @@ class Hub:
             return True
         return served.shared is not None and session_id in await served.shared.created()
 
-    async def session_info(self, project: str, session_id: str) -> tuple[dict[str, Any], list[Any]]:
-        """A session's metadata and rounds (``NOT_FOUND`` when there is none)."""
+    async def session_info(
+        self, project: str, session_id: str, *, scope: str | None = None
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """A session's metadata and rounds (``NOT_FOUND`` when there is none, or when it is
+        another ``scope``'s)."""
         served = self.project(project)
         store = served.runtime.session_store
         if await store.exists(session_id):
-            return (await store.get(session_id)).to_dict(), await store.rounds(session_id)
+            info = await store.get(session_id)
+            if info.scope != scope:
+                raise _no_session(session_id)
+            return info.to_dict(), await store.rounds(session_id)
         created = await served.shared.created() if served.shared is not None else {}
-        if session_id in created:
+        if session_id in created and (created[session_id].get("scope") or None) == scope:
             return created[session_id], []
-        raise NotFoundError(f"no session {session_id!r}", context={"session_id": session_id})
+        raise _no_session(session_id)
 
-    async def list_sessions(self, project: str, *, archived: bool) -> list[dict[str, Any]]:
+    async def list_sessions(
+        self, project: str, *, archived: bool, scope: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``scope``'s sessions, most recent first."""
         served = self.project(project)
         infos = [
             i.to_dict() for i in await served.runtime.session_store.list(include_archived=archived)
@@ -301,7 +356,7 @@ class Hub:
             known = {i["id"] for i in infos}
             infos += [i for sid, i in (await served.shared.created()).items() if sid not in known]
             infos.sort(key=lambda i: -float(i.get("updated_at") or 0))
-        return infos
+        return [i for i in infos if (i.get("scope") or None) == scope]
 
     async def pause_of(self, project: str, session_id: str) -> dict[str, Any] | None:
         """What the API shows of the session's paused turn, if any."""
@@ -323,15 +378,17 @@ class Hub:
         *,
         output: OutputSpec | None = None,
         create: bool = False,
+        scope: str | None = None,
     ) -> TurnLog:
         """Start a turn (``output``: a typed turn's result, ``done.output``).  The session
         must exist (``NOT_FOUND``) unless ``create``: an A2A context or an AG-UI thread is a
         session made on first use, a REST session is made by its own route."""
         slot = self._slot(project, session_id)
+        self._own_slot(slot, scope)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id, create=create)
+            agent = await self.agent(project, session_id, create=create, scope=scope)
             self._refuse_busy(slot)
             if agent.paused_turn is not None:
                 raise BusyError(
@@ -359,14 +416,16 @@ class Hub:
         approve: tuple[str, Mapping[str, Any] | None] | None = None,
         deny: tuple[str, str] | None = None,
         answers: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> TurnLog:
         """Answer the paused turn (approve / deny a call, or answer its questions) and run the
         rest of it."""
         slot = self._slot(project, session_id)
+        self._own_slot(slot, scope)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id)
+            agent = await self.agent(project, session_id, scope=scope)
             paused = agent.paused_turn
             if paused is None:
                 raise MemoraError(
@@ -394,12 +453,15 @@ class Hub:
         log.output = paused.record.output_spec
         return log
 
-    async def switch_role_pack(self, project: str, session_id: str, name: str) -> str:
+    async def switch_role_pack(
+        self, project: str, session_id: str, name: str, *, scope: str | None = None
+    ) -> str:
         slot = self._slot(project, session_id)
+        self._own_slot(slot, scope)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id)
+            agent = await self.agent(project, session_id, scope=scope)
             if agent.paused_turn is not None:
                 raise BusyError(
                     f"session {session_id} waits for an {agent.paused_turn.kind}",
@@ -540,8 +602,9 @@ class Hub:
         return asyncio.get_running_loop().create_task(watch(), name="memora-abort-watch")
 
     async def turn_log(
-        self, project: str, session_id: str, turn_id: str
+        self, project: str, session_id: str, turn_id: str, *, scope: str | None = None
     ) -> TurnLog | RemoteTurnLog:
+        await self.check_session(project, session_id, scope)
         slot = self._slots.get((project, session_id))
         log = slot.logs.get(turn_id) if slot is not None else None
         if log is not None:
@@ -563,7 +626,8 @@ class Hub:
         shared = self.project(project).shared
         return await shared.current_turn(session_id) if shared is not None else None
 
-    async def abort(self, project: str, session_id: str) -> bool:
+    async def abort(self, project: str, session_id: str, *, scope: str | None = None) -> bool:
+        await self.check_session(project, session_id, scope)
         slot = self._slots.get((project, session_id))
         if slot is not None and slot.agent is not None and slot.busy:
             slot.agent.abort()
@@ -573,6 +637,11 @@ class Hub:
             await shared.request_abort(session_id)  # the worker running it polls for this
             return True
         return False
+
+
+def _no_session(session_id: str) -> NotFoundError:
+    # the same answer for a session that does not exist and for another user's
+    return NotFoundError(f"no session {session_id!r}", context={"session_id": session_id})
 
 
 def _shared_state(project: Project) -> SharedState:

@@ -22,7 +22,7 @@ from memora.errors import ErrorCode, MemoraError
 from .bodies import AnswersIn, ApprovalIn, ForkIn, MemoryEditIn, RolePackIn, SessionIn, TurnIn
 from .config import TokenEntry
 from .errors import ApiError, error_response
-from .guard import Access
+from .guard import USER_HEADER, Access, scope_for
 from .hub import Hub
 from .openapi import openapi_document
 from .sse import event_stream, last_event
@@ -59,6 +59,18 @@ class Call:
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
+
+    @property
+    def scope(self) -> str | None:
+        """The memory scope (user) the request acts in: its token's, or the user it names
+        (``X-Memora-User``, or a body's ``user``) when its caller may act for users."""
+        header = self.request.headers.get(USER_HEADER)
+        named = getattr(self.body, "user", None)
+        if header is not None and named is not None and header != named:
+            raise ApiError(
+                400, "INVALID_INPUT", "the X-Memora-User header and the body's user differ"
+            )
+        return scope_for(self.token, named if named is not None else header)
 
 
 def _stream(call: Call, log: TurnLog | RemoteTurnLog, after: int) -> StreamingResponse:
@@ -107,18 +119,18 @@ async def list_plugins(call: Call) -> Response:
 
 async def list_sessions(call: Call) -> Response:
     archived = call.request.query_params.get("archived") in ("1", "true", "yes")
-    infos = await call.hub.list_sessions(call.param("project"), archived=archived)
+    infos = await call.hub.list_sessions(call.param("project"), archived=archived, scope=call.scope)
     return JSONResponse({"sessions": infos})
 
 
 async def create_session(call: Call) -> Response:
-    info = await call.hub.create_session(call.param("project"), call.body.title)
+    info = await call.hub.create_session(call.param("project"), call.body.title, scope=call.scope)
     return JSONResponse(info, status_code=201)
 
 
 async def get_session(call: Call) -> Response:
     project, sid = call.param("project"), call.param("session")
-    info, rounds = await call.hub.session_info(project, sid)
+    info, rounds = await call.hub.session_info(project, sid, scope=call.scope)
     return JSONResponse(
         {
             **info,
@@ -131,16 +143,14 @@ async def get_session(call: Call) -> Response:
 
 async def fork_session(call: Call) -> Response:
     store, sid = _sessions_of(call), call.param("session")
-    if not await store.exists(sid):
-        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    await call.hub.check_session(call.param("project"), sid, call.scope)
     info, rounds = await store.fork(sid, call.body.at_round_id)
     return JSONResponse({**info.to_dict(), "rounds_copied": rounds}, status_code=201)
 
 
 async def archive_session(call: Call) -> Response:
     store, sid = _sessions_of(call), call.param("session")
-    if not await store.exists(sid):
-        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    await call.hub.check_session(call.param("project"), sid, call.scope)
     info = await store.archive(sid, True)
     return JSONResponse(info.to_dict())
 
@@ -149,25 +159,26 @@ async def post_turn(call: Call) -> Response:
     body: TurnIn = call.body
     output = OutputSpec.from_json_schema(body.output_schema) if body.output_schema else None
     log = await call.hub.start_turn(
-        call.param("project"), call.param("session"), body.text, output=output
+        call.param("project"), call.param("session"), body.text, output=output, scope=call.scope
     )
     return _stream(call, log, 0)
 
 
 async def turn_events(call: Call) -> Response:
-    log = await call.hub.turn_log(call.param("project"), call.param("session"), call.param("turn"))
+    log = await call.hub.turn_log(
+        call.param("project"), call.param("session"), call.param("turn"), scope=call.scope
+    )
     return _stream(call, log, last_event(call.request, log.id))
 
 
 async def abort_turn(call: Call) -> Response:
-    aborted = await call.hub.abort(call.param("project"), call.param("session"))
+    aborted = await call.hub.abort(call.param("project"), call.param("session"), scope=call.scope)
     return JSONResponse({"aborted": aborted})
 
 
 async def get_pause(call: Call) -> Response:
     project, sid = call.param("project"), call.param("session")
-    if not await call.hub.session_exists(project, sid):
-        raise MemoraError(ErrorCode.NOT_FOUND, f"no session {sid!r}", context={"session_id": sid})
+    await call.hub.check_session(project, sid, call.scope)
     doc = await call.hub.pause_of(project, sid)
     if doc is None:
         raise MemoraError(ErrorCode.NOT_FOUND, "this session has no paused turn")
@@ -182,19 +193,20 @@ async def decide(call: Call) -> Response:
         call.param("session"),
         approve=(call_id, body.args) if body.decision == "approve" else None,
         deny=(call_id, body.reason) if body.decision == "deny" else None,
+        scope=call.scope,
     )
     return _stream(call, log, 0)
 
 
 async def answer(call: Call) -> Response:
     log = await call.hub.continue_turn(
-        call.param("project"), call.param("session"), answers=call.body.answers
+        call.param("project"), call.param("session"), answers=call.body.answers, scope=call.scope
     )
     return _stream(call, log, 0)
 
 
 async def tasks(call: Call) -> Response:
-    agent = await call.hub.agent(call.param("project"), call.param("session"))
+    agent = await call.hub.agent(call.param("project"), call.param("session"), scope=call.scope)
     return JSONResponse({"tasks": [i.to_dict() for i in agent.plan]})
 
 
@@ -202,7 +214,7 @@ async def role_packs(call: Call) -> Response:
     project = call.param("project")
     session = call.request.query_params.get("session")
     if session:
-        packs = (await call.hub.agent(project, session)).role_pack.list_meta()
+        packs = (await call.hub.agent(project, session, scope=call.scope)).role_pack.list_meta()
     else:
         packs = call.hub.role_packs(project).list_meta()
     return JSONResponse({"role_packs": [p.to_dict() for p in packs]})
@@ -210,7 +222,7 @@ async def role_packs(call: Call) -> Response:
 
 async def switch_role_pack(call: Call) -> Response:
     active = await call.hub.switch_role_pack(
-        call.param("project"), call.param("session"), call.body.name
+        call.param("project"), call.param("session"), call.body.name, scope=call.scope
     )
     return JSONResponse({"active": active})
 
@@ -225,8 +237,7 @@ async def memory_search(call: Call) -> Response:
         limit = -1
     if not 1 <= limit <= 100:
         raise ApiError(400, ErrorCode.INVALID_INPUT.value, "limit: an integer from 1 to 100")
-    memory = call.hub.project(call.param("project")).runtime.memory
-    hits = await memory.search(query, limit=limit)
+    hits = await _memory(call).search(query, limit=limit)
     return JSONResponse(
         {
             "hits": [
@@ -239,6 +250,7 @@ async def memory_search(call: Call) -> Response:
                     "session_id": h.record.session_id,
                     "round_id": h.record.round_id,
                     "created_at": h.record.created_at,
+                    "scope": h.record.scope,
                     "meta": h.record.meta,
                 }
                 for h in hits
@@ -247,38 +259,48 @@ async def memory_search(call: Call) -> Response:
     )
 
 
+def _memory(call: Call) -> Any:
+    """The project's memory as the caller's scope sees it (its own and the unscoped)."""
+    return call.hub.project(call.param("project")).runtime.memory.for_scope(call.scope)
+
+
 def _who(call: Call) -> str:
     """Who acts, for a memory's audit: the token's name, or this machine without tokens."""
     return f"token:{call.token.name}" if call.token is not None else "local"
 
 
 async def memory_get(call: Call) -> Response:
-    memory = call.hub.project(call.param("project")).runtime.memory
-    return JSONResponse((await memory.get(call.param("memory"))).to_dict())
+    return JSONResponse((await _memory(call).get(call.param("memory"))).to_dict())
 
 
 async def memory_edit(call: Call) -> Response:
-    memory = call.hub.project(call.param("project")).runtime.memory
     body: MemoryEditIn = call.body
-    record = await memory.edit(call.param("memory"), body.content, by=_who(call))
+    record = await _memory(call).edit(call.param("memory"), body.content, by=_who(call))
     return JSONResponse(record.to_dict(), status_code=201)
 
 
 async def memory_forget(call: Call) -> Response:
-    memory = call.hub.project(call.param("project")).runtime.memory
-    record = await memory.forget(call.param("memory"), by=_who(call))
+    record = await _memory(call).forget(call.param("memory"), by=_who(call))
     return JSONResponse(record.to_dict(), status_code=201)
 
 
 async def memory_stats(call: Call) -> Response:
-    snapshot = await call.hub.project(call.param("project")).runtime.memory.snapshot()
+    snapshot = await _memory(call).snapshot()
     return JSONResponse(snapshot.to_dict())
 
 
 async def agui_run(call: Call) -> Response:
     from .agui import encode, run
 
-    log, translator = await run(call.hub, call.param("project"), call.body)
+    props = call.body.forwarded_props
+    user = props.get("user") if isinstance(props, dict) else None
+    header = call.request.headers.get(USER_HEADER)
+    if user is not None and header is not None and user != header:
+        raise ApiError(
+            400, "INVALID_INPUT", "the X-Memora-User header and forwardedProps.user differ"
+        )
+    scope = scope_for(call.token, user if user is not None else header)
+    log, translator = await run(call.hub, call.param("project"), call.body, scope=scope)
     return StreamingResponse(
         encode(log, translator),
         media_type="text/event-stream",

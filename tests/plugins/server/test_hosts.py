@@ -168,3 +168,75 @@ async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
     finally:
         await state.close()
         await db.close()
+
+
+def test_two_hosts_keep_users_apart(
+    server: tuple[str, Script],  # noqa: F811
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """Memory scopes on one PostgreSQL: what alice's conversation on host A stored is recalled
+    for alice (and a backend acting for her) on host B, and never for bob there."""
+    from memora_plugin_server.config import (
+        ServerSettings,
+        TokenEntry,
+        hash_token,
+        save_server_settings,
+    )
+
+    url, script = server
+    env = scripted_home(
+        tmp_path,
+        url,
+        storage="postgres",
+        plugins={"postgres": {"namespace": f"scopes-{os.getpid()}-{time.time_ns()}"}},
+    )
+    env["MEMORA_POSTGRES_DSN"] = pg_dsn
+    save_server_settings(
+        tmp_path / "home",
+        ServerSettings(
+            tokens=[
+                TokenEntry(name="alice", hash=hash_token("t-alice"), scope="alice"),
+                TokenEntry(name="bob", hash=hash_token("t-bob"), scope="bob"),
+                TokenEntry(name="backend", hash=hash_token("t-backend"), act_for_users=True),
+            ]
+        ),
+    )
+
+    def auth(name: str, user: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer t-{name}"}
+        return headers | ({"X-Memora-User": user} if user else {})
+
+    a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
+    try:
+        a.wait()
+        b.wait()
+        sessions = "/v1/projects/shop/sessions"
+        sid = a.request("POST", sessions, json={}, headers=auth("alice")).json()["id"]
+        script.answers += [say("noted")]
+        r = a.request(
+            "POST", f"{sessions}/{sid}/turns", json={"text": "locker 4711"}, headers=auth("alice")
+        )
+        assert r.status_code == 200 and '"done"' in r.text
+        search = "/v1/projects/shop/memory/search?q=locker"
+        hits: list[Any] = []
+        for _ in range(100):  # the round's memory is written after `done`
+            hits = b.request("GET", search, headers=auth("alice")).json()["hits"]
+            if hits:
+                break
+            time.sleep(0.1)
+        assert [h["scope"] for h in hits] == ["alice"]
+        assert b.request("GET", search, headers=auth("bob")).json()["hits"] == []
+        assert b.request("GET", f"{sessions}/{sid}", headers=auth("bob")).status_code == 404
+        assert b.request("GET", sessions, headers=auth("bob")).json()["sessions"] == []
+        acting = b.request("GET", search, headers=auth("backend", "alice")).json()["hits"]
+        assert [h["id"] for h in acting] == [hits[0]["id"]]
+        opened = b.request("GET", f"{sessions}/{sid}", headers=auth("backend", "alice"))
+        assert opened.status_code == 200 and opened.json()["scope"] == "alice"
+        turn = b.request(
+            "POST", f"{sessions}/{sid}/turns", json={"text": "mine now?"}, headers=auth("bob")
+        )
+        assert turn.status_code == 404
+    finally:
+        a.stop()
+        b.stop()
