@@ -5,7 +5,8 @@ Side by side in one run, on the same database file:
   * raw FTS5 — the same MATCH + bm25 query on a plain sqlite3 connection (the floor);
   * LIKE     — a naive '%term%' scan, what a backend without an index does.
 
-Then group commit: CPU per row of ``add`` alone and with 10 and 100 concurrent callers (the
+Then memory scopes: one user's search among 100 users' memories next to the same search over
+every memory.  Then group commit: CPU per row of ``add`` alone and with 10 and 100 concurrent callers (the
 sessions of ``memora serve``), next to one ``add_many`` of 100 (one transaction, the floor).
 
 Usage: python bench/bench_memory.py [N ...]   (default: 100000 1000000)
@@ -101,7 +102,7 @@ async def run(n: int, folder: Path) -> None:
         await store.search_by_keyword(q)
         raw.execute(raw_sql, (build_match_query(q),)).fetchall()
 
-    mem, floor, like = [], [], []
+    mem, floor, like, unscoped = [], [], [], []
     hits_total = 0
     for _ in range(3):
         for q in QUERIES:
@@ -114,6 +115,11 @@ async def run(n: int, folder: Path) -> None:
             mem.append(time.perf_counter() - t)
             assert [h.record.id for h in hits] == [r[0] for r in rows]
             hits_total += len(hits)
+            # what an unscoped Agent's recall asks since memory scopes: the project's only
+            t = time.perf_counter()
+            own = await store.search_by_keyword(q, scopes=("",))
+            unscoped.append(time.perf_counter() - t)
+            assert [h.record.id for h in own] == [r[0] for r in rows]
     rare_mem, rare_like = [], []
     for q in QUERIES[:20]:
         term = q.split()[0]
@@ -151,7 +157,43 @@ async def run(n: int, folder: Path) -> None:
         f"  ratio memora / raw FTS5 (p50)  {statistics.median(mem) / statistics.median(floor):6.2f}x"
     )
     print(
+        f"  ratio scopes=('',) / no filter (p50) {statistics.median(unscoped) / statistics.median(mem):6.2f}x"
+        "   (an unscoped Agent's recall)"
+    )
+    print(
         f"  ratio LIKE / memora (p50)      {statistics.median(like) / statistics.median(mem):6.1f}x"
+    )
+
+
+async def scoped(folder: Path, n: int = 100_000, users: int = 100) -> None:
+    """Memory scopes: ``n`` memories of ``users`` users in one store; one user's search (its
+    scope and the unscoped) next to the same search over every memory, in one run."""
+    store = SqliteStorage(folder / "scoped.db")
+    for start in range(0, n, 10_000):
+        await store.add_many(
+            [
+                NewMemory(summary(), name="s", scope=f"u{i % users}")
+                for i in range(start, start + 10_000)
+            ]
+        )
+    every, one = [], []
+    for _ in range(3):
+        for q in QUERIES:
+            t = time.perf_counter()
+            await store.search_by_keyword(q)
+            every.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            hits = await store.search_by_keyword(q, scopes=("", "u7"))
+            one.append(time.perf_counter() - t)
+            assert all(h.record.scope == "u7" for h in hits)
+    await store.close()
+    print(f"scoped search: {n:,} memories of {users} users, one user's search vs every memory's")
+    print(f"  one user's  p50 {pct(one, 0.5) * 1e3:7.3f} ms   p99 {pct(one, 0.99) * 1e3:7.3f} ms")
+    print(
+        f"  every one's p50 {pct(every, 0.5) * 1e3:7.3f} ms   p99 {pct(every, 0.99) * 1e3:7.3f} ms"
+    )
+    print(
+        f"  ratio one user / every memory (p50)  {statistics.median(one) / statistics.median(every):6.2f}x"
     )
 
 
@@ -190,6 +232,7 @@ def main() -> None:
             asyncio.run(run(n, Path(tmp)))
             for f in Path(tmp).glob("bench-*"):
                 f.unlink()
+        asyncio.run(scoped(Path(tmp)))
         asyncio.run(group_commit(Path(tmp)))
 
 
