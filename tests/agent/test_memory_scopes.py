@@ -138,3 +138,63 @@ async def test_a_backend_without_scopes_serves_no_scoped_agent() -> None:
     manager = MemoryManager(Old())  # type: ignore[arg-type]
     with pytest.raises(MemoraError, match="has no memory scopes"):
         manager.for_scope("alice")
+
+
+async def test_pinned_memories_are_in_every_turn_of_their_scope(
+    tmp_path: Path, project: Path
+) -> None:
+    """#39 item 3, pin: a pinned memory is in the system prompt of its scope's turns (alice's
+    for alice, the project's for everyone), bounded, audited, and out again when unpinned,
+    forgotten or edited away; an edit keeps the pin on the new text."""
+    from memora.memory.manager import MAX_PINNED
+
+    provider = ScriptedProvider(default=text("ok"))
+    async with _runtime(tmp_path, project, provider, "sqlite") as runtime:
+        shared = await runtime.memory.write(NewMemory("The shop closes at six", name="hours"))
+        mine = await runtime.memory.for_scope("alice").write(NewMemory("Alice is vegetarian"))
+        alice = await runtime.agent(memory_scope="alice")
+        bob = await runtime.agent(memory_scope="bob")
+
+        def prompt() -> str:
+            return str(provider.requests[-1].messages[0].content)
+
+        await collect(alice.chat("hi"))
+        assert "Pinned memories" not in prompt(), "nothing pinned: no block"
+        pinned = await alice.memory.pin(mine.id, by="alice")
+        assert pinned.meta["pinned"]["by"] == "alice"
+        await runtime.memory.pin(shared.id, by="owner")
+        await collect(alice.chat("dinner?"))
+        assert "Alice is vegetarian" in prompt() and "closes at six" in prompt()
+        await collect(bob.chat("dinner?"))
+        assert "closes at six" in prompt() and "vegetarian" not in prompt()
+        with pytest.raises(MemoraError):
+            await bob.memory.pin(mine.id)  # another scope's memory is not there for bob
+
+        # an edit keeps the pin, on the new text
+        edited = await alice.memory.edit(mine.id, "Alice is vegan", by="alice")
+        await collect(alice.chat("lunch?"))
+        assert "Alice is vegan" in prompt() and "vegetarian" not in prompt()
+        assert [r.id for r in await alice.memory.pinned()] == [edited.id, shared.id]
+        # unpin: out of the prompt, audited
+        undone = await alice.memory.unpin(edited.id, by="alice")
+        assert "pinned" not in undone.meta and undone.meta["unpinned"]["by"] == "alice"
+        await collect(alice.chat("snack?"))
+        assert "vegan" not in prompt()
+        # forget: a forgotten pinned memory leaves the prompt
+        await runtime.memory.forget(shared.id, by="owner")
+        await collect(bob.chat("open?"))
+        assert "Pinned memories" not in prompt()
+
+        # bounded: MAX_PINNED a scope, then a CONFLICT naming the way out
+        view = runtime.memory.for_scope("carol")
+        notes = [await view.write(NewMemory(f"note {n} " + "x" * 500)) for n in range(11)]
+        for note in notes[:MAX_PINNED]:
+            await view.pin(note.id)
+        with pytest.raises(MemoraError, match="unpin one first"):
+            await view.pin(notes[-1].id)
+        carol = await runtime.agent(memory_scope="carol")
+        await collect(carol.chat("hello"))
+        block = prompt().split("Pinned memories", 1)[1]
+        assert len(block) <= 2200, "the block is bounded however long the memories"
+        for agent in (alice, bob, carol):
+            await agent.close()

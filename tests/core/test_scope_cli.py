@@ -74,6 +74,20 @@ def test_memory_and_sessions_commands_keep_to_the_scope(tmp_path: Path) -> None:
     code, out, _ = _cli("memory", "show", alice_id, "--scope", "alice", *where)
     assert code == 0 and "scope alice" in out
 
+    # pin / pinned / unpin as alice
+    code, out, _ = _cli("memory", "pin", alice_id, "--scope", "alice", *where)
+    assert code == 0 and "pinned" in out
+    code, out, _ = _cli("memory", "pinned", "--json", "--scope", "alice", *where)
+    assert [r["id"] for r in json.loads(out)["pinned"]] == [alice_id]
+    code, out, _ = _cli("memory", "pinned", *where)
+    assert "nothing pinned" in out, "the project's view has no pins of alice's"
+    code, out, _ = _cli("memory", "show", alice_id, "--scope", "alice", *where)
+    assert "pinned:" in out and "cli:" in out, "who pinned it, and when"
+    code, out, _ = _cli("memory", "unpin", alice_id, "--scope", "alice", *where)
+    assert code == 0
+    code, out, _ = _cli("memory", "pinned", "--json", "--scope", "alice", *where)
+    assert json.loads(out)["pinned"] == []
+
     # export: the scope's own, saying what was left; --all-scopes: everything, scopes kept
     code, out, err = _cli("memory", "export", *where)
     assert len(out.splitlines()) == 2 and "2 memories of other scopes were not exported" in err

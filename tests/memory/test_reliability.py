@@ -149,7 +149,7 @@ def test_migrations_recorded(tmp_path: Path) -> None:
     SqliteStorage(tmp_path / "m.db").close_sync()  # reopening applies nothing twice
     conn = sqlite3.connect(tmp_path / "m.db")
     names = [r[0] for r in conn.execute("SELECT name FROM _memora_migrations")]
-    assert names == ["001_initial", "002_vectors", "003_scopes"]
+    assert names == ["001_initial", "002_vectors", "003_scopes", "004_pins"]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 

@@ -472,6 +472,7 @@ class Agent(PauseVerbs):
         self._exposure.plan_asked = self._prompts.asks_for_plan(record.user_text)
         try:
             await self._exposure.load_capability_tools()
+            self._prompts.pinned = await self._pinned_block()
         except BaseException:
             live.busy = False
             raise
@@ -516,6 +517,15 @@ class Agent(PauseVerbs):
             return record
 
         return self._drive(start)
+
+    async def _pinned_block(self) -> str | None:
+        """The scope's pinned memories for this turn's prompt; a store that fails to answer
+        costs the block, never the turn."""
+        try:
+            return await self._memory.pinned_block()
+        except Exception as exc:
+            logger.warning("reading the pinned memories failed: %s", exc)
+            return None
 
     def _drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
         return self._driver.drive(self._live, start, self._run_turn)

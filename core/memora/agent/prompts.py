@@ -60,6 +60,9 @@ class Prompts:
         self.teams = list(teams or [])
         self._warned_members: set[tuple[str, str]] = set()
         self._readme: str | None = None
+        self.pinned: str | None = None
+        """The user's pinned memories, as a block after the prompt (set at each turn's start:
+        :meth:`memora.memory.manager.MemoryManager.pinned_block`)."""
 
     def team(self, name: str | None = None) -> TeamConfig | None:
         """The team named ``name`` (its name or leader), else the one the active pack leads."""
@@ -117,7 +120,12 @@ class Prompts:
         return self._readme
 
     def system(self, provider: Provider, tools: TurnTools) -> str:
-        """The system prompt of a request to ``provider`` carrying ``tools``."""
+        """The system prompt of a request to ``provider`` carrying ``tools`` (and the pinned
+        memories after it, when there are)."""
+        prompt = self._system(provider, tools)
+        return prompt if self.pinned is None else f"{prompt}\n\n{self.pinned}"
+
+    def _system(self, provider: Provider, tools: TurnTools) -> str:
         packs = self._role_packs
         if getattr(provider, "compact_prompt", False):
             # a small local model (the embedded one) parrots a rule list back and invents

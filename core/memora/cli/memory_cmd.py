@@ -142,7 +142,7 @@ def _show_record(r: Any) -> None:
     state = f"superseded by {r.superseded_by}" if r.superseded_by else "current"
     owner = f" · scope {r.scope}" if r.scope else ""
     click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}{owner}"))
-    for key in ("written", "grounding", "edited", "forgotten"):
+    for key in ("written", "grounding", "edited", "forgotten", "pinned", "unpinned"):
         if key in r.meta:
             click.echo(clean(f"  {key}: {json.dumps(r.meta[key], ensure_ascii=False)}"))
     click.echo("")
@@ -203,6 +203,54 @@ def forget_cmd(memory_id: str, where: StorageTarget) -> None:
 
     _run(where, work)
     click.echo(f"forgotten: {memory_id}")
+
+
+@memory_group.command("pin")
+@click.argument("memory_id")
+@store_options
+def pin_cmd(memory_id: str, where: StorageTarget) -> None:
+    """Keep a memory in mind: it goes into the system prompt of every turn of its scope (at
+    most 10 a scope; the memory records who pinned it and when)."""
+
+    async def work(store: Any) -> Any:
+        return await where.memory(store).pin(memory_id, by=_who())
+
+    _run(where, work)
+    click.echo(f"pinned: {memory_id}")
+
+
+@memory_group.command("unpin")
+@click.argument("memory_id")
+@store_options
+def unpin_cmd(memory_id: str, where: StorageTarget) -> None:
+    """Take a pinned memory out of the prompt again (it stays in memory and recall)."""
+
+    async def work(store: Any) -> Any:
+        return await where.memory(store).unpin(memory_id, by=_who())
+
+    _run(where, work)
+    click.echo(f"unpinned: {memory_id}")
+
+
+@memory_group.command("pinned")
+@store_options
+@click.option("--json", "as_json", is_flag=True)
+def pinned_cmd(where: StorageTarget, as_json: bool) -> None:
+    """The pinned memories the scope's turns keep in mind, newest first."""
+
+    async def work(store: Any) -> list[Any]:
+        return list(await where.memory(store).pinned(fresh=True))
+
+    records = _run(where, work, read_only=True)
+    if as_json:
+        emit_json({"pinned": [r.to_dict() for r in records]})
+        return
+    if not records:
+        click.echo("nothing pinned")
+    for r in records:
+        owner = f" ({r.scope})" if r.scope else ""
+        click.echo(clean(f"{r.id}{owner}  {r.name}"))
+        click.echo(f"    {clean(r.content[:200], newlines=False)}")
 
 
 @memory_group.command("export")

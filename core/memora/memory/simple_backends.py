@@ -202,6 +202,22 @@ class InMemoryStorage:
         avg = sum(t[2] for t in self._tokens.values()) / total if total else 1.0
         return score_records(candidates, query, clamp_limit(limit), total, avg)
 
+    async def pinned(
+        self, *, scopes: Collection[str] | None = None, limit: int = 10
+    ) -> builtins.list[MemoryRecord]:
+        self._check_open()
+        await self._refresh()
+        seen = _scope_set(scopes)
+        rows = [
+            r
+            for r in self._records.values()
+            if "pinned" in r.meta
+            and r.superseded_by is None
+            and (seen is None or r.scope_key in seen)
+        ]
+        rows.sort(key=lambda r: (-r.created_at, r.id))
+        return rows[: clamp_limit(limit)]
+
     async def count(self, *, scopes: Collection[str] | None = None) -> int:
         self._check_open()
         await self._refresh()

@@ -50,6 +50,8 @@ _COLUMNS = (
     "session_id, round_id, meta, scope"
 )
 _N = ROW_LEN  # the record's columns; a search row adds its rank after them
+_PINNED = "json_extract(meta, '$.pinned') IS NOT NULL"
+"""A pinned memory, as the partial index ``memories_pinned`` and its query both say it."""
 
 
 def _script(db: sqlite3.Connection, script: str) -> None:
@@ -116,10 +118,16 @@ def _m003_scopes(db: sqlite3.Connection) -> None:
     )
 
 
+def _m004_pins(db: sqlite3.Connection) -> None:
+    # pinned memories (meta.pinned) listed by a partial index: a handful of rows, no scan
+    db.execute(f"CREATE INDEX memories_pinned ON memories(created_at) WHERE {_PINNED}")
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("001_initial", _m001_initial),
     ("002_vectors", _m002_vectors),
     ("003_scopes", _m003_scopes),
+    ("004_pins", _m004_pins),
 )
 """Applied in order when a store opens; each is recorded in ``_memora_migrations``."""
 
@@ -418,6 +426,15 @@ class _Core:
             ScoredMemory(record_from_row(r[:_N]), -float(r[_N]))
             for r in self.db.execute(sql, (match, *args, limit))
         ]
+
+    def pinned(self, scopes: builtins.list[str] | None, limit: int) -> builtins.list[MemoryRecord]:
+        where, args = self._filters(None, False, None, scopes, prefix="")
+        rows = self.db.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE {_PINNED} AND {' AND '.join(where)} "
+            "ORDER BY created_at DESC, id LIMIT ?",
+            (*args, limit),
+        )
+        return [record_from_row(r) for r in rows]
 
     def count(self, source: str | None, scopes: builtins.list[str] | None) -> int:
         where, args = self._filters(source, True, None, scopes, prefix="")
@@ -725,6 +742,11 @@ class SqliteStorage:
         return await self._run(
             self._core.search, match, source, limit, include_superseded, ids, scope_keys(scopes)
         )
+
+    async def pinned(
+        self, *, scopes: Collection[str] | None = None, limit: int = 10
+    ) -> builtins.list[MemoryRecord]:
+        return await self._run(self._core.pinned, scope_keys(scopes), clamp_limit(limit))
 
     async def count(self, *, scopes: Collection[str] | None = None) -> int:
         return await self._run(self._core.count, None, scope_keys(scopes))

@@ -34,6 +34,7 @@ from .types import MAX_CONTENT_CHARS, MemoryRecord, NewMemory, ScoredMemory, che
 __all__ = [
     "ROW_LEN",
     "MemoryStorage",
+    "PinnedStorage",
     "ReadOnlyMemoryStorage",
     "ReadOnlyView",
     "accepts_keyword",
@@ -89,6 +90,19 @@ class ReadOnlyMemoryStorage(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class PinnedStorage(Protocol):
+    """What a backend implements to list pinned memories with an index rather than a scan
+    (optional: :class:`~memora.memory.manager.MemoryManager` scans ``list`` without it)."""
+
+    async def pinned(
+        self, *, scopes: Collection[str] | None = None, limit: int = 10
+    ) -> builtins.list[MemoryRecord]:
+        """The current (not superseded) memories whose ``meta`` has ``"pinned"``, newest
+        first, of ``scopes``."""
+        ...
 
 
 @runtime_checkable
@@ -171,6 +185,14 @@ class ReadOnlyView:
 
     async def history(self, memory_id: str) -> builtins.list[MemoryRecord]:
         return await self._inner.history(memory_id)
+
+    async def pinned(
+        self, *, scopes: Collection[str] | None = None, limit: int = 10
+    ) -> builtins.list[MemoryRecord]:
+        if isinstance(self._inner, PinnedStorage):
+            return await self._inner.pinned(limit=limit, **_scoped(scopes))
+        current = await self._inner.list(limit=1000, include_superseded=False, **_scoped(scopes))
+        return [r for r in current if "pinned" in r.meta][: clamp_limit(limit)]
 
     async def close(self) -> None:
         await self._inner.close()

@@ -476,6 +476,30 @@ class StorageConformance:
         assert await store.count_by_source("persona", scopes=("bob",)) == 30
         assert await store.count_by_source("round_summary", scopes=("",)) == 3
 
+    async def test_pinned_lists_current_pinned_memories_of_the_scopes(
+        self, store: MemoryStorage
+    ) -> None:
+        from ..memory.storage import PinnedStorage
+
+        if not isinstance(store, PinnedStorage):
+            pytest.skip("backend lists no pins (no pinned(); the manager scans list())")
+        plain = await store.add(NewMemory("not pinned"))
+        mine = await store.add(NewMemory("alice's pin", scope="alice", meta={"pinned": {}}))
+        theirs = await store.add(NewMemory("bob's pin", scope="bob", meta={"pinned": {}}))
+        project = await store.add(NewMemory("the project's pin", meta={"pinned": {"by": "x"}}))
+        assert [r.id for r in await store.pinned(scopes=("", "alice"))] == [project.id, mine.id]
+        assert [r.id for r in await store.pinned(scopes=("bob",))] == [theirs.id]
+        assert len(await store.pinned()) == 3 and plain.id not in {
+            r.id for r in await store.pinned()
+        }
+        await store.update(mine.id, meta={})
+        assert [r.id for r in await store.pinned(scopes=("alice",))] == [], "unpinned: gone"
+        newer = await store.supersede(project.id, NewMemory("edited", meta={"pinned": {}}))
+        assert [r.id for r in await store.pinned(scopes=("",))] == [newer.id], (
+            "a superseded memory is not listed, its pinned successor is"
+        )
+        assert len(await store.pinned(limit=1)) == 1
+
     async def test_reopen_keeps_scopes(self, tmp_path: Path) -> None:
         if not self.persistent:
             pytest.skip("backend is not persistent")

@@ -42,6 +42,7 @@ class MemoryServer:
 
     def __post_init__(self) -> None:
         # reads only, through the view of the scope: every query carries its filter
+        # a manager that is only ever asked to read: its write methods would find no writes
         self.memory = MemoryManager(self.storage).for_scope(self.scope)  # type: ignore[arg-type]
 
     async def _sessions(self) -> list[Any]:

@@ -174,10 +174,19 @@ async def _m3_scopes(conn: AsyncConnection[Any]) -> None:
     await conn.execute("ALTER TABLE memora_sessions ADD COLUMN scope text NOT NULL DEFAULT ''")
 
 
+async def _m4_pins(conn: AsyncConnection[Any]) -> None:
+    # pinned memories (meta.pinned) listed by a partial index: a handful of rows, no scan
+    await conn.execute(
+        "CREATE INDEX memora_memories_pinned ON memora_memories (namespace, created_at DESC) "
+        "WHERE (meta ? 'pinned')"
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_tables", _m1_tables),
     ("0002_vectors", _m2_vectors),
     ("0003_scopes", _m3_scopes),
+    ("0004_pins", _m4_pins),
 ]
 """Applied in order, each once, recorded in ``memora_migrations``; new ones are appended."""
 

@@ -470,6 +470,19 @@ class PostgresStorage:
         self._vectors[space] = (xmin, rows)
         return rows
 
+    async def pinned(
+        self, *, scopes: Collection[str] | None = None, limit: int = 10
+    ) -> builtins.list[MemoryRecord]:
+        where, args = self._filters(None, False, None, scopes)
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                # (meta ? 'pinned'): the predicate of the partial index memora_memories_pinned
+                f"SELECT {_COLUMNS} FROM memora_memories WHERE (meta ? 'pinned') AND "
+                f"{' AND '.join(where)} ORDER BY created_at DESC, id LIMIT %s",
+                (*args, clamp_limit(limit)),
+            )
+            return [record_from_row(r) for r in await cur.fetchall()]
+
     async def count(self, *, scopes: Collection[str] | None = None) -> int:
         return await self._count(None, scopes)
 

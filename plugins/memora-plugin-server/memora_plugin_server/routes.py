@@ -284,6 +284,21 @@ async def memory_forget(call: Call) -> Response:
     return JSONResponse(record.to_dict(), status_code=201)
 
 
+async def memory_pin(call: Call) -> Response:
+    record = await _memory(call).pin(call.param("memory"), by=_who(call))
+    return JSONResponse(record.to_dict())
+
+
+async def memory_unpin(call: Call) -> Response:
+    record = await _memory(call).unpin(call.param("memory"), by=_who(call))
+    return JSONResponse(record.to_dict())
+
+
+async def memory_pinned(call: Call) -> Response:
+    records = await _memory(call).pinned(fresh=True)
+    return JSONResponse({"pinned": [r.to_dict() for r in records]})
+
+
 async def memory_stats(call: Call) -> Response:
     snapshot = await _memory(call).snapshot()
     return JSONResponse(snapshot.to_dict())
@@ -402,6 +417,13 @@ API: tuple[Api, ...] = (
     Api("GET", "/v1/projects/{project}/memory/stats", "read", "Memories by source.", memory_stats),
     Api(
         "GET",
+        "/v1/projects/{project}/memory/pinned",
+        "read",
+        "The pinned memories the caller's turns keep in mind (its scope's and the project's).",
+        memory_pinned,
+    ),
+    Api(
+        "GET",
         "/v1/projects/{project}/memory/{memory}",
         "read",
         "One memory whole, with where it came from and how it was written or changed.",
@@ -421,6 +443,20 @@ API: tuple[Api, ...] = (
         "write",
         "Take a memory out of recall (its history keeps who forgot it and when).",
         memory_forget,
+    ),
+    Api(
+        "POST",
+        "/v1/projects/{project}/memory/{memory}/pin",
+        "write",
+        "Pin a memory: its scope's turns keep it in their system prompt (at most 10 a scope).",
+        memory_pin,
+    ),
+    Api(
+        "POST",
+        "/v1/projects/{project}/memory/{memory}/unpin",
+        "write",
+        "Unpin a memory (it stays in memory and recall).",
+        memory_unpin,
     ),
     Api(
         "POST",

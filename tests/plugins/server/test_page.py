@@ -214,6 +214,16 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
         await page.locator("#memory-hits li.memory .md strong", has_text="Tuesdays").wait_for()
         assert await page.locator("#memory-hits li.memory").count() == 1  # the old text left recall
 
+        # pin in place: marked pinned, and the project's turns keep it in mind; unpin again
+        await page.locator("#memory-hits li.memory button.pin").click()
+        await page.locator("#memory-hits li.memory .provenance", has_text="pinned").wait_for()
+        assert [r.content for r in await memory.pinned(fresh=True)] == [
+            "The shop ships on **Tuesdays**"
+        ]
+        await page.locator("#memory-hits li.memory button.pin", has_text="Unpin").click()
+        await page.locator("#memory-hits li.memory button.pin", has_text="Pin").wait_for()
+        assert await memory.pinned(fresh=True) == []
+
         await page.locator("#memory-hits li.memory button.forget").click()
         await page.locator("#memory-hits li.status-line", has_text="forgotten").wait_for()
         assert await memory.search("ships") == []

@@ -129,6 +129,17 @@ async def test_rest_keeps_each_user_to_their_own(tmp_path: Path) -> None:
             theirs = await client.get("/v1/projects/proj/sessions", headers=_as("backend", "carol"))
             assert [s["id"] for s in theirs.json()["sessions"]] == [carol.json()["id"]]
 
+            # pins respect scopes: alice pins hers; bob can neither pin it nor see it pinned
+            pin = await client.post(memory + "/pin", headers=_as("alice"))
+            assert pin.status_code == 200 and pin.json()["meta"]["pinned"]["by"] == "token:alice"
+            assert (await client.post(memory + "/pin", headers=_as("bob"))).status_code == 404
+            pins = await client.get("/v1/projects/proj/memory/pinned", headers=_as("alice"))
+            assert [p["id"] for p in pins.json()["pinned"]] == [memory_id]
+            pins = await client.get("/v1/projects/proj/memory/pinned", headers=_as("bob"))
+            assert pins.json()["pinned"] == []
+            unpin = await client.post(memory + "/unpin", headers=_as("alice"))
+            assert unpin.status_code == 200 and "pinned" not in unpin.json()["meta"]
+
             # the owner's unscoped token: the project's memory only
             assert (await client.get(search, headers=_as("owner"))).json()["hits"] == []
             owner_sessions = await client.get("/v1/projects/proj/sessions", headers=_as("owner"))

@@ -411,7 +411,16 @@ function memoryItem(h, q) {
       item.replaceWith(el("li", { class: "status-line" }, "forgotten"));
     } catch (err) { notice(err.message); }
   });
-  item.append(body, el("div", { class: "provenance" }, where + how), el("div", { class: "buttons" }, edit, forget));
+  const pinned = Boolean(h.meta && h.meta.pinned);
+  const pin = el("button", { type: "button", class: "pin", "aria-pressed": String(pinned) }, pinned ? "Unpin" : "Pin");
+  pin.addEventListener("click", async () => {
+    try {
+      await postJSON(base() + "/memory/" + encodeURIComponent(h.id) + (pinned ? "/unpin" : "/pin"));
+      await searchMemory(q);
+    } catch (err) { notice(err.message); }
+  });
+  const mark = pinned ? " · pinned" : "";
+  item.append(body, el("div", { class: "provenance" }, where + how + mark), el("div", { class: "buttons" }, edit, forget, pin));
   return item;
 }
 
