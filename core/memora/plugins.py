@@ -712,8 +712,8 @@ class Plugins:
                 # the plugin the hint would name is there: say how to point it somewhere
                 msg += (
                     "; to use an OpenAI-compatible endpoint: memora init --base-url URL --model "
-                    f"NAME (or pass --base-url/--model); for {name!r}: pip install "
-                    f"memora-plugin-{name}"
+                    "NAME (or memora providers add NAME --base-url URL --model MODEL, or pass "
+                    f"--base-url/--model); for {name!r}: pip install memora-plugin-{name}"
                 )
             elif hint := INSTALL_HINTS.get(kind):
                 msg += f" (to add one: {hint})"

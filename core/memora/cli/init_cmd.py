@@ -4,7 +4,6 @@ pack — refusing to overwrite anything."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -129,10 +128,7 @@ def _user_provider(name: str, base_url: str, model: str | None, key_env: str | N
     returns the name for the project to refer to.  A user config with comments is not
     rewritten (they would be lost): the line to add is printed instead."""
     from ..plugins import create_plugin_manager
-    from ..security.atomic import atomic_write_text
-    from ..security.state import user_config_dir
-    from ..settings import strip_json_comments
-    from ..settings.files import read_config_file
+    from ..settings.edit import edit_user_config, user_config_path
 
     if "openai" not in create_plugin_manager().names("provider"):
         raise MemoraError(
@@ -148,29 +144,20 @@ def _user_provider(name: str, base_url: str, model: str | None, key_env: str | N
     entry: dict[str, Any] = {"type": "openai", "model": model, "base_url": base_url}
     if key_env:
         entry["api_key_env"] = key_env
-    path = user_config_dir() / "config.json"
-    text = path.read_text(encoding="utf-8-sig") if path.exists() else "{}"
-    if path.exists():
-        read_config_file(path)  # a broken file is an error naming it, not overwritten
-    data = json.loads(strip_json_comments(text))
-    existing = (data.get("providers") or {}).get(name)
-    if existing is not None and existing != entry:
-        raise MemoraError(
-            ErrorCode.INVALID_INPUT,
-            f"your user config ({path}) already has a provider {name!r}; pass --provider "
-            "ANOTHER_NAME, or leave out --base-url to use it as it is",
-        )
-    if strip_json_comments(text) != text and existing is None:
-        raise MemoraError(
-            ErrorCode.INVALID_INPUT,
-            f"{path} has comments, which rewriting it would lose; add this provider to it "
-            f'yourself: "providers": {{{json.dumps(name)}: {json.dumps(entry)}}}',
-        )
-    data.setdefault("providers", {})[name] = entry
-    data.setdefault("active_provider", name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-    os.chmod(path, 0o600)  # the user's own config: private, as every file memora writes
+
+    def change(data: dict[str, Any]) -> str | None:
+        existing = (data.get("providers") or {}).get(name)
+        if existing is not None and existing != entry:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"your user config ({user_config_path()}) already has a provider {name!r}; pass "
+                "--provider ANOTHER_NAME, or leave out --base-url to use it as it is",
+            )
+        data.setdefault("providers", {})[name] = entry
+        data.setdefault("active_provider", name)
+        return f'add this provider to it yourself: "providers": {{{json.dumps(name)}: {json.dumps(entry)}}}'
+
+    path = edit_user_config(change)
     click.echo(f"provider {name!r} ({base_url}, {model}) is in {path}")
     return name
 

@@ -327,6 +327,10 @@ class LlamaCppProvider:
                 out.append(FinishDelta(str(choice["finish_reason"])))
         return out
 
+    async def list_models(self) -> list[str]:
+        """The one model this provider runs: its file (``memora models``)."""
+        return [str(self.model_path)]
+
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:

@@ -3,7 +3,7 @@ embedder of the same name (``/v1/embeddings``; ``"embedder": {"type": "openai", 
 
 Options (``config["providers"][name]`` or ``memora run --provider openai --base-url ...``):
 ``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
-``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
+``api_key_name`` (a key stored with ``memora keys set``; user config only), ``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
 ``http2``, ``extra_body``, ``total_timeout`` (seconds for a whole answer, default 900),
 ``max_response_bytes`` (default 32 MiB).
 """
@@ -36,6 +36,7 @@ _OPTIONS = {
     "model",
     "base_url",
     "api_key_env",
+    "api_key_name",
     "headers",
     "connect_timeout",
     "stall_timeout",
@@ -55,8 +56,8 @@ PROJECT = {
     "total_timeout": AtMost(900.0),
     "max_response_bytes": AtMost(32 * 1024 * 1024),
 }
-"""What a project's config may set (``base_url``, ``api_key_env`` and ``headers`` choose where
-requests and keys go: user side only; ``extra_body`` is sent to the provider: a request)."""
+"""What a project's config may set (``base_url``, ``api_key_env``, ``api_key_name`` and
+``headers`` choose where requests and keys go: user side only; ``extra_body`` is sent to the provider: a request)."""
 
 _LAZY = {
     "Completion": ".provider",
@@ -118,6 +119,7 @@ _EMBEDDER_OPTIONS = {
     "model",
     "base_url",
     "api_key_env",
+    "api_key_name",
     "headers",
     "dimensions",
     "query_prefix",

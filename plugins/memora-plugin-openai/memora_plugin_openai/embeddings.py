@@ -34,6 +34,7 @@ class OpenAIEmbedder(HTTPEndpoint):
         model: str = DEFAULT_MODEL,
         base_url: str | None = None,
         api_key_env: str | None = None,
+        api_key_name: str | None = None,
         headers: Mapping[str, str] | None = None,
         dimensions: int | None = None,
         query_prefix: str = "",
@@ -61,6 +62,7 @@ class OpenAIEmbedder(HTTPEndpoint):
         self._client = endpoint_client(
             self.base_url,
             api_key_env=api_key_env,
+            api_key_name=api_key_name,
             headers=headers,
             accept="application/json",
             connect_timeout=connect_timeout,

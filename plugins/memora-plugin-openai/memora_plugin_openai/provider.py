@@ -314,17 +314,30 @@ def endpoint_client(
     api_key_env: str | None,
     headers: Mapping[str, str] | None,
     accept: str,
+    api_key_name: str | None = None,
     connect_timeout: float,
     read_timeout: float,
     http2: bool = False,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> httpx2.AsyncClient:
-    """An httpx2 client for ``base_url``: the key from the environment only (``api_key_env``,
-    else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``), no proxy from the environment, an
+    """An httpx2 client for ``base_url``: the key from the environment (``api_key_env``), else
+    the key the user stored as ``api_key_name`` (``memora keys set``; a user-side option only),
+    else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``; no proxy from the environment, an
     uncompressed answer (a compressed one could expand without bound); ``read_timeout`` is the
     longest silence while reading an answer."""
     if api_key_env:
         key = os.environ.get(api_key_env)
+    elif api_key_name:
+        from memora.settings.secrets import stored_key
+
+        key = stored_key(api_key_name)
+        if key is None:
+            raise ProviderError(
+                f"no key {api_key_name!r} is stored; store it with `memora keys set "
+                f"{api_key_name}`",
+                category="unknown",
+                retryable=False,
+            )
     else:
         key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
     hdrs = {"Content-Type": "application/json", "Accept": accept, "Accept-Encoding": "identity"}
@@ -346,8 +359,9 @@ def endpoint_client(
 class OpenAIProvider(HTTPEndpoint):
     """Chat Completions over httpx2: pooled connections, SSE streaming, classified errors.
 
-    The API key comes from the environment only (``api_key_env``, default ``MEMORA_API_KEY``
-    then ``OPENAI_API_KEY``); it is never read from or written to a file.  Retries are the
+    The API key comes from the environment (``api_key_env``, default ``MEMORA_API_KEY`` then
+    ``OPENAI_API_KEY``) or, with ``api_key_name``, from the user's private key file
+    (``memora keys set``); it is never read from or written to a config file.  Retries are the
     caller's policy (see :func:`memora.llm.retry.stream_with_retries`): this class raises
     :class:`ProviderError` with ``retryable`` and ``retry_after`` set.
     """
@@ -358,6 +372,7 @@ class OpenAIProvider(HTTPEndpoint):
         model: str,
         base_url: str | None = None,
         api_key_env: str | None = None,
+        api_key_name: str | None = None,
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = 10.0,
         stall_timeout: float = 60.0,
@@ -377,6 +392,7 @@ class OpenAIProvider(HTTPEndpoint):
         self._client = endpoint_client(
             self.base_url,
             api_key_env=api_key_env,
+            api_key_name=api_key_name,
             headers=headers,
             accept="text/event-stream, application/json",
             connect_timeout=connect_timeout,
@@ -393,6 +409,33 @@ class OpenAIProvider(HTTPEndpoint):
     @property
     def name(self) -> str:
         return f"openai:{self.model}"
+
+    async def list_models(self) -> list[str]:
+        """The model ids the endpoint serves (``GET {base_url}/models``; ``memora models``)."""
+        try:
+            response = await self._client.send(
+                self._client.build_request("GET", "/models"), stream=True
+            )
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        try:
+            if response.status_code >= 400:
+                raise await self._http_error(response)
+            raw, cut = await self._read_capped(response, 4 * 1024 * 1024)
+        finally:
+            await response.aclose()
+        try:
+            data = json.loads(raw) if not cut else None
+            items = data.get("data") if isinstance(data, dict) else None
+            if not isinstance(items, list):
+                raise ValueError("no data list")
+        except ValueError as exc:
+            raise ProviderError(
+                f"{self.base_url}/models did not answer an OpenAI model list ({exc})",
+                category="unknown",
+                retryable=False,
+            ) from None
+        return sorted(str(m["id"]) for m in items if isinstance(m, dict) and m.get("id"))
 
     @property
     def context_window(self) -> int:
