@@ -22,10 +22,12 @@ from .errors import ApiError, error_response
 logger = logging.getLogger("memora.server")
 
 __all__ = [
+    "FAILED_AUTH_PER_MINUTE",
     "PROXY_HEADERS",
     "USER_HEADER",
     "Access",
     "Guard",
+    "client_key",
     "host_name",
     "is_loopback",
     "scope_for",
@@ -35,12 +37,37 @@ Access = Literal["public", "read", "write"]
 """Who may call a route: anyone, a token that may read the project, one that may write."""
 
 
-class _Buckets:
-    """A token bucket per caller: ``per_minute`` requests a minute, bursts of a tenth of it."""
+def client_key(host: str | None) -> str:
+    """Whose allowance a request from ``host`` draws on: its address — its /64 for IPv6 (one
+    subscriber's network: an address of it each request would start afresh), every loopback
+    address as one (127.0.0.2 is this machine too)."""
+    if not host:
+        return "ip:?"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return f"ip:{host}"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "ip:loopback"
+    if isinstance(address, ipaddress.IPv6Address):
+        return f"ip:{ipaddress.ip_network(f'{address}/64', strict=False)}"
+    return f"ip:{address}"
 
-    def __init__(self, per_minute: int) -> None:
+
+FAILED_AUTH_PER_MINUTE = 30
+"""Requests with a missing or unknown token an address may make a minute (in bursts of 10)
+before they are refused as ``429`` without the token being looked at: guessing costs time."""
+
+
+class _Buckets:
+    """A token bucket per caller: ``per_minute`` requests a minute, bursts of a tenth of it
+    (at least ``burst``)."""
+
+    def __init__(self, per_minute: int, *, burst: float = 10.0) -> None:
         self.rate = per_minute / 60.0
-        self.capacity = max(10.0, per_minute / 10.0)
+        self.capacity = max(burst, per_minute / 10.0)
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def take(self, who: str) -> float:
@@ -113,6 +140,8 @@ class Guard:
     def __init__(self, settings: ServerSettings, *, follow: Path | None = None) -> None:
         self.settings = settings
         self.buckets = _Buckets(settings.rate_limit_per_minute)
+        self.failures = _Buckets(FAILED_AUTH_PER_MINUTE)
+        """Requests whose token was missing or wrong, per address (see :func:`client_key`)."""
         self._follow = follow
         """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
         within a second, in every worker (each reads the file), with no restart."""
@@ -179,10 +208,18 @@ class Guard:
         client = request.client.host if request.client else None
         self._check_origin(request)
         if access == "public":
+            # anyone may call, not without end: a flood of probes is refused per address
+            self._limit(self.buckets, "pub:" + client_key(client))
             return None
         token: TokenEntry | None = None
         if self.settings.tokens:
-            token = self._token(request)
+            try:
+                token = self._token(request)
+            except ApiError:
+                # a wrong or missing token: counted per address, and past the allowance not
+                # even looked at — guessing tokens is as slow as FAILED_AUTH_PER_MINUTE allows
+                self._limit(self.failures, client_key(client), "requests without a valid token")
+                raise
         else:
             # no token configured: this machine only, by address and by Host (a web page
             # elsewhere must not reach a loopback service through a rebound DNS name)
@@ -198,14 +235,7 @@ class Guard:
                     "no token is configured, so only this machine may call (add one with "
                     "`memora serve-tokens add NAME`)",
                 )
-        wait = self.buckets.take(token.name if token else f"ip:{client}")
-        if wait:
-            raise ApiError(
-                429,
-                "RATE_LIMITED",
-                f"more than {self.settings.rate_limit_per_minute} requests a minute",
-                {"Retry-After": str(math.ceil(wait))},
-            )
+        self._limit(self.buckets, token.name if token else client_key(client))
         if token is not None:
             if access == "write" and token.access != "full":
                 raise ApiError(403, "FORBIDDEN", f"token {token.name!r} is read-only")
@@ -214,6 +244,16 @@ class Guard:
                     403, "FORBIDDEN", f"token {token.name!r} may not use project {project!r}"
                 )
         return token
+
+    def _limit(self, buckets: _Buckets, who: str, what: str = "requests") -> None:
+        wait = buckets.take(who)
+        if wait:
+            raise ApiError(
+                429,
+                "RATE_LIMITED",
+                f"more than {round(buckets.rate * 60)} {what} a minute",
+                {"Retry-After": str(math.ceil(wait))},
+            )
 
     def _token(self, request: Request) -> TokenEntry:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")

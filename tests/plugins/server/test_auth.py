@@ -230,3 +230,50 @@ def test_serve_refuses_to_start_with_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     assert result.output.startswith("memora: error: [PROJECT_LOCKED] project ")
     assert result.output.count("\n") == 1  # one line
+
+
+async def test_guessing_tokens_and_flooding_public_routes_are_limited(tmp_path: Path) -> None:
+    """#43: requests with a wrong token and the public routes were not rate-limited, and a
+    second loopback address or another address of one IPv6 network started afresh."""
+    from memora_plugin_server.guard import client_key
+
+    project = project_dir(tmp_path)
+    app = create_app(project, settings=_settings(rate_limit_per_minute=60), **_opts(tmp_path))
+
+    def client(host: str) -> httpx2.AsyncClient:
+        transport = httpx2.ASGITransport(app=app, client=(host, 4242))
+        return httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1")
+
+    async with app.router.lifespan_context(app):
+        async with client("198.51.100.7") as guesser:
+            codes = [
+                (await guesser.get("/v1/projects", headers=_auth(f"tok-{n}"))).status_code
+                for n in range(12)
+            ]
+            assert codes[:10] == [401] * 10 and codes[-1] == 429, codes
+            refused = await guesser.get("/v1/projects", headers=_auth("tok-more"))
+            assert refused.json()["error"]["code"] == "RATE_LIMITED"
+            assert "without a valid token" in refused.json()["error"]["message"]
+            assert int(refused.headers["retry-after"]) >= 1
+            # a caller with a valid token is not slowed by the guesses of its address
+            assert (
+                await guesser.get("/v1/projects", headers=_auth("tok-admin"))
+            ).status_code == 200
+        async with client("198.51.100.8") as honest:
+            assert (await honest.get("/v1/projects", headers=_auth("tok-x"))).status_code == 401
+
+        # public routes: bursts of 10 a address at 60 a minute, then 429
+        async with client("203.0.113.5") as prober:
+            codes = [(await prober.get("/health")).status_code for _ in range(12)]
+            assert codes[:9] == [200] * 9 and codes[-1] == 429, codes
+        # another address of the same IPv6 /64 shares the allowance; another /64 does not
+        async with client("2001:db8:1:2::1") as first:
+            for _ in range(10):
+                await first.get("/health")
+        async with client("2001:db8:1:2::99") as second:
+            assert (await second.get("/health")).status_code == 429
+        async with client("2001:db8:1:3::1") as elsewhere:
+            assert (await elsewhere.get("/health")).status_code == 200
+
+    assert client_key("127.0.0.2") == client_key("127.0.0.1") == client_key("::1")
+    assert client_key("::ffff:192.0.2.1") == client_key("192.0.2.1")
