@@ -618,6 +618,7 @@ class TurnEngine:
         used_in = used_out = 0
         loop = asyncio.get_running_loop()
         now = time.monotonic
+        began = now()
         seen_tool = False
         err: BaseException | None = None
         try:
@@ -712,6 +713,16 @@ class TurnEngine:
             span.end(err)
         self._partial = []
         record.add_usage(0, 0, 0, 1)
+        # the turn's trace: each LLM call with its tokens and time (the page's trace view)
+        record.note(
+            "llm_call",
+            step=step_index,
+            stage=stage,
+            input_tokens=used_in,
+            output_tokens=used_out,
+            ms=round((now() - began) * 1000),
+            finish=out.finish_reason,
+        )
         out.text = "".join(parts)
         out.streamed = "".join(streamed)
         out.reasoning = "".join(reasoning)
@@ -984,6 +995,14 @@ class TurnEngine:
         assert decision is not None and decision.tool_call_id == call.id
         record.paused = None
         record.approval = None
+        record.note(
+            "approval",
+            tool_call_id=call.id,
+            name=call.name,
+            approved=decision.approved,
+            edited=decision.args is not None,
+            reason=decision.reason,
+        )
         if not decision.approved:
             reason = decision.reason or "the user rejected this call"
             run = ToolRun(
@@ -1020,7 +1039,9 @@ class TurnEngine:
         rid = record.round_id
         name = tool.name
         emit(self._start_chunk(call_id, name, args))
-        record.note("tool_start", tool_call_id=call_id, name=name, args=args)
+        record.note(
+            "tool_start", tool_call_id=call_id, name=name, args=args, at=round(time.time(), 3)
+        )
 
         def progress(text: str) -> None:
             emit(ToolProgressChunk(tool_call_id=call_id, name=name, content=text, round_id=rid))
@@ -1098,6 +1119,7 @@ class TurnEngine:
             summary=run.summary,
             blocked=blocked,
             error_code=run.error_code,
+            at=round(time.time(), 3),
         )
         return ToolResultChunk(
             tool_call_id=call_id,

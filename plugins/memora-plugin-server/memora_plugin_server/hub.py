@@ -406,6 +406,7 @@ class Hub:
             raise
         log = await self._run(slot, "turn", chunks, lease)
         log.output = output
+        log.text = text
         return log
 
     async def continue_turn(
@@ -617,6 +618,14 @@ class Hub:
             "are kept for a while; the session's history has every round)",
             context={"turn_id": turn_id},
         )
+
+    def running_text(self, project: str, session_id: str) -> str | None:
+        """The message that started the turn running in the session, when this process runs
+        it (a page reloaded mid-turn shows it above the answer being written)."""
+        slot = self._slots.get((project, session_id))
+        if slot is not None and slot.busy and slot.logs:
+            return next(reversed(slot.logs.values())).text
+        return None
 
     async def running_turn(self, project: str, session_id: str) -> str | None:
         """The id of the turn running in the session (on any worker)."""

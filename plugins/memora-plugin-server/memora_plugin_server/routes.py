@@ -137,6 +137,7 @@ async def get_session(call: Call) -> Response:
             "rounds": [r.to_dict() for r in rounds],
             "pause": await call.hub.pause_of(project, sid),
             "running_turn": await call.hub.running_turn(project, sid),
+            "running_text": call.hub.running_text(project, sid),
         }
     )
 

@@ -34,6 +34,8 @@ class TurnLog:
         """A typed turn's OutputSpec (its text is the result being written), else ``None``."""
         self.ended = False
         self.started_at = time.time()
+        self.text: str | None = None
+        """The user's message that started the turn (a page reloaded mid-turn shows it)."""
         self._changed = asyncio.Event()
 
     def add(self, chunk: AgentChunk) -> str:

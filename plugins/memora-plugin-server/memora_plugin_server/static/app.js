@@ -21,6 +21,8 @@ function notice(text) {
   const box = $("notice");
   box.textContent = text || "";
   box.hidden = !text;
+  if (text && /^UNAUTHORIZED/.test(text)) box.dataset.auth = "1";
+  else delete box.dataset.auth;
 }
 
 function headers(json) {
@@ -33,6 +35,7 @@ function headers(json) {
 async function api(path, options = {}) {
   const response = await fetch(path, { ...options, headers: { ...headers(options.body !== undefined), ...(options.headers || {}) } });
   if (response.status === 401) $("token-form").hidden = false;
+  else if (response.ok && $("notice").dataset.auth) notice(""); // the token works now: no stale banner
   if (!response.ok) {
     let message = response.status + " " + response.statusText;
     try {
@@ -101,6 +104,14 @@ async function follow(response, view) {
   } finally {
     setBusy(false);
     refreshSide();
+  }
+  if (ended && state.session) {
+    // the round as stored: its trace and "branch from here" (a paused turn is not one yet)
+    try {
+      const { rounds } = await getJSON(sessionBase());
+      const round = rounds[rounds.length - 1];
+      if (round && !view.root.querySelector(".trace")) view.decorate(round);
+    } catch (_) { /* the answer is shown; its trace is on the next reload */ }
   }
 }
 
@@ -226,6 +237,70 @@ class TurnView {
     }
   }
 
+  // a stored round again: its tool cards, approvals and thoughts from the round's events
+  replay(round) {
+    for (const e of round.events || []) {
+      switch (e.type) {
+        case "tool_start": case "tool_result": case "thought":
+          this.handle(e.type === "thought" ? { type: "thought", content: e.content } : e);
+          break;
+        case "approval":
+          this.root.insertBefore(el("div", { class: "status-line" }, (e.approved ? "approved" : "denied") + (e.edited ? " (edited)" : "") + ": " + e.name), this.md);
+          break;
+        default:
+          break;
+      }
+    }
+    if (round.output !== null && round.output !== undefined) this.result(round.output);
+    else { this.answer = round.assistant; this.md.innerHTML = renderMarkdown(round.assistant); }
+    if (round.status !== "done") this.status(round.status);
+    const u = round.usage || {};
+    if (u.input_tokens || u.output_tokens) this.status((u.input_tokens || 0) + " in · " + (u.output_tokens || 0) + " out");
+    this.decorate(round);
+  }
+
+  // what the round did, step by step, and a way to go on from it in a new session
+  decorate(round) {
+    const steps = el("ol", {});
+    const started = {};
+    const add = (text, cls = "") => steps.append(el("li", cls ? { class: cls } : {}, text));
+    for (const e of round.events || []) {
+      switch (e.type) {
+        case "llm_call":
+          add("LLM call " + (e.step + 1) + (e.stage && e.stage !== "answer" ? " (" + e.stage + ")" : "") + ": " + e.input_tokens + " in · " + e.output_tokens + " out · " + e.ms + " ms" + (e.finish ? " · " + e.finish : ""), "llm");
+          break;
+        case "tool_start":
+          started[e.tool_call_id] = e.at;
+          add("tool " + e.name + " " + JSON.stringify(e.args), "tool-call");
+          break;
+        case "tool_result": {
+          const ms = started[e.tool_call_id] && e.at ? " · " + Math.round((e.at - started[e.tool_call_id]) * 1000) + " ms" : "";
+          add("→ " + e.name + " " + (e.blocked ? "refused" : e.ok ? "ok" : "failed") + (e.summary ? ": " + e.summary : "") + ms, "tool-result");
+          break;
+        }
+        case "approval_pending": add("asked for approval: " + e.name, "approval"); break;
+        case "approval": add((e.approved ? "approved" : "denied") + (e.edited ? " with edited arguments" : "") + ": " + e.name + (e.reason ? " — " + e.reason : ""), "approval"); break;
+        case "question_pending": add("asked " + (e.questions || []).length + " question(s)"); break;
+        case "retry": add("retry " + e.attempt + ": " + e.error, "error"); break;
+        case "error": add("error (" + e.category + "): " + e.message, "error"); break;
+        case "thought": add("thought (" + String(e.content || "").length + " characters)"); break;
+        default: break;
+      }
+    }
+    const u = round.usage || {};
+    const secs = round.ended_at && round.started_at ? " · " + (round.ended_at - round.started_at).toFixed(2) + " s" : "";
+    add("stop: " + round.status + " · " + (u.input_tokens || 0) + " in · " + (u.output_tokens || 0) + " out" + secs + (round.model ? " · " + round.model : ""), "stop");
+    const trace = el("details", { class: "trace", "data-round": round.round_id }, el("summary", {}, "Trace"), steps);
+    const branch = el("button", { type: "button", class: "branch", title: "A new session with the rounds up to this one" }, "Branch from here");
+    branch.addEventListener("click", async () => {
+      try {
+        const info = await (await postJSON(sessionBase() + "/fork", { at_round_id: round.round_id })).json();
+        await openSession(info.id);
+      } catch (err) { notice(err.message); }
+    });
+    this.root.append(el("div", { class: "round-tools" }, trace, branch));
+  }
+
   approval(c) {
     const args = el("textarea", { rows: "4", "aria-label": "Arguments" });
     args.value = JSON.stringify(c.args, null, 2);
@@ -287,12 +362,29 @@ class TurnView {
 
 // -- the side panel -----------------------------------------------------------------------------
 
+// the page's place (#project/session): a reload or a shared link opens the same session
+function place() {
+  const [project, session] = location.hash.slice(1).split("/").map((part) => decodeURIComponent(part || ""));
+  return { project, session };
+}
+
 async function loadProjects() {
   const { projects } = await getJSON("/v1/projects");
   const select = $("project");
   select.replaceChildren(...projects.map((p) => el("option", { value: p.name }, p.name)));
-  state.project = projects.length ? projects[0].name : null;
-  if (state.project) await loadSessions(true);
+  const wanted = place();
+  const known = projects.some((p) => p.name === wanted.project);
+  state.project = known ? wanted.project : projects.length ? projects[0].name : null;
+  select.value = state.project || "";
+  if (!state.project) return;
+  if (known && wanted.session) {
+    try {
+      await loadSessions();
+      await openSession(wanted.session);
+      return;
+    } catch (err) { notice(err.message); } // gone, or not this token's: the most recent instead
+  }
+  await loadSessions(true);
 }
 
 async function loadSessions(pickFirst = false) {
@@ -318,26 +410,28 @@ async function newSession() {
 async function openSession(id) {
   state.session = id;
   const session = await getJSON(sessionBase());
+  history.replaceState(null, "", "#" + encodeURIComponent(state.project) + "/" + encodeURIComponent(id));
   const log = $("log");
   log.replaceChildren();
   for (const round of session.rounds) {
     log.append(el("div", { class: "msg user" }, round.user));
-    const view = new TurnView(log);
-    if (round.output !== null && round.output !== undefined) view.result(round.output);
-    else { view.answer = round.assistant; view.md.innerHTML = renderMarkdown(round.assistant); }
-    if (round.status !== "done") view.status(round.status);
+    new TurnView(log).replay(round);
   }
   if (session.pause) {
     const view = new TurnView(log);
     if (session.pause.kind === "approval") view.approval(session.pause);
     else if (session.pause.kind === "question") view.questions(session.pause);
   } else if (session.running_turn) {
+    if (session.running_text) log.append(el("div", { class: "msg user" }, session.running_text));
     const view = new TurnView(log);
     follow(await api(sessionBase() + "/turns/" + session.running_turn + "/events"), view);
   }
   log.scrollTop = log.scrollHeight;
   refreshSide();
 }
+
+// "summaryFocus" -> "summary focus"
+const chipLabel = (key) => key.replace(/([a-z])([A-Z])/g, "$1 $2").replace(/_/g, " ").toLowerCase();
 
 async function refreshSide() {
   if (!state.project || !state.session) return;
@@ -351,7 +445,9 @@ async function refreshSide() {
       return option;
     }));
     const active = packs.find((p) => p.active);
-    $("chips").replaceChildren(...Object.entries((active && active.strategy) || {}).map(([k, v]) => el("span", {}, k + ": " + v)));
+    $("chips").replaceChildren(...Object.entries((active && active.strategy) || {})
+      .filter(([, v]) => v !== null && v !== undefined && v !== "")
+      .map(([k, v]) => el("span", { title: k }, chipLabel(k) + ": " + (typeof v === "object" ? JSON.stringify(v) : v))));
     const { tasks } = await getJSON(sessionBase() + "/tasks");
     $("tasks").replaceChildren(...tasks.map((t) => el("li", { "data-status": t.status }, "[" + t.status + "] " + t.description)));
   } catch (err) { notice(err.message); }
@@ -425,6 +521,12 @@ function memoryItem(h, q) {
 }
 
 function wire() {
+  $("menu").addEventListener("click", () => document.body.classList.toggle("side-open"));
+  $("close-side").addEventListener("click", () => document.body.classList.remove("side-open"));
+  document.querySelector("main").addEventListener("click", (event) => {
+    if (event.target !== $("menu")) document.body.classList.remove("side-open"); // a tap beside the panel
+  });
+  $("sessions").addEventListener("click", () => document.body.classList.remove("side-open"));
   $("composer").addEventListener("submit", send);
   $("message").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) send(event);

@@ -1,7 +1,7 @@
 // A small Markdown renderer for model answers, safe by construction: every piece of the text is
 // HTML-escaped before any tag of ours is added, and links are kept only for http(s) URLs.
-// Supports fenced code, headings, lists, block quotes, paragraphs, **bold**, *italic*, `code`
-// and [links](https://...).  Unfinished Markdown (a stream mid-way) renders as text.
+// Supports fenced code, headings, lists, block quotes, tables (GitHub's pipes), paragraphs,
+// **bold**, *italic*, `code` and [links](https://...).  Unfinished Markdown (a stream mid-way) renders as text.
 
 export function escapeHtml(text) {
   return String(text)
@@ -66,6 +66,25 @@ export function renderMarkdown(source) {
       while (i < lines.length && bullet.test(lines[i])) items.push(lines[i++].replace(bullet, ""));
       const tag = ordered ? "ol" : "ul";
       out.push("<" + tag + ">" + items.map((t) => "<li>" + inline(t) + "</li>").join("") + "</" + tag + ">");
+      continue;
+    }
+    // a table: a row of pipes, then a |---|:---:| line; its rows until a line without a pipe
+    const cells = (row) => row.trim().replace(/^\|/, "").replace(/\|$/, "").split("|").map((c) => c.trim());
+    const rule = /^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$/;
+    if (line.includes("|") && i + 1 < lines.length && rule.test(lines[i + 1]) && lines[i + 1].includes("-")) {
+      flush();
+      const head = cells(line);
+      const aligns = cells(lines[i + 1]).map((c) => (c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : ""));
+      // alignment by class: the page's Content-Security-Policy allows no inline style
+      const cell = (tag, text, n) => "<" + tag + (aligns[n] ? ' class="' + aligns[n] + '"' : "") + ">" + inline(text) + "</" + tag + ">";
+      i += 2;
+      const body = [];
+      while (i < lines.length && lines[i].includes("|") && lines[i].trim()) body.push(cells(lines[i++]));
+      out.push(
+        '<div class="table"><table><thead><tr>' + head.map((c, n) => cell("th", c, n)).join("") + "</tr></thead><tbody>" +
+          body.map((r) => "<tr>" + head.map((_, n) => cell("td", r[n] || "", n)).join("") + "</tr>").join("") +
+          "</tbody></table></div>",
+      );
       continue;
     }
     if (/^\s*>\s?/.test(line)) {
