@@ -304,3 +304,38 @@ def test_host_user_mode_cannot_read_memoras_api_key(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout.splitlines()[-1])
     assert doc["out"] == "none", doc
+
+
+COUNT_FORKS = """
+import os, time
+n = 0
+for _ in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    n += 1
+print("forked", n)
+"""
+
+
+async def test_max_processes_holds_and_the_isolation_says_how(sandbox: SubprocessSandbox) -> None:
+    """#43: as root in host-user mode RLIMIT_NPROC binds nothing (200 forks went through where
+    max_processes was 20, and the result said "20 processes"); a pids cgroup holds the whole run
+    to it, and where none can be made the isolation line says processes are not bounded."""
+    small = SubprocessSandbox(user=sandbox_mode(sandbox), memory_mb=256, max_processes=20)
+    r = await small.execute(COUNT_FORKS, timeout=20)
+    forked = int(r.stdout.split()[-1])
+    line = r.isolation
+    if "NOT bounded" in line:
+        assert os.geteuid() == 0, line
+    else:
+        assert forked < 20, (forked, line)
+        assert "20 processes" in line
+
+
+def sandbox_mode(sandbox: SubprocessSandbox) -> str:
+    return "host" if not sandbox.dedicated else "auto"

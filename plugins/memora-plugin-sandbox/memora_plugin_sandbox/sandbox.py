@@ -19,7 +19,9 @@ How a run is isolated, strongest first, decided once per sandbox and reported wi
 - **limits** (``resource``): CPU seconds (the timeout + 1), address space (``memory_mb``), file
   size (``file_size_mb``), process count (``max_processes``), no core files; a wall-clock timeout
   kills the run; stdout and stderr are capped at ``max_output`` bytes each — past it the run is
-  killed and the output marked truncated.  Where memora may create a memory cgroup (root on
+  killed and the output marked truncated.  Where memora may create a pids cgroup, ``max_processes`` holds for
+  the whole run too — the one limit that binds root in host-user mode (RLIMIT_NPROC does not);
+  without one, root in host-user mode is reported as "processes NOT bounded".  Where memora may create a memory cgroup (root on
   cgroup v1 or a delegated v2 tree), ``memory_mb`` holds for the *whole* run — every process it
   forks counted together; elsewhere it holds per process, and the result says so.
 - **environment**: only ``PATH``, ``HOME`` and ``TMPDIR`` (the run's temporary folder), ``LANG``
@@ -40,7 +42,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +154,10 @@ class _MemoryCgroups:
     """Where runs get a memory cgroup of their own: a folder memora may create children in,
     with the limit file of cgroup v2 (``memory.max``) or v1 (``memory.limit_in_bytes``)."""
 
+    CONTROLLER = "memory"
+    LIMIT_V2 = "memory.max"
+    LIMIT_V1 = "memory.limit_in_bytes"
+
     def __init__(self) -> None:
         self.base: Path | None = None
         self.limit_file = ""
@@ -169,8 +175,7 @@ class _MemoryCgroups:
                 with contextlib.suppress(OSError):
                     probe.rmdir()
 
-    @staticmethod
-    def _candidates() -> list[tuple[Path, str]]:
+    def _candidates(self) -> list[tuple[Path, str]]:
         try:
             lines = Path("/proc/self/cgroup").read_text().splitlines()
         except OSError:
@@ -180,27 +185,32 @@ class _MemoryCgroups:
             _, controllers, path = line.split(":", 2)
             rel = path.lstrip("/")
             if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
-                out.append((Path("/sys/fs/cgroup") / rel, "memory.max"))
-            elif "memory" in controllers.split(","):
-                out.append((Path("/sys/fs/cgroup/memory") / rel, "memory.limit_in_bytes"))
+                out.append((Path("/sys/fs/cgroup") / rel, self.LIMIT_V2))
+            elif self.CONTROLLER in controllers.split(","):
+                out.append((Path("/sys/fs/cgroup") / self.CONTROLLER / rel, self.LIMIT_V1))
         return out
 
+    def limit(self, group: Path, limit: int) -> None:
+        """Write ``limit`` into ``group`` (``OSError`` when it cannot be)."""
+        (group / self.limit_file).write_text(str(limit))
+        # swap must not stretch the limit: none in v2, memory+swap capped alike in v1
+        swap, value = (
+            ("memory.swap.max", "0")
+            if self.limit_file == "memory.max"
+            else ("memory.memsw.limit_in_bytes", str(limit))
+        )
+        with contextlib.suppress(OSError):  # absent where swap accounting is off
+            (group / swap).write_text(value)
+
     def create(self, limit: int) -> Path | None:
-        """A fresh cgroup limited to ``limit`` bytes (swap included where v1 counts it)."""
+        """A fresh cgroup limited to ``limit`` (bytes of memory, swap included where v1 counts
+        it; processes for the pids controller)."""
         if self.base is None:
             return None
         group = self.base / f"memora-sandbox-{os.getpid()}-{random.randrange(1 << 30)}"
         try:
             group.mkdir()
-            (group / self.limit_file).write_text(str(limit))
-            # swap must not stretch the limit: none in v2, memory+swap capped alike in v1
-            swap, value = (
-                ("memory.swap.max", "0")
-                if self.limit_file == "memory.max"
-                else ("memory.memsw.limit_in_bytes", str(limit))
-            )
-            with contextlib.suppress(OSError):  # absent where swap accounting is off
-                (group / swap).write_text(value)
+            self.limit(group, limit)
         except OSError:
             with contextlib.suppress(OSError):
                 group.rmdir()
@@ -225,7 +235,21 @@ class _MemoryCgroups:
                 time.sleep(0.01)
 
 
+class _PidsCgroups(_MemoryCgroups):
+    """Where runs get a pids cgroup of their own (``pids.max``, v1 or v2): the process limit
+    for every process of the run together — the one that holds for root, whom RLIMIT_NPROC
+    does not bind."""
+
+    CONTROLLER = "pids"
+    LIMIT_V2 = "pids.max"
+    LIMIT_V1 = "pids.max"
+
+    def limit(self, group: Path, limit: int) -> None:
+        (group / self.limit_file).write_text(str(limit))
+
+
 _cgroups: _MemoryCgroups | None = None
+_pid_cgroups: _PidsCgroups | None = None
 
 
 def _memory_cgroups() -> _MemoryCgroups:
@@ -233,6 +257,13 @@ def _memory_cgroups() -> _MemoryCgroups:
     if _cgroups is None:
         _cgroups = _MemoryCgroups()
     return _cgroups
+
+
+def _pids_cgroups() -> _PidsCgroups:
+    global _pid_cgroups
+    if _pid_cgroups is None:
+        _pid_cgroups = _PidsCgroups()
+    return _pid_cgroups
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -358,9 +389,19 @@ class SubprocessSandbox:
         scope = "for the whole run (cgroup)" if self._whole_run_memory else "per process"
         return (
             f"{user}; {net}; limits: memory {self.memory >> 20} MB {scope}, "
-            f"files {self.file_size >> 20} MB, {self.max_processes} processes, "
+            f"files {self.file_size >> 20} MB, {self._process_limit(uid)}, "
             f"output {self.max_output} bytes per stream"
         )
+
+    def _process_limit(self, uid: int | None) -> str:
+        """How the process count is bounded, in words (as it really is)."""
+        if _pids_cgroups().base is not None:
+            return f"{self.max_processes} processes for the whole run (cgroup)"
+        if uid is not None:
+            return f"{self.max_processes} processes (its own uid)"
+        if self.root:
+            return "processes NOT bounded (root in host-user mode, no pids cgroup)"
+        return f"{self.max_processes} processes more than the host user's"
 
     def _host_user_flags(self) -> int:
         """Host-user mode: memora's own /proc files closed to the snippet (non-dumpable), and a
@@ -396,7 +437,14 @@ class SubprocessSandbox:
         uid = self._take_uid() if self.dedicated else None
         if uid is None:
             flags |= self._host_user_flags()
+            if self.root and self.require_isolation and _pids_cgroups().base is None:
+                raise ToolError(
+                    ToolErrorCode.NOT_AVAILABLE,
+                    "run_code needs a process limit (require_isolation) and root in host-user "
+                    "mode is bound by none here: no pids cgroup may be created",
+                )
         group = await asyncio.to_thread(_memory_cgroups().create, self.memory)
+        pids = await asyncio.to_thread(self._pids_group, group)
         workdir = Path(tempfile.mkdtemp(prefix="memora-sandbox-"))
         try:
             script = workdir / filename
@@ -413,14 +461,28 @@ class SubprocessSandbox:
                 from memora.tools import reaper
 
                 argv = [sys.executable, "-I", reaper.__file__, "--", *argv]
-            return await self._run(argv, workdir, uid, flags, float(timeout), group)
+            groups = [g for g in (group, pids) if g is not None]
+            return await self._run(argv, workdir, uid, flags, float(timeout), groups)
         finally:
-            if group is not None:
-                await asyncio.to_thread(_MemoryCgroups.remove, group)
+            for made in (pids, group):
+                if made is not None:
+                    await asyncio.to_thread(_MemoryCgroups.remove, made)
             if uid is not None:
                 await asyncio.to_thread(_kill_uid, uid)
                 _in_use.discard(uid)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    def _pids_group(self, memory: Path | None) -> Path | None:
+        """The run's pids cgroup: the memory group itself on cgroup v2 (a process is in one
+        group of a hierarchy), a group of the pids hierarchy on v1; None where neither can."""
+        made = _pids_cgroups()
+        if made.base is None:
+            return None
+        if memory is not None and made.base == _memory_cgroups().base:
+            with contextlib.suppress(OSError):
+                made.limit(memory, self.max_processes)
+            return None
+        return made.create(self.max_processes)
 
     def _take_uid(self) -> int:
         while True:
@@ -441,7 +503,7 @@ class SubprocessSandbox:
         return env
 
     def _preexec(
-        self, uid: int | None, flags: int, timeout: float, group: Path | None = None
+        self, uid: int | None, flags: int, timeout: float, groups: Sequence[Path] = ()
     ) -> Callable[[], None]:
         import resource
 
@@ -460,11 +522,11 @@ class SubprocessSandbox:
             )
 
         seccomp = self._seccomp
-        procs = str(group / "cgroup.procs") if group is not None else None
+        procs = [str(g / "cgroup.procs") for g in groups]
 
         def prepare() -> None:  # runs in the child, between fork and exec
-            if procs is not None:  # first: every process the run forks is counted with it
-                fd = os.open(procs, os.O_WRONLY)
+            for path in procs:  # first: every process the run forks is counted with it
+                fd = os.open(path, os.O_WRONLY)
                 try:
                     os.write(fd, str(os.getpid()).encode())
                 finally:
@@ -493,7 +555,7 @@ class SubprocessSandbox:
         uid: int | None,
         flags: int,
         timeout: float,
-        group: Path | None = None,
+        groups: Sequence[Path] = (),
     ) -> ExecutionResult:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -503,7 +565,7 @@ class SubprocessSandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=self._preexec(uid, flags, timeout, group),
+            preexec_fn=self._preexec(uid, flags, timeout, groups),
         )
         over = asyncio.Event()
         outputs: list[bytearray] = [bytearray(), bytearray()]
