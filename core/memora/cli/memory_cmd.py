@@ -205,18 +205,23 @@ def forget_cmd(memory_id: str, where: StorageTarget) -> None:
     click.echo(f"forgotten: {memory_id}")
 
 
+def _pin(memory_id: str, where: StorageTarget, *, on: bool) -> None:
+    async def work(store: Any) -> Any:
+        memory = where.memory(store)
+        change = memory.pin if on else memory.unpin
+        return await change(memory_id, by=_who())
+
+    _run(where, work)
+    click.echo(f"{'pinned' if on else 'unpinned'}: {memory_id}")
+
+
 @memory_group.command("pin")
 @click.argument("memory_id")
 @store_options
 def pin_cmd(memory_id: str, where: StorageTarget) -> None:
     """Keep a memory in mind: it goes into the system prompt of every turn of its scope (at
     most 10 a scope; the memory records who pinned it and when)."""
-
-    async def work(store: Any) -> Any:
-        return await where.memory(store).pin(memory_id, by=_who())
-
-    _run(where, work)
-    click.echo(f"pinned: {memory_id}")
+    _pin(memory_id, where, on=True)
 
 
 @memory_group.command("unpin")
@@ -224,12 +229,7 @@ def pin_cmd(memory_id: str, where: StorageTarget) -> None:
 @store_options
 def unpin_cmd(memory_id: str, where: StorageTarget) -> None:
     """Take a pinned memory out of the prompt again (it stays in memory and recall)."""
-
-    async def work(store: Any) -> Any:
-        return await where.memory(store).unpin(memory_id, by=_who())
-
-    _run(where, work)
-    click.echo(f"unpinned: {memory_id}")
+    _pin(memory_id, where, on=False)
 
 
 @memory_group.command("pinned")

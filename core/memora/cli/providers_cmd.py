@@ -40,6 +40,18 @@ def _user_config(config_dir: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _edit(change: Any, config_dir: Path | None) -> Path:
+    """``edit_user_config`` with its refusals as the command's error."""
+    from ..settings.edit import edit_user_config
+
+    try:
+        return edit_user_config(change, config_dir=config_dir)
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        raise _fail(exc) from exc
+
+
 def _installed() -> list[str]:
     from ..plugins import create_plugin_manager
 
@@ -134,7 +146,6 @@ def providers_add(
 ) -> None:
     """Add a provider to your user config (also the alias of an endpoint and a model: `memora
     run --provider NAME`)."""
-    from ..settings.edit import edit_user_config
     from ..settings.secrets import check_name, key_names
 
     try:
@@ -175,12 +186,7 @@ def providers_add(
             data["active_provider"] = name
         return f'add "providers": {{{json.dumps(name)}: {json.dumps(entry)}}} yourself'
 
-    try:
-        path = edit_user_config(change, config_dir=config_dir)
-    except click.ClickException:
-        raise
-    except Exception as exc:
-        raise _fail(exc) from exc
+    path = _edit(change, config_dir)
     default = " (the default)" if _user_config(config_dir).get("active_provider") == name else ""
     click.echo(f"provider {name!r}{default} is in {path}")
     if entry.get("api_key_name") and entry["api_key_name"] not in stored:
@@ -192,7 +198,6 @@ def providers_add(
 @config_dir_option
 def providers_remove(name: str, config_dir: Path | None) -> None:
     """Remove a provider from your user config (its stored key stays: `memora keys remove`)."""
-    from ..settings.edit import edit_user_config
 
     found = name in (_user_config(config_dir).get("providers") or {})
     if not found:
@@ -204,10 +209,7 @@ def providers_remove(name: str, config_dir: Path | None) -> None:
             data.pop("active_provider")
         return f"remove providers.{name} yourself"
 
-    try:
-        edit_user_config(change, config_dir=config_dir)
-    except Exception as exc:
-        raise _fail(exc) from exc
+    _edit(change, config_dir)
     click.echo(f"provider {name!r} removed")
 
 
@@ -216,7 +218,6 @@ def providers_remove(name: str, config_dir: Path | None) -> None:
 @config_dir_option
 def providers_default(name: str, config_dir: Path | None) -> None:
     """Make NAME the provider memora uses when nothing else says."""
-    from ..settings.edit import edit_user_config
 
     providers = _user_config(config_dir).get("providers") or {}
     if name not in providers and name not in _installed():
@@ -229,10 +230,7 @@ def providers_default(name: str, config_dir: Path | None) -> None:
         data["active_provider"] = name
         return f'set "active_provider": {json.dumps(name)} yourself'
 
-    try:
-        edit_user_config(change, config_dir=config_dir)
-    except Exception as exc:
-        raise _fail(exc) from exc
+    _edit(change, config_dir)
     click.echo(f"default provider: {name}")
 
 

@@ -42,6 +42,10 @@ def _memora(env: dict[str, str], *args: str) -> str:
     return done.stdout.strip()
 
 
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_the_service_doc_runs_as_written(
     server: tuple[str, Script],  # noqa: F811
     tmp_path: Path,
@@ -78,13 +82,7 @@ def test_the_service_doc_runs_as_written(
             say("The README is written."),
         ]
         session = _block("bash", "approvals/$CALL").replace("127.0.0.1:8765", here)
-        ran = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", session],
-            env=shell_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        ran = _run(["bash", "-euo", "pipefail", "-c", session], shell_env)
         assert ran.returncode == 0, ran.stderr
         assert '"type":"approval_pending"' in ran.stdout.replace(": ", ":")
         assert "The README is written." in ran.stdout.replace('"content":"', "").replace('"', "")
@@ -93,25 +91,13 @@ def test_the_service_doc_runs_as_written(
         # the A2A client
         script.answers += [say("It sells shoes.")]
         client = _block("python", "A2ACardResolver").replace("127.0.0.1:8765", here)
-        ran = subprocess.run(
-            [sys.executable, "-c", client],
-            env=shell_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        ran = _run([sys.executable, "-c", client], shell_env)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip().splitlines()[-1] == "It sells shoes."
 
         # acting for a user
         acting = _block("bash", "X-Memora-User: alice").replace("127.0.0.1:8765", here)
-        ran = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", acting],
-            env=shell_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        ran = _run(["bash", "-euo", "pipefail", "-c", acting], shell_env)
         assert ran.returncode == 0 and ran.stdout.startswith('{"hits":'), ran.stdout + ran.stderr
     finally:
         if proc.poll() is None:
