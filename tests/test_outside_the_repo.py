@@ -17,10 +17,12 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import REPO
+from tests.core.test_providers_cli import endpoint  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -322,3 +324,26 @@ def test_fetch_extracts_an_html_page_as_installed_by_plain_pip(env: Env, tmp_pat
     assert "recall" in out["text"] and "menu" not in out["text"]
     pip = env.run(str(env.bin / "pip"), "--version").stdout
     assert pip.startswith("pip ")  # the venv's own pip did the installing
+
+
+def test_providers_keys_and_models_from_the_wheels(
+    env: Env,
+    endpoint: tuple[str, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """#41 item 1 as a user of the wheels does it: an endpoint, its key and its model by
+    command, then `memora run` with no file written by hand, sending the stored key."""
+    url, seen = endpoint
+    project = tmp_path / "shop"
+    project.mkdir()
+    env.memora("providers", "add", "local", "--base-url", url, "--model", "qwen-7b")
+    secret = "sk-from-the-wheels"
+    env.run(
+        "bash", "-c", f"printf '%s\\n' {secret} | {env.bin / 'memora'} keys set local", cwd=project
+    )
+    models = json.loads(env.memora("models", "--json").stdout)
+    assert models["models"] == ["llama-3-8b", "qwen-7b"]
+    ran = env.run(str(env.bin / "memora"), "run", "hello", cwd=project)
+    assert "hello from the endpoint" in ran.stdout
+    assert seen.auth[-1] == f"Bearer {secret}"
+    assert secret not in env.memora("providers", "list").stdout
