@@ -11,7 +11,12 @@ Printed at the end:
 * server B — which runs the whole soak — resident memory and open descriptors after the warm-up
   and at the end (goal: within 10 %).
 
+Each conversation starts a new session every ``--turns-per-session`` turns (20), as people do:
+a session that only grows would fill its context window and hold ever more history, which
+would be measured instead of what the server keeps per turn.
+
 Usage: python bench/soak_serve.py [--minutes 30] [--conversations 20] [--kill-every 60]
+       [--turns-per-session 20]
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class Soak:
         while not self.stop.is_set():
             server = random.choice((self.a, self.b))
             try:
-                if sid is None:
+                if sid is None or turn >= self.args.turns_per_session:
+                    turn = 0
                     made = await client.post(server.base + "/v1/projects/shop/sessions", json={})
                     made.raise_for_status()
                     sid = made.json()["id"]
@@ -203,6 +209,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--kill-every", type=float, default=60.0)
+    parser.add_argument("--turns-per-session", type=int, default=20)
     parser.add_argument("--warmup", type=float, default=None, help="minutes (default: 1/6)")
     args = parser.parse_args()
     warmup = args.warmup if args.warmup is not None else min(5.0, args.minutes / 6)
@@ -230,8 +237,9 @@ def main() -> None:
         b.start()
         soak = Soak(a, b, args)
         print(
-            f"soak: {args.minutes:g} min, {args.conversations} conversations, two servers on "
-            f"one PostgreSQL, server A killed (SIGKILL) every {args.kill_every:g} s",
+            f"soak: {args.minutes:g} min, {args.conversations} conversations of "
+            f"{args.turns_per_session} turns a session, two servers on one PostgreSQL, server A "
+            f"killed (SIGKILL) every {args.kill_every:g} s",
             flush=True,
         )
         try:
