@@ -105,23 +105,20 @@ class MemoryManager:
         scope = check_scope(scope)
         if scope == self.scope and self._scopes is not None:
             return self
-        view = object.__new__(MemoryManager)
-        view.__dict__.update(self._root.__dict__)
-        view.scope = scope
-        view._scopes = visible_scopes(scope)
-        view._root = self._root
         if scope is not None:
-            view._require_scopes()
-        return view
+            self._require_scopes()
+        return self._view(scope, visible_scopes(scope))
 
     def all_scopes(self) -> MemoryManager:
         """A view of every memory of every scope: the project owner's (export, the CLI's
         ``--all-scopes``); it writes unscoped unless an item names its scope."""
+        return self._view(None, None)
+
+    def _view(self, scope: str | None, scopes: tuple[str, ...] | None) -> MemoryManager:
+        """Another reader's view sharing the root's storage, embedding work and pin cache."""
         view = object.__new__(MemoryManager)
         view.__dict__.update(self._root.__dict__)
-        view.scope = None
-        view._scopes = None
-        view._root = self._root
+        view.scope, view._scopes, view._root = scope, scopes, self._root
         return view
 
     @property

@@ -39,6 +39,7 @@ USER_SIDE_KEYS: frozenset[str] = frozenset(
     {
         "base_url",
         "api_key_env",
+        "api_key_name",
         "headers",
         "dsn",
         "allow_private",

@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 
 from ..errors import MemoraError
-from ..memory.storage import MemoryStorage
+from ..memory.storage import MemoryStorage, PinnedStorage, accepts_scopes
 from ..memory.types import NewMemory
 from ..memory.vectors import VectorStorage, normalize
 
@@ -415,8 +415,6 @@ class StorageConformance:
         return out
 
     async def test_backend_takes_scopes(self, store: MemoryStorage) -> None:
-        from ..memory.storage import accepts_scopes
-
         assert accepts_scopes(store), (
             "search_by_keyword, list, count, count_by_source (and search_by_vector) must take "
             "scopes= (see memora.memory.storage)"
@@ -479,8 +477,6 @@ class StorageConformance:
     async def test_pinned_lists_current_pinned_memories_of_the_scopes(
         self, store: MemoryStorage
     ) -> None:
-        from ..memory.storage import PinnedStorage
-
         if not isinstance(store, PinnedStorage):
             pytest.skip("backend lists no pins (no pinned(); the manager scans list())")
         plain = await store.add(NewMemory("not pinned"))

@@ -21,6 +21,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from memora import __version__
+from memora.errors import NotFoundError
 from memora.memory.manager import MemoryManager
 from memora.memory.storage import ReadOnlyView
 
@@ -81,8 +82,6 @@ class MemoryServer:
         if session_id is not None:
             info = await self.sessions.get(session_id)
             if getattr(info, "scope", None) != self.scope:
-                from memora.errors import NotFoundError
-
                 raise NotFoundError(f"no session {session_id!r}")
             ids = [session_id]
         else:

@@ -29,6 +29,7 @@ from memora.llm.types import (
     ToolSpec,
     UsageDelta,
 )
+from memora.settings.secrets import stored_key
 
 from .sse import SSEDecoder, SSELineTooLong
 
@@ -328,8 +329,6 @@ def endpoint_client(
     if api_key_env:
         key = os.environ.get(api_key_env)
     elif api_key_name:
-        from memora.settings.secrets import stored_key
-
         key = stored_key(api_key_name)
         if key is None:
             raise ProviderError(

@@ -129,16 +129,26 @@ def _typed(message: Any) -> OutputSpec | None:
 
 
 _CALLER: contextvars.ContextVar[tuple[Any, str | None]] = contextvars.ContextVar(
-    "memora_a2a_caller", default=(None, None)
+    "memora_a2a_caller"
 )
 """The request's token and ``X-Memora-User`` header, set by the guarded endpoint for the
-executor (the A2A SDK runs it in the request's context)."""
+executor (the A2A SDK runs it in the request's context).  Unset, nobody is trusted: a missing
+caller must never read as this machine's owner, who may act for any user."""
+
+
+def _caller() -> tuple[Any, str | None]:
+    try:
+        return _CALLER.get()
+    except LookupError:
+        raise InvalidInputError(
+            "the caller of this A2A request is unknown here; nothing was run"
+        ) from None
 
 
 def _scope(message: Any) -> str | None:
     """The user a message acts for: ``metadata.user`` or the ``X-Memora-User`` header, when
     the caller may act for users; else the token's own scope."""
-    token, header = _CALLER.get()
+    token, header = _caller()
     user = None
     if message.HasField("metadata"):
         user = MessageToDict(message.metadata).get("user")
@@ -303,7 +313,7 @@ class MemoraExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.context_id:
-            token, header = _CALLER.get()
+            token, header = _caller()
             await self.hub.abort(
                 self.project, session_for(context.context_id), scope=scope_for(token, header)
             )

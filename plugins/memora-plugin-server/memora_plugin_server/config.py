@@ -37,7 +37,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from memora.errors import InvalidConfigError, InvalidInputError, describe_validation_error
+from memora.errors import (
+    InvalidConfigError,
+    InvalidInputError,
+    MemoraError,
+    describe_validation_error,
+)
+from memora.memory.types import check_scope
 from memora.security.atomic import atomic_write_bytes
 
 __all__ = [
@@ -77,9 +83,6 @@ class TokenEntry(BaseModel):
     @field_validator("scope")
     @classmethod
     def _scope(cls, value: str | None) -> str | None:
-        from memora.errors import MemoraError
-        from memora.memory.types import check_scope
-
         try:
             return check_scope(value, "scope")
         except MemoraError as exc:

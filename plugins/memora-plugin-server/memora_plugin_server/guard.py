@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from memora.errors import MemoraError
+from memora.memory.types import check_scope
 
 from .config import ServerSettings, TokenEntry, load_server_settings, settings_path
 from .errors import ApiError, error_response
@@ -298,9 +299,6 @@ def scope_for(token: TokenEntry | None, user: object = None) -> str | None:
     ``400``."""
     if user is None or user == "":
         return token.scope if token is not None else None
-    from memora.errors import MemoraError
-    from memora.memory.types import check_scope
-
     try:
         named = check_scope(user, "user")
     except MemoraError as exc:

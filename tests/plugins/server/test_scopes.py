@@ -234,3 +234,18 @@ async def test_a2a_and_agui_name_the_user(tmp_path: Path) -> None:
             forbidden = await rest.post("/v1/projects/proj/ag-ui", json=run, headers=_as("bob"))
             assert forbidden.status_code == 403
             assert json.loads(forbidden.text)["error"]["code"] == "FORBIDDEN"
+
+
+def test_an_a2a_message_without_a_known_caller_runs_as_nobody() -> None:
+    """The A2A executor learns its caller from the guarded request; outside one (a task the
+    SDK ran elsewhere) it must refuse, never act as this machine's owner who may name users."""
+    import contextvars
+
+    import pytest
+
+    from memora.errors import MemoraError
+    from memora_plugin_server.a2a import _scope
+
+    message = _message("hello", "ctx", "alice")
+    with pytest.raises(MemoraError, match="caller of this A2A request is unknown"):
+        contextvars.Context().run(_scope, message)
