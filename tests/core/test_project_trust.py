@@ -98,6 +98,7 @@ def test_every_key_a_project_may_set_is_on_the_enumerated_allow_list() -> None:
         "retry_attempts",
         "retry_base_delay",
         "semantic_weight",
+        "session_weight",
         "summary_verbatim_tokens",
     } == CONFIG_OPTIONS
     plugins = create_plugin_manager()

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..checks import ApprovalMode
 from ..errors import InvalidConfigError
+from ..memory.ranking import DEFAULT_SESSION_WEIGHT
 from ..memory.types import check_scope
 from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
@@ -116,6 +117,10 @@ class AgentOptions(BaseModel):
     semantic_weight: float = Field(default=DEFAULT_SEMANTIC_WEIGHT, ge=0.0, le=1.0)
     """The vector ranking's share when keyword and vector search are fused (0: keywords
     only, 1: vectors only); see docs/memory.md for what each weight measured on LoCoMo."""
+    session_weight: float = Field(default=DEFAULT_SESSION_WEIGHT, ge=0.0, le=4.0)
+    """How much the session a memory came from counts when keyword search ranks it (0: each
+    memory alone); see :mod:`memora.memory.ranking` and docs/memory.md for what it measured
+    on LoCoMo."""
     session_store: Any = "jsonl"
     """A session store name or object.  Unless set here or in the config (``"session_store"``),
     the store named like the storage backend is used when one exists, else ``jsonl``."""

@@ -249,7 +249,12 @@ class ProjectResources:
         if opts.tracer is not None:
             tracers.append(opts.tracer)
         self.tracer: Tracer = combine_tracers(tracers)
-        self.memory = MemoryManager(storage, self.events, semantic=self._semantic(storage))
+        self.memory = MemoryManager(
+            storage,
+            self.events,
+            semantic=self._semantic(storage),
+            session_weight=self.options.session_weight,
+        )
         self.memory.embed_pending()  # memories written before, or while the embedder was down
         self.services = LazyServices(self._service_sources())
         self.guard = PathGuard(project, opts.allowed_paths)
@@ -281,7 +286,12 @@ class ProjectResources:
                 f"{embedder.name!r} cannot be used with it (sqlite, json, memory and postgres do)",
                 context={"key": "embedder"},
             )
-        return SemanticSearch(embedder, storage, weight=self.options.semantic_weight)
+        return SemanticSearch(
+            embedder,
+            storage,
+            weight=self.options.semantic_weight,
+            session_weight=self.options.session_weight,
+        )
 
     def _service_sources(self) -> dict[str, Any]:
         """Each service kind -> a ready object (an Agent option) or a factory called on first

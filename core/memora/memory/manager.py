@@ -16,6 +16,7 @@ from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
 from .grounding import short_name
+from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 from .storage import MemoryStorage, PinnedStorage, accepts_scopes
 from .summary import round_memory
 from .types import (
@@ -68,6 +69,7 @@ class MemoryManager:
         *,
         semantic: SemanticSearch | None = None,
         scope: str | None = None,
+        session_weight: float = DEFAULT_SESSION_WEIGHT,
     ) -> None:
         self.storage = storage
         self.events = events or EventEmitter()
@@ -75,6 +77,10 @@ class MemoryManager:
         """Semantic recall when an embedder is configured (see :mod:`memora.memory.vectors`)."""
         self.scope = check_scope(scope)
         """Whose memory this view reads and writes (``None``: the project's unscoped)."""
+        self.session_weight = float(session_weight)
+        """How much a memory's session counts in keyword ranking (see
+        :mod:`memora.memory.ranking`; 0: each memory alone).  With semantic recall, the
+        :class:`SemanticSearch`'s own ``session_weight`` applies."""
         self._scopes: tuple[str, ...] | None = visible_scopes(self.scope)
         self._root = self  # the view that owns the background embedding
         self._scoped_store = accepts_scopes(storage)
@@ -176,13 +182,15 @@ class MemoryManager:
                 scopes=scoped.get("scopes"),
             )
         else:
+            pool = session_pool(limit) if self.session_weight > 0 and limit > 0 else limit
             hits = await self.storage.search_by_keyword(
                 query,
                 source=source,
-                limit=limit,
+                limit=pool,
                 round_ids=round_ids,
                 **scoped,
             )
+            hits = with_session_context(hits, self.session_weight, limit)
         self.events.emit(MemoryRecalled(query, len(hits)))
         return hits
 

@@ -30,6 +30,7 @@ import operator
 from collections.abc import Collection, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 from .storage import ReadOnlyMemoryStorage
 from .types import MemoryRecord, ScoredMemory
 
@@ -329,6 +330,7 @@ class SemanticSearch:
         weight: float = DEFAULT_SEMANTIC_WEIGHT,
         pool: int = 50,
         query_timeout: float = 10.0,
+        session_weight: float = DEFAULT_SESSION_WEIGHT,
     ) -> None:
         if not isinstance(storage, VectorStorage):
             raise TypeError(
@@ -340,6 +342,9 @@ class SemanticSearch:
         self.weight = float(weight)
         self.pool = pool
         self.query_timeout = query_timeout
+        self.session_weight = float(session_weight)
+        """How much a memory's session counts in the keyword ranking before fusion (see
+        :mod:`memora.memory.ranking`)."""
         self._warned = False
         self._filling: asyncio.Lock | None = None
 
@@ -431,12 +436,13 @@ class SemanticSearch:
         if not isinstance(query, str) or not query.strip() or limit <= 0:
             return []
         pool = max(self.pool, limit * 2)
+        keyword_pool = session_pool(limit) if self.session_weight > 0 else pool
         scoped: dict[str, Any] = {} if scopes is None else {"scopes": scopes}
         keyword_task = asyncio.ensure_future(
             self.storage.search_by_keyword(
                 query,
                 source=source,
-                limit=pool,
+                limit=keyword_pool,
                 include_superseded=include_superseded,
                 round_ids=round_ids,
                 **scoped,
@@ -444,7 +450,7 @@ class SemanticSearch:
         )
         try:
             vector = await self._query_vector(query)
-            keyword: list[ScoredMemory] = await keyword_task
+            keyword = with_session_context(await keyword_task, self.session_weight, pool)
         finally:
             if not keyword_task.done():  # cancelled while embedding the query
                 keyword_task.cancel()

@@ -30,6 +30,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
         "retry_base_delay",
         "summary_verbatim_tokens",
         "semantic_weight",
+        "session_weight",
     }
 )
 """Agent options a config file may set under ``"options"``.  Options that widen what the agent
