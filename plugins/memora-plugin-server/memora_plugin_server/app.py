@@ -62,12 +62,14 @@ def _endpoint(api: Api, hub: Hub, guard: Guard) -> Callable[[Request], Awaitable
             response.headers["X-Memora-Worker"] = _WORKER
             return response
         except ApiError as exc:
-            return error_response(exc.status, exc.code, exc.message, exc.headers)
+            refusal = error_response(exc.status, exc.code, exc.message, exc.headers)
         except MemoraError as exc:
-            return memora_error_response(exc)
+            refusal = memora_error_response(exc)
         except Exception:
             logger.exception("%s %s failed", request.method, request.url.path)
-            return error_response(500, "INTERNAL", "the server failed; its log has the details")
+            refusal = error_response(500, "INTERNAL", "the server failed; its log has the details")
+        refusal.headers["X-Memora-Worker"] = _WORKER
+        return refusal
 
     endpoint.__name__ = api.handler.__name__
     return endpoint
@@ -81,6 +83,7 @@ def create_app(
     idle_seconds: float = 300.0,
     shared: bool | None = None,
     settings_dir: Path | None = None,
+    rate_file: Path | None = None,
     **runtime_options: Any,
 ) -> Starlette:
     """The service as an ASGI app, for ``memora serve`` or a host's own ASGI server.
@@ -93,7 +96,9 @@ def create_app(
     it); ``None``: shared when a project's storage is PostgreSQL (other machines may serve it).
     ``settings_dir``: the folder of ``server.json`` to follow — tokens and limits changed there
     apply within a second, with no restart (``memora serve`` passes the user config folder).
-    See :class:`~.hub.Hub`."""
+    ``rate_file``: a file whose rate-limit buckets every process of this server shares, so N
+    processes are one allowance (``memora serve --workers N`` passes one; see
+    :mod:`.ratelimit`); None: each process counts alone.  See :class:`~.hub.Hub`."""
     named = project_names(projects)
     settings = settings or ServerSettings()
     hub = Hub(
@@ -103,7 +108,7 @@ def create_app(
         idle_seconds=idle_seconds,
         shared=shared,
     )
-    guard = Guard(settings, follow=settings_dir)
+    guard = Guard(settings, follow=settings_dir, rate_file=rate_file)
     if not settings.tokens:
         logger.warning(
             "no server token is configured: only this machine may call "
@@ -117,6 +122,7 @@ def create_app(
             yield
         finally:
             await hub.close()
+            guard.close()
 
     middleware = []
     if settings.cors_origins:  # outermost: its headers go on refusals too

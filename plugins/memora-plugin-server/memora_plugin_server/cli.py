@@ -84,6 +84,8 @@ def serve_cmd(
         "idle_seconds": idle_seconds,
         "config_dir": str(config_dir) if config_dir is not None else None,
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
+        # the workers draw on one rate-limit allowance, kept in a file named by the port
+        "rate_file": str(user_dir / f"serve-{port}.rate") if workers > 1 else None,
     }
     # open every project once before serving: a bad config, a missing provider or a project
     # locked by `memora chat` is one clear line and exit 1, not a server failing its start-up
@@ -153,6 +155,7 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
         approvals=spec.get("approvals") or "ask",
         idle_seconds=float(spec.get("idle_seconds", 300.0)),
         shared=spec.get("shared"),
+        rate_file=Path(spec["rate_file"]) if spec.get("rate_file") else None,
         **options,
     )
 

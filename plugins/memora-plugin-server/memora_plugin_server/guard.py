@@ -19,6 +19,7 @@ from memora.memory.types import check_scope
 
 from .config import ServerSettings, TokenEntry, load_server_settings, settings_path
 from .errors import ApiError, error_response
+from .ratelimit import Buckets, RateFile, SharedBuckets
 
 logger = logging.getLogger("memora.server")
 
@@ -60,29 +61,6 @@ def client_key(host: str | None) -> str:
 FAILED_AUTH_PER_MINUTE = 30
 """Requests with a missing or unknown token an address may make a minute (in bursts of 10)
 before they are refused as ``429`` without the token being looked at: guessing costs time."""
-
-
-class _Buckets:
-    """A token bucket per caller: ``per_minute`` requests a minute, bursts of a tenth of it
-    (at least ``burst``)."""
-
-    def __init__(self, per_minute: int, *, burst: float = 10.0) -> None:
-        self.rate = per_minute / 60.0
-        self.capacity = max(burst, per_minute / 10.0)
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def take(self, who: str) -> float:
-        """0 when the request may go, else the seconds until it may."""
-        now = time.monotonic()
-        level, at = self._buckets.get(who, (self.capacity, now))
-        level = min(self.capacity, level + (now - at) * self.rate)
-        if level < 1.0:
-            self._buckets[who] = (level, now)
-            return (1.0 - level) / self.rate
-        self._buckets[who] = (level - 1.0, now)
-        if len(self._buckets) > 10_000:  # forget full buckets: they are the default
-            self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.capacity - 1e-9}
-        return 0.0
 
 
 PROXY_HEADERS = (
@@ -138,16 +116,35 @@ class Guard:
     """Who is calling and whether they may: bearer tokens, loopback without them, the origin,
     the rate limit."""
 
-    def __init__(self, settings: ServerSettings, *, follow: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        follow: Path | None = None,
+        rate_file: Path | None = None,
+    ) -> None:
         self.settings = settings
-        self.buckets = _Buckets(settings.rate_limit_per_minute)
-        self.failures = _Buckets(FAILED_AUTH_PER_MINUTE)
+        self._rates = RateFile(rate_file) if rate_file is not None else None
+        """With several workers: the file their rate-limit buckets share (see
+        :mod:`.ratelimit`); None: buckets in this process."""
+        self.buckets = self._buckets("requests", settings.rate_limit_per_minute)
+        self.failures = self._buckets("failed-auth", FAILED_AUTH_PER_MINUTE)
         """Requests whose token was missing or wrong, per address (see :func:`client_key`)."""
         self._follow = follow
         """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
         within a second, in every worker (each reads the file), with no restart."""
         self._seen: tuple[int, int] | None = _stamp(follow) if follow is not None else None
         self._checked = time.monotonic()
+
+    def _buckets(self, kind: str, per_minute: int) -> Buckets | SharedBuckets:
+        if self._rates is not None:
+            return SharedBuckets(self._rates, kind, per_minute)
+        return Buckets(per_minute)
+
+    def close(self) -> None:
+        """Let go of the shared rate file (the process's exit does too)."""
+        if self._rates is not None:
+            self._rates.close()
 
     def _refresh(self) -> None:
         """Read ``server.json`` again when it changed (looked at once a second at most)."""
@@ -168,7 +165,7 @@ class Guard:
             return
         self._seen = stamp
         if fresh.rate_limit_per_minute != self.settings.rate_limit_per_minute:
-            self.buckets = _Buckets(fresh.rate_limit_per_minute)
+            self.buckets = self._buckets("requests", fresh.rate_limit_per_minute)
         self.settings = fresh
         logger.info("server settings read again: %d token(s)", len(fresh.tokens))
 
@@ -246,7 +243,7 @@ class Guard:
                 )
         return token
 
-    def _limit(self, buckets: _Buckets, who: str, what: str = "requests") -> None:
+    def _limit(self, buckets: Buckets | SharedBuckets, who: str, what: str = "requests") -> None:
         wait = buckets.take(who)
         if wait:
             raise ApiError(

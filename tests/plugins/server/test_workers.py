@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -194,6 +195,64 @@ def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> 
             ends = [chunk for _, chunk in _events(f.iter_lines())]
             assert ends[-1]["type"] == "error" and ends[-1]["code"] == "TURN_LOST"
         assert running_on in srv.workers
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+            log.close()
+
+
+def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
+    """#43 item 3: each worker kept its own rate-limit buckets, so two workers were twice the
+    allowance and a caller refused by one was served by the other.  A worker now refuses a
+    caller the *other* worker spent the allowance of."""
+    url, _ = server
+    env = scripted_home(tmp_path, url)
+    home = tmp_path / "home"
+    (home / "server.json").write_text(json.dumps({"rate_limit_per_minute": 600}))  # bursts of 60
+    project = tmp_path / "shop"
+    project.mkdir()
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memora", "serve", "--project", str(project), "--port", str(port),
+         "--workers", "2"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    srv = Served(f"http://127.0.0.1:{port}")
+    try:
+        for _ in range(600):
+            try:
+                if srv.request("GET", "/health").status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.1)
+        time.sleep(7)  # the allowance spent by the start-up polls refilled (10 a second)
+        granted: dict[str, int] = {}
+        refused_early = 0  # refused by a worker that had itself granted fewer than a burst
+        answers = []
+        started = time.monotonic()
+        while len(answers) < 200:
+            r = srv.request("GET", "/v1/projects")
+            worker = r.headers["x-memora-worker"]
+            answers.append((r.status_code, worker))
+            if r.status_code == 200:
+                granted[worker] = granted.get(worker, 0) + 1
+            else:
+                assert r.status_code == 429, r.text
+                refused_early += granted.get(worker, 0) < 60
+        elapsed = time.monotonic() - started
+        assert len({w for _, w in answers}) == 2, answers
+        assert sum(granted.values()) <= 60 + 10 * elapsed + 2, (granted, elapsed)
+        assert refused_early, answers
+        rate_file = home / f"serve-{port}.rate"
+        assert stat.S_IMODE(rate_file.stat().st_mode) == 0o600
     finally:
         proc.send_signal(signal.SIGINT)
         try:
