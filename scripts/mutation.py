@@ -37,6 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "core" / "memora"
+PLUGIN_SERVER = "plugins/memora-plugin-server/memora_plugin_server/"
+"""A module key that starts with ``plugins/`` is a plugin's file: its package is copied next to
+the kernel's and mutated there."""
 
 # module (relative to core/memora) -> the tests that speak for it
 MODULES: dict[str, list[str]] = {
@@ -60,6 +63,35 @@ MODULES: dict[str, list[str]] = {
         "tests/memory/test_planted_links.py",
         "tests/memory/test_private_files.py",
         "tests/agent/test_turn_machine.py",
+    ],
+    "security/trust.py": [
+        "tests/core/test_trust_store.py",
+        "tests/core/test_project_trust.py",
+        "tests/core/test_settings_layers.py",
+        "tests/core/test_config.py",
+    ],
+    "memory/sqlite_store.py": [
+        "tests/memory/test_conformance.py",
+        "tests/memory/test_reliability.py",
+        "tests/memory/test_planted_links.py",
+        "tests/memory/test_private_files.py",
+        "tests/memory/test_vectors.py",
+        "tests/memory/test_edit_forget.py",
+        "tests/memory/test_session_context.py",
+    ],
+    PLUGIN_SERVER + "guard.py": [
+        "tests/plugins/server/test_guard_units.py",
+        "tests/plugins/server/test_auth.py",
+        "tests/plugins/server/test_a2a.py",
+        "tests/plugins/server/test_hardening.py",
+        "tests/plugins/server/test_scopes.py",
+        "tests/plugins/server/test_rate_shared.py::test_two_apps_on_one_rate_file_are_one_allowance",
+    ],
+    PLUGIN_SERVER + "config.py": [
+        "tests/plugins/server/test_server_config.py",
+        "tests/plugins/server/test_guard_units.py",
+        "tests/plugins/server/test_auth.py",
+        "tests/plugins/server/test_scopes.py",
     ],
     "checks.py": [
         "tests/core/test_checks.py",
@@ -270,6 +302,8 @@ PRELOAD = (
     "hypothesis",
     "sqlite3",
     "asyncio",
+    "starlette.applications",
+    "uvicorn",
 )
 """Imported once by the parent: each mutant's child is forked with them in memory, and imports
 only memora (from its mutated copy) and the tests."""
@@ -281,15 +315,15 @@ def _preload() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    assert not any(m == "memora" or m.startswith("memora.") for m in sys.modules), (
-        "memora must not be imported before forking"
+    assert not any(m == "memora" or m.startswith("memora") for m in sys.modules), (
+        "memora and its plugins must not be imported before forking"
     )
 
 
 def _child(workdir: Path, module: str, source: str, index: int | None, tests: list[str]) -> None:
     """In the forked child: put the mutant in place, run the tests, exit with pytest's code."""
     try:
-        target = workdir / "memora" / module
+        target = _target(workdir, module)
         target.write_text(source if index is None else mutate(source, index), encoding="utf-8")
         os.environ["PYTHONPATH"] = str(workdir) + os.pathsep + os.environ.get("PYTHONPATH", "")
         os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -341,18 +375,34 @@ def _reap(running: dict[int, _Running], timeout: float) -> list[tuple[_Running, 
         time.sleep(0.02)
 
 
-def _slot() -> Path:
+def _source(module: str) -> Path:
+    """The file a module key names: under core/memora, or a plugin's (``plugins/...``)."""
+    return REPO / module if module.startswith("plugins/") else PACKAGE / module
+
+
+def _target(workdir: Path, module: str) -> Path:
+    """Where the mutant goes in a slot: the copy of the kernel, or of the plugin's package."""
+    if module.startswith("plugins/"):
+        package = _source(module).parent
+        return workdir / package.name / _source(module).relative_to(package)
+    return workdir / "memora" / module
+
+
+def _slot(module: str) -> Path:
     root = Path(tempfile.mkdtemp(prefix="memora-mutation-"))
     shutil.copytree(PACKAGE, root / "memora", ignore=shutil.ignore_patterns("__pycache__"))
+    if module.startswith("plugins/"):
+        package = _source(module).parent
+        shutil.copytree(package, root / package.name, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
 def score(module: str, jobs: int) -> list[Outcome]:
-    source = (PACKAGE / module).read_text(encoding="utf-8")
+    source = _source(module).read_text(encoding="utf-8")
     found = mutants(source)
     # an older checkout lacks some; "file::test" names one test of a slow file
     tests = [t for t in MODULES[module] if (REPO / t.split("::")[0]).exists()]
-    slots = [_slot() for _ in range(jobs)]
+    slots = [_slot(module) for _ in range(jobs)]
     try:
         started = time.monotonic()
         pid = os.fork()
