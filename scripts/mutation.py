@@ -38,10 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "core" / "memora"
 PLUGIN_SERVER = "plugins/memora-plugin-server/memora_plugin_server/"
-"""A module key that starts with ``plugins/`` is a plugin's file: its package is copied next to
-the kernel's and mutated there."""
 
-# module (relative to core/memora) -> the tests that speak for it
+# module (relative to core/memora; PLUGIN_MODULES below: a plugin's, relative to the repository)
+# -> the tests that speak for it
 MODULES: dict[str, list[str]] = {
     # the fast tests that speak for each module, the most specific first (``-x``: a killed mutant
     # stops at the first failure); the slow CLI-in-a-subprocess files are left to make test
@@ -79,6 +78,18 @@ MODULES: dict[str, list[str]] = {
         "tests/memory/test_edit_forget.py",
         "tests/memory/test_session_context.py",
     ],
+    "checks.py": [
+        "tests/core/test_checks.py",
+        "tests/core/test_approvals.py::test_what_each_mode_does",
+        "tests/core/test_plugins.py",
+        "tests/core/test_plugin_isolation.py",
+        "tests/agent/test_loop_gates.py",
+    ],
+}
+
+PLUGIN_MODULES: dict[str, list[str]] = {
+    # plugins' modules, by their path in the repository: the plugin's package is copied next to
+    # the kernel's in each slot and mutated there
     PLUGIN_SERVER + "guard.py": [
         "tests/plugins/server/test_guard_units.py",
         "tests/plugins/server/test_auth.py",
@@ -93,14 +104,9 @@ MODULES: dict[str, list[str]] = {
         "tests/plugins/server/test_auth.py",
         "tests/plugins/server/test_scopes.py",
     ],
-    "checks.py": [
-        "tests/core/test_checks.py",
-        "tests/core/test_approvals.py::test_what_each_mode_does",
-        "tests/core/test_plugins.py",
-        "tests/core/test_plugin_isolation.py",
-        "tests/agent/test_loop_gates.py",
-    ],
 }
+
+ALL_MODULES: dict[str, list[str]] = {**MODULES, **PLUGIN_MODULES}
 
 _CMP_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Eq: ast.NotEq,
@@ -401,7 +407,7 @@ def score(module: str, jobs: int) -> list[Outcome]:
     source = _source(module).read_text(encoding="utf-8")
     found = mutants(source)
     # an older checkout lacks some; "file::test" names one test of a slow file
-    tests = [t for t in MODULES[module] if (REPO / t.split("::")[0]).exists()]
+    tests = [t for t in ALL_MODULES[module] if (REPO / t.split("::")[0]).exists()]
     slots = [_slot(module) for _ in range(jobs)]
     try:
         started = time.monotonic()
@@ -448,11 +454,11 @@ def main() -> None:
     global KEEP_INERT
     KEEP_INERT = args.keep_inert
     _preload()
-    chosen = args.modules or list(MODULES)
+    chosen = args.modules or list(ALL_MODULES)
     rows = []
     for module in chosen:
-        if module not in MODULES:
-            raise SystemExit(f"unknown module {module!r}; known: {', '.join(MODULES)}")
+        if module not in ALL_MODULES:
+            raise SystemExit(f"unknown module {module!r}; known: {', '.join(ALL_MODULES)}")
         outcomes = score(module, args.jobs)
         killed = sum(o.status in ("killed", "timeout") for o in outcomes)
         errors = [o for o in outcomes if o.status == "error"]

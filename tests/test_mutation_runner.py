@@ -75,3 +75,26 @@ def test_inert_nodes_are_not_mutated() -> None:
     assert "__all__" not in found and "Literal" not in found
     assert found.count("True -> False") == 1  # frozen, not slots
     assert "0 -> 1" not in found and "1 -> 2" in found
+
+
+def test_plugin_modules_are_mutated_in_a_copy_of_their_package() -> None:
+    import shutil
+
+    m = _runner()
+    key = m.PLUGIN_SERVER + "guard.py"
+    assert key in m.PLUGIN_MODULES and key in m.ALL_MODULES
+    assert m._source(key) == REPO / key
+    slot = m._slot(key)
+    try:
+        assert (slot / "memora" / "agent").is_dir()  # the kernel the plugin imports, copied too
+        target = m._target(slot, key)
+        assert target == slot / "memora_plugin_server" / "guard.py"
+        assert target.read_text() == (REPO / key).read_text()
+        assert m._target(slot, "checks.py") == slot / "memora" / "checks.py"
+    finally:
+        shutil.rmtree(slot)
+    # every module and every test file the runner names exists
+    for module, tests in m.PLUGIN_MODULES.items():
+        assert m._source(module).is_file(), module
+        for test in tests:
+            assert (REPO / test.split("::")[0]).is_file(), test
