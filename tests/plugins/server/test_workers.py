@@ -6,6 +6,7 @@ and a worker killed mid-turn leaves the session valid for the next request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,40 +68,44 @@ class Served:
         return [c for _, c in _events(iter(r.text.splitlines()))]
 
 
-def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
-    url, script = server
-    env = scripted_home(tmp_path, url)
+@contextlib.contextmanager
+def _serving(tmp_path: Path, env: dict[str, str], probe: str) -> Iterator[tuple[Served, Path, int]]:
+    """`memora serve --workers 2` on project ``shop`` until ``probe`` answers; stopped after."""
     project = tmp_path / "shop"
     project.mkdir()
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memora",
-            "serve",
-            "--project",
-            str(project),
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-        ],
+        [sys.executable, "-m", "memora", "serve", "--project", str(project), "--port", str(port),
+         "--workers", "2"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-    )
+    )  # fmt: skip
     srv = Served(f"http://127.0.0.1:{port}")
     try:
         for _ in range(600):
             try:
-                if srv.request("GET", "/ready").status_code == 200:
+                if srv.request("GET", probe).status_code == 200:
                     break
             except httpx2.TransportError:
                 pass
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()
             time.sleep(0.1)
+        yield srv, project, port
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+            log.close()
+
+
+def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
+    url, script = server
+    env = scripted_home(tmp_path, url)
+    with _serving(tmp_path, env, "/ready") as (srv, project, _):
         # both workers up: ask until two have answered
         for _ in range(200):
             srv.request("GET", "/v1/projects")
@@ -195,13 +200,6 @@ def test_two_workers_one_project(server: tuple[str, Script], tmp_path: Path) -> 
             ends = [chunk for _, chunk in _events(f.iter_lines())]
             assert ends[-1]["type"] == "error" and ends[-1]["code"] == "TURN_LOST"
         assert running_on in srv.workers
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        finally:
-            proc.kill()
-            log.close()
 
 
 def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Path) -> None:  # noqa: F811
@@ -212,27 +210,7 @@ def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Pa
     env = scripted_home(tmp_path, url)
     home = tmp_path / "home"
     (home / "server.json").write_text(json.dumps({"rate_limit_per_minute": 600}))  # bursts of 60
-    project = tmp_path / "shop"
-    project.mkdir()
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memora", "serve", "--project", str(project), "--port", str(port),
-         "--workers", "2"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    srv = Served(f"http://127.0.0.1:{port}")
-    try:
-        for _ in range(600):
-            try:
-                if srv.request("GET", "/health").status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            time.sleep(0.1)
+    with _serving(tmp_path, env, "/health") as (srv, _, port):
         time.sleep(7)  # the allowance spent by the start-up polls refilled (10 a second)
         granted: dict[str, int] = {}
         refused_early = 0  # refused by a worker that had itself granted fewer than a burst
@@ -253,10 +231,3 @@ def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Pa
         assert refused_early, answers
         rate_file = home / f"serve-{port}.rate"
         assert stat.S_IMODE(rate_file.stat().st_mode) == 0o600
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        finally:
-            proc.kill()
-            log.close()
