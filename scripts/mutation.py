@@ -70,6 +70,7 @@ MODULES: dict[str, list[str]] = {
         "tests/core/test_config.py",
     ],
     "memory/sqlite_store.py": [
+        "tests/memory/test_sqlite_edges.py",
         "tests/memory/test_conformance.py",
         "tests/memory/test_reliability.py",
         "tests/memory/test_planted_links.py",
