@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def test_inert_nodes_are_not_mutated() -> None:
 
 
 def test_plugin_modules_are_mutated_in_a_copy_of_their_package() -> None:
-    import shutil
-
     m = _runner()
     key = m.PLUGIN_SERVER + "guard.py"
     assert key in m.PLUGIN_MODULES and key in m.ALL_MODULES

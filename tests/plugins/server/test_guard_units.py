@@ -23,7 +23,7 @@ from memora_plugin_server.config import (
     hash_token,
     load_server_settings,
 )
-from memora_plugin_server.guard import client_key, host_name, is_loopback, scope_for
+from memora_plugin_server.guard import Guard, client_key, host_name, is_loopback, scope_for
 
 from .conftest import project_dir, scripted
 
@@ -180,8 +180,6 @@ async def test_server_json_is_followed_while_running(
 
 
 def test_closing_the_guard_lets_go_of_the_rate_file(tmp_path: Path) -> None:
-    from memora_plugin_server.guard import Guard
-
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 

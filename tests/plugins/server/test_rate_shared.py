@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,6 @@ _TAKER = textwrap.dedent(
 def _takers(
     path: Path, per_minute: int, burst: float, tries: int, n: int
 ) -> list[tuple[int, float]]:
-    import time
-
     start = str(time.time() + 1.0)
     procs = [
         subprocess.Popen(
