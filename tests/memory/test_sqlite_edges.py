@@ -1,6 +1,8 @@
 """The SQLite store at its edges (#43 item 6: the mutation runner found these paths unreached):
 a search whose best candidates another reader may not see, concurrent adds with an id that
-exists, and a read-only open of a file written before memory scopes."""
+exists, a read-only open of a file written before memory scopes, a write that fails half-way,
+a migration that fails, supersede chains a hand edit broke, another process's writes, and a
+closed store."""
 
 from __future__ import annotations
 
@@ -8,8 +10,24 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from memora.errors import ErrorCode, MemoraError
 from memora.memory import NewMemory
-from memora.memory.sqlite_store import SqliteStorage, open_sqlite_storage
+from memora.memory.sqlite_store import MIGRATIONS, SqliteStorage, open_sqlite_storage
+from memora.memory.vectors import normalize
+
+
+def _refuse_name(path: Path, name: str) -> None:
+    """From another connection (as another process would): a trigger that makes SQLite abort
+    the insert of a memory called ``name`` half-way through its transaction."""
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON memories "
+        f"WHEN NEW.name = '{name}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+    )
+    db.commit()
+    db.close()
 
 
 async def test_a_reader_finds_its_memory_below_many_better_ones_of_another(
@@ -85,3 +103,175 @@ async def test_a_file_from_before_scopes_is_read_only_as_it_is(tmp_path: Path) -
     db = sqlite3.connect(path)
     assert "scope" not in [r[1] for r in db.execute("PRAGMA table_info(memories)")]
     db.close()
+
+
+async def test_a_write_that_fails_is_rolled_back_and_the_store_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        await store.add(NewMemory("before"))
+        _refuse_name(path, "boom")
+        with pytest.raises(MemoraError) as failed:
+            await store.add(NewMemory("lost", name="boom"))
+        assert failed.value.code is ErrorCode.STORAGE_ERROR
+        assert "refused by the test" in str(failed.value) and str(path) in str(failed.value)
+        with pytest.raises(MemoraError, match="refused by the test"):
+            await store.add_many([NewMemory("first of many"), NewMemory("x", name="boom")])
+        # the failed transactions were rolled back: nothing of them is stored or indexed, and
+        # the next write starts a transaction of its own
+        after = await store.add(NewMemory("after"))
+        assert await store.get(after.id) == after
+        assert await store.count() == 2
+        assert await store.search_by_keyword("first") == []
+        assert await store.search_by_keyword("lost") == []
+    finally:
+        await store.close()
+
+
+async def test_one_failing_add_of_a_batch_fails_alone(tmp_path: Path) -> None:
+    """Concurrent adds share a transaction, each under a savepoint: the one SQLite refuses is
+    answered with its error, rolled back alone, and the others are written."""
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        _refuse_name(path, "boom")
+        items = [NewMemory(f"batch note {i}") for i in range(4)]
+        items.insert(2, NewMemory("the refused one", name="boom"))
+        results = await asyncio.gather(*(store.add(i) for i in items), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert len(failed) == 1 and results[2] is failed[0]
+        assert isinstance(failed[0], MemoraError) and failed[0].code is ErrorCode.STORAGE_ERROR
+        assert isinstance(failed[0].__cause__, sqlite3.Error)
+        assert await store.count() == 4
+        assert len(await store.search_by_keyword("batch", limit=10)) == 4
+        assert await store.search_by_keyword("refused") == []
+        assert (await store.add(NewMemory("and then one more"))).content == "and then one more"
+    finally:
+        await store.close()
+
+
+def test_a_migration_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE memories (something_else TEXT)")  # not memora's table
+    db.commit()
+    db.close()
+    with pytest.raises(sqlite3.OperationalError, match="already exists"):
+        SqliteStorage(path)
+    db = sqlite3.connect(path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    db.close()
+    assert tables == {"memories"}, "the failed migration was rolled back whole"
+
+
+def _hand_edit(path: Path, sql: str, *args: object) -> None:
+    db = sqlite3.connect(path)
+    db.execute(sql, args)
+    db.commit()
+    db.close()
+
+
+async def test_history_of_a_chain_a_hand_edit_broke(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        a = await store.add(NewMemory("deadline Monday"))
+        b = await store.supersede(a.id, NewMemory("deadline Tuesday"))
+        c = await store.supersede(b.id, NewMemory("deadline Wednesday"))
+        # a loop: the newest says it was superseded by the oldest
+        _hand_edit(path, "UPDATE memories SET superseded_by = ? WHERE id = ?", a.id, c.id)
+        for member in (a, b, c):
+            chain = [r.id for r in await asyncio.wait_for(store.history(member.id), 5)]
+            assert sorted(chain) == sorted([a.id, b.id, c.id]), chain
+        # a successor that is gone: the chain ends where the link breaks
+        _hand_edit(path, "UPDATE memories SET superseded_by = 'gone' WHERE id = ?", c.id)
+        assert [r.id for r in await store.history(a.id)] == [a.id, b.id, c.id]
+        assert [r.id for r in await store.history(c.id)] == [a.id, b.id, c.id]
+    finally:
+        await store.close()
+
+
+async def test_another_processes_writes_are_seen_by_vector_recall(tmp_path: Path) -> None:
+    """Each store keeps its vectors and what it has embedded in memory; another connection's
+    commit (another process, a second worker) makes it look again."""
+    path = tmp_path / "m.db"
+    mine, theirs = SqliteStorage(path), SqliteStorage(path)
+    try:
+        a = await mine.add(NewMemory("alpha"))
+        await mine.put_vectors("t:2", [(a.id, normalize([1, 0]))])
+        assert await mine.missing_vectors("t:2") == []
+        assert [h.record.id for h in await mine.search_by_vector("t:2", [0.0, 1.0])] == [a.id]
+        b = await theirs.add(NewMemory("beta"))
+        assert [r.id for r in await mine.missing_vectors("t:2")] == [b.id], (
+            "a memory another process wrote is found to embed"
+        )
+        await theirs.put_vectors("t:2", [(b.id, normalize([0, 1]))])
+        hits = await mine.search_by_vector("t:2", [0.0, 1.0])
+        assert [h.record.id for h in hits] == [b.id, a.id], (
+            "a vector another process put is found"
+        )
+        assert await mine.missing_vectors("t:2") == []
+        await theirs.update(b.id, content="beta, rewritten")
+        assert [r.id for r in await mine.missing_vectors("t:2")] == [b.id]
+        assert [h.record.id for h in await mine.search_by_vector("t:2", [0.0, 1.0])] == [a.id]
+    finally:
+        await mine.close()
+        await theirs.close()
+
+
+async def test_a_read_only_file_without_vectors_has_none(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    for name, migrate in MIGRATIONS:
+        if name == "001_initial":
+            migrate(db)
+    db.commit()
+    db.close()
+    reader = SqliteStorage(path, read_only=True)
+    try:
+        assert await reader.missing_vectors("t:2") == []
+        assert await reader.search_by_vector("t:2", [1.0, 0.0]) == []
+        assert await reader.count() == 0
+    finally:
+        await reader.close()
+
+
+async def test_a_closed_store_refuses_and_closing_again_is_harmless(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    kept = await store.add(NewMemory("kept"))
+    # adds accepted before close() are written before it returns
+    pending = [asyncio.ensure_future(store.add(NewMemory(f"late {i}"))) for i in range(5)]
+    await asyncio.sleep(0)
+    await store.close()
+    assert len({r.id for r in await asyncio.gather(*pending)}) == 5
+    await store.close()
+    store.close_sync()
+    for attempt in (
+        store.add(NewMemory("after close")),
+        store.get(kept.id),
+        store.search_by_keyword("kept"),
+    ):
+        with pytest.raises(MemoraError, match="is closed") as refused:
+            await attempt
+        assert refused.value.code is ErrorCode.STORAGE_ERROR
+    again = SqliteStorage(path)
+    try:
+        assert await again.count() == 6
+    finally:
+        again.close_sync()
+        again.close_sync()
+    with pytest.raises(MemoraError, match="is closed"):
+        await again.count()
+
+
+async def test_a_query_that_is_not_text_finds_nothing(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "m.db")
+    try:
+        await store.add(NewMemory("harbor"))
+        assert await store.search_by_keyword(None) == []  # type: ignore[arg-type]
+        assert await store.search_by_keyword(["harbor"]) == []  # type: ignore[arg-type]
+        assert await store.search_by_keyword("harbor", limit=0) == []
+        assert await store.search_by_keyword("harbor", limit=-5) == []
+    finally:
+        await store.close()

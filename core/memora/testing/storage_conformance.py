@@ -178,6 +178,42 @@ class StorageConformance:
             "a refused add() (NUL, content over 1,000,000 characters) loses nothing already stored"
         )
 
+    async def test_default_limits(self, store: MemoryStorage) -> None:
+        """The protocol's defaults: ``list`` 50, ``search_by_keyword`` and ``pinned`` 10."""
+        await store.add_many(
+            [
+                NewMemory(f"tide note {i}", created_at=1000.0 + i, meta={"pinned": True})
+                for i in range(60)
+            ]
+        )
+        assert len(await store.list()) == 50, "list() without a limit returns 50"
+        assert len(await store.search_by_keyword("tide")) == 10, (
+            "search_by_keyword() without a limit returns 10"
+        )
+        if isinstance(store, PinnedStorage):
+            assert len(await store.pinned()) == 10, "pinned() without a limit returns 10"
+
+    async def test_every_write_checks_its_input_first(
+        self, store: MemoryStorage, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        keep = await store.add(NewMemory("keep me"))
+        with pytest.raises(MemoraError):
+            await store.add_many([NewMemory("fine"), NewMemory("nul \x00 byte")])
+        with pytest.raises(MemoraError):
+            await store.add_many([NewMemory("fine", scope="bad\nscope")])
+        with pytest.raises(MemoraError):
+            await store.supersede(keep.id, NewMemory("x" * 1_000_001))
+        assert await store.count() == 1 and await store.get(keep.id) == keep, (
+            "add_many() and supersede() refuse bad input before writing: nothing is stored "
+            "and the old memory is not marked superseded"
+        )
+        with caplog.at_level(logging.WARNING, logger="memora.memory"):
+            await store.add_many([NewMemory("x", source="mystery-many")])
+            await store.supersede(keep.id, NewMemory("y", source="mystery-supersede"))
+        assert "mystery-many" in caplog.text and "mystery-supersede" in caplog.text, (
+            "add_many() and supersede() warn of an unknown source as add() does"
+        )
+
     # -- search ---------------------------------------------------------------------------------
 
     @pytest.mark.parametrize(
@@ -347,6 +383,17 @@ class StorageConformance:
         assert await store.get(rec.id) is None, "a deleted memory cannot be read"
         assert await store.search_by_keyword("delete") == [], "a deleted memory is not found"
         assert await store.count() == 0, "a deleted memory is not counted"
+
+    async def test_a_deleted_memory_leaves_no_words_behind(self, store: MemoryStorage) -> None:
+        """What a deleted memory said never matches a memory written after it (a backend that
+        reuses row numbers must clear the index row too)."""
+        gone = await store.add(NewMemory("zebra crossing"))
+        await store.delete(gone.id)
+        later = await store.add(NewMemory("lion enclosure"))
+        assert await store.search_by_keyword("zebra") == [], (
+            "a deleted memory's words match nothing, not the memory written after it"
+        )
+        assert [h.record.id for h in await store.search_by_keyword("lion")] == [later.id]
 
     async def test_round_scope(self, store: MemoryStorage) -> None:
         await store.add(NewMemory("plan alpha", round_id="r1"))
@@ -596,3 +643,33 @@ class StorageConformance:
         await store.delete(b.id)
         assert await vs.search_by_vector("t:2", [0.0, 1.0]) == [], "a deleted memory is not found"
         assert [r.id for r in await vs.missing_vectors("t:2")] == [a.id]
+
+    async def test_vectors_are_current_after_writes(self, store: MemoryStorage) -> None:
+        """A vector put after a search is found by the next one, a deleted memory's vector
+        never belongs to a memory written after it, and the defaults are 10 hits and 32
+        memories to embed."""
+        vs = await self._vector_store(store)
+        a = await store.add(NewMemory("alpha"))
+        await vs.put_vectors("t:2", [(a.id, normalize([1, 0]))])
+        assert [h.record.id for h in await vs.search_by_vector("t:2", [0.0, 1.0])] == [a.id]
+        b = await store.add(NewMemory("beta"))
+        await vs.put_vectors("t:2", [(b.id, normalize([0, 1]))])
+        hits = await vs.search_by_vector("t:2", [0.0, 1.0])
+        assert [h.record.id for h in hits] == [b.id, a.id], (
+            "a vector put after a search is found by the next search"
+        )
+        await store.delete(b.id)
+        c = await store.add(NewMemory("gamma"))
+        assert [r.id for r in await vs.missing_vectors("t:2")] == [c.id], (
+            "a memory written after a deleted one has no vector until one is put for it"
+        )
+        assert [h.record.id for h in await vs.search_by_vector("t:2", [0.0, 1.0])] == [a.id], (
+            "a deleted memory's vector finds nothing, not the memory written after it"
+        )
+        many = await store.add_many([NewMemory(f"note {i}") for i in range(40)])
+        missing = await vs.missing_vectors("t:2")
+        assert len(missing) == 32, "missing_vectors() without a limit returns 32"
+        await vs.put_vectors("t:2", [(r.id, normalize([1, 1])) for r in many])
+        assert len(await vs.search_by_vector("t:2", [1.0, 1.0])) == 10, (
+            "search_by_vector() without a limit returns 10"
+        )
