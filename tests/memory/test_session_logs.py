@@ -439,6 +439,33 @@ async def test_appends_are_synced_and_leak_nothing(
     assert mode & 0o077 == 0  # a fork's folder is private like any session's
 
 
+async def test_a_new_log_is_durable_by_name_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first turn of a session creates its folder and log: the log's data and its name
+    in the folder are both fsynced before append_turn returns (later appends sync the file
+    alone)."""
+    store = JsonlSessionStore(tmp_path)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc to name a descriptor")
+    monkeypatch.setattr(os, "fsync", recording)
+    await store.create(session_id="new")
+    await store.append_turn("new", [], _round("r1"))
+    folder = tmp_path / "sessions" / "new"
+    log = next(folder.glob("*.jsonl"))
+    assert synced[-2:] == [str(log), str(folder)]
+    synced.clear()
+    await store.append_turn("new", [], _round("r2"))
+    assert synced == [str(log)]
+
+
 async def test_a_bare_json_value_in_a_log_is_skipped(tmp_path: Path) -> None:
     store = JsonlSessionStore(tmp_path)
     await store.create(session_id="bare")

@@ -207,9 +207,7 @@ async def test_another_processes_writes_are_seen_by_vector_recall(tmp_path: Path
         )
         await theirs.put_vectors("t:2", [(b.id, normalize([0, 1]))])
         hits = await mine.search_by_vector("t:2", [0.0, 1.0])
-        assert [h.record.id for h in hits] == [b.id, a.id], (
-            "a vector another process put is found"
-        )
+        assert [h.record.id for h in hits] == [b.id, a.id], "a vector another process put is found"
         assert await mine.missing_vectors("t:2") == []
         await theirs.update(b.id, content="beta, rewritten")
         assert [r.id for r in await mine.missing_vectors("t:2")] == [b.id]

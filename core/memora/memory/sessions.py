@@ -17,7 +17,8 @@ that was running, and never half of one.  A torn last line left by a crash is sk
 
 A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
 keeps it in memory and the first append writes its ``session`` line with the turn's lines — one
-folder, one file, one ``write``, one ``fsync``.  A process killed before that first turn loses
+folder, one file, one ``write``, one ``fsync`` of the file and one of its folder (a new log's
+name is durable too).  A process killed before that first turn loses
 the empty session, nothing else; another process sees the session from its first turn on.
 
 ``meta.json`` holds what a host set after that (title, parent, fork point, archived) and wins
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
-from ..security.atomic import atomic_write_bytes, atomic_write_text
+from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
 from ..security.state import check_state_path, ensure_state_dir, open_state_file
 
 __all__ = [
@@ -532,6 +533,10 @@ class JsonlSessionStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if not size:
+            # a log this append began (a new session, a new day): its name in the folder is
+            # made durable too, or a power cut could keep the data and lose the file
+            fsync_dir(folder)
         if unwritten is not None:
             self._unwritten.pop(session_id, None)
 
