@@ -281,3 +281,28 @@ async def test_close_writes_the_adds_it_accepted(tmp_path: Path) -> None:
             assert await reopened.get(r.id) is not None
     finally:
         await reopened.close()
+
+
+def test_the_fts5_probe_sees_a_sqlite_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sqlite_store.fts5_available() is True
+    real_connect = sqlite3.connect
+    closed: list[bool] = []
+
+    class WithoutFts5:
+        """A connection of a SQLite built without FTS5 (as some system Pythons are)."""
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.db = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if "fts5" in sql:
+                raise sqlite3.OperationalError("no such module: fts5")
+            return self.db.execute(sql, *args)  # type: ignore[arg-type]
+
+        def close(self) -> None:
+            closed.append(True)
+            self.db.close()
+
+    monkeypatch.setattr(sqlite3, "connect", WithoutFts5)
+    assert sqlite_store.fts5_available() is False
+    assert closed == [True], "the probe's connection is closed"

@@ -273,3 +273,20 @@ async def test_a_query_that_is_not_text_finds_nothing(tmp_path: Path) -> None:
         assert await store.search_by_keyword("harbor", limit=-5) == []
     finally:
         await store.close()
+
+
+async def test_a_folder_name_with_uri_characters_opens_read_only(tmp_path: Path) -> None:
+    """The database path goes into an SQLite URI: '#', '?' and '%' in a folder name are
+    quoted, so a read-only open finds the same file the writer wrote."""
+    folder = tmp_path / "C# notes?draft 100%"
+    folder.mkdir()
+    path = folder / "m.db"
+    store = SqliteStorage(path)
+    await store.add(NewMemory("the harbor office"))
+    await store.close()
+    reader = open_sqlite_storage(path, read_only=True)
+    try:
+        hits = await reader.search_by_keyword("harbor")
+        assert [h.record.content for h in hits] == ["the harbor office"]
+    finally:
+        await reader.close()

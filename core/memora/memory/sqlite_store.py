@@ -162,12 +162,13 @@ class _Core:
                 "Python built with FTS5 (SQLite >= 3.9 with FTS5 enabled)",
                 context={"sqlite_version": sqlite3.sqlite_version},
             )
-        self.read_only = read_only
         if read_only:
             if not path.exists():
                 raise MemoraError(ErrorCode.NOT_FOUND, f"no memory database at {path}")
+            # timeout: SQLite's busy timeout (a reader or writer waits up to 10 s for
+            # another process's lock); the path is quoted, as a URI's must be ('#', '?', '%')
             self.db = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None
+                f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10, isolation_level=None
             )
         else:
             ensure_state_dir(path.parent, path.parent.parent)
@@ -181,7 +182,6 @@ class _Core:
             )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=10000")
         if not read_only:
             self._migrate()
         elif not self._has_column("memories", "scope"):
