@@ -51,6 +51,10 @@ async def test_a_reader_finds_its_memory_below_many_better_ones_of_another(
         hits = await store.search_by_keyword("harbor", limit=5, scopes=("alice", ""))
         assert [h.record.scope for h in hits] == ["alice"]
         assert len(await store.search_by_keyword("harbor", limit=70)) == 61
+        # one of hers among the best candidates and one below them all: both are found
+        best = await store.add(NewMemory("harbor harbor harbor", scope="alice"))
+        hits = await store.search_by_keyword("harbor", limit=5, scopes=("alice",))
+        assert [h.record.id for h in hits][0] == best.id and len(hits) == 2
     finally:
         await store.close()
 
@@ -290,3 +294,84 @@ async def test_a_folder_name_with_uri_characters_opens_read_only(tmp_path: Path)
         assert [h.record.content for h in hits] == ["the harbor office"]
     finally:
         await reader.close()
+
+
+async def test_an_add_whose_index_row_fails_leaves_no_memory(tmp_path: Path) -> None:
+    """The memory row is written, then its full-text row fails: the memory row is rolled back
+    with it, alone or in a batch (where the others are written)."""
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        first = await store.add(NewMemory("first"))
+        db = sqlite3.connect(path)
+        # FTS5 keeps its text in a shadow table; a trigger there fails the index write
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON memories_fts_content "
+            "WHEN NEW.c0 LIKE '%boom%' BEGIN SELECT RAISE(ABORT, 'index refused'); END"
+        )
+        db.commit()
+        db.close()
+        with pytest.raises(MemoraError) as failed:
+            await store.add(NewMemory("lone boom"))
+        assert failed.value.code is ErrorCode.STORAGE_ERROR
+        assert await store.count() == 1
+        items = [NewMemory(f"batch note {i}") for i in range(4)]
+        items.insert(2, NewMemory("batch boom"))
+        results = await asyncio.gather(*(store.add(i) for i in items), return_exceptions=True)
+        assert isinstance(results[2], MemoraError), results
+        assert not any(isinstance(r, BaseException) for r in results[:2] + results[3:])
+        assert await store.count() == 1 + 4, "the refused add left no memory row behind"
+        assert sorted(r.content for r in await store.list()) == sorted(
+            ["first", *(f"batch note {i}" for i in range(4))]
+        )
+        assert await store.get(first.id) == first
+    finally:
+        await store.close()
+
+
+async def test_an_index_row_left_by_a_hand_edit_is_replaced(tmp_path: Path) -> None:
+    """A memory deleted by hand (the sqlite3 shell) leaves its full-text row: the next memory
+    that takes its row number is written all the same, and the old words do not find it."""
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        gone = await store.add(NewMemory("zebra crossing"))
+        _hand_edit(path, "DELETE FROM memories WHERE id = ?", gone.id)
+        later = await store.add(NewMemory("lion enclosure"))
+        assert await store.search_by_keyword("zebra") == []
+        assert [h.record.id for h in await store.search_by_keyword("lion")] == [later.id]
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_caller_does_not_stop_the_batch(tmp_path: Path) -> None:
+    """A caller cancelled while its add waits for the next batch: its memory is written all the
+    same (it was accepted), and every other caller of the batch is answered."""
+    store = SqliteStorage(tmp_path / "m.db")
+    try:
+        tasks = [asyncio.ensure_future(store.add(NewMemory(f"wave note {i}"))) for i in range(6)]
+        await asyncio.sleep(0)  # the first is being written; the others wait for the next batch
+        tasks[3].cancel()
+        done = await asyncio.wait_for(
+            asyncio.gather(*tasks[:3], *tasks[4:], return_exceptions=True), 10
+        )
+        assert all(not isinstance(r, BaseException) for r in done), done
+        assert tasks[3].cancelled()
+        assert await store.count() == 6
+    finally:
+        await store.close()
+
+
+async def test_adds_that_keep_arriving_are_all_written(tmp_path: Path) -> None:
+    """Adds that arrive while a batch is written wait for the next one, batch after batch."""
+    store = SqliteStorage(tmp_path / "m.db")
+    try:
+
+        async def writer(n: int) -> list[str]:
+            return [(await store.add(NewMemory(f"writer {n} note {i}"))).id for i in range(15)]
+
+        ids = await asyncio.wait_for(asyncio.gather(*(writer(n) for n in range(12))), 30)
+        assert len({i for batch in ids for i in batch}) == 12 * 15
+        assert await store.count() == 12 * 15
+    finally:
+        await store.close()

@@ -229,8 +229,10 @@ class _Core:
             f"INSERT INTO memories ({_COLUMNS}) VALUES ({', '.join('?' * _N)})",
             record_to_row(record),
         )
+        # OR REPLACE: an index row a hand edit left behind (a memory deleted with the sqlite3
+        # shell) would otherwise refuse this row number for every later memory
         self.db.execute(
-            "INSERT INTO memories_fts(rowid, tokens) VALUES (?, ?)",
+            "INSERT OR REPLACE INTO memories_fts(rowid, tokens) VALUES (?, ?)",
             (cur.lastrowid, " ".join(index_tokens(f"{record.name}\n{record.content}"))),
         )
 

@@ -187,6 +187,11 @@ class StorageConformance:
             ]
         )
         assert len(await store.list()) == 50, "list() without a limit returns 50"
+        newest = (await store.list(limit=1))[0]
+        await store.supersede(newest.id, NewMemory("tide note, corrected", created_at=900.0))
+        assert newest.id in {r.id for r in await store.list(limit=100)}, (
+            "list() includes superseded memories unless include_superseded=False"
+        )
         assert len(await store.search_by_keyword("tide")) == 10, (
             "search_by_keyword() without a limit returns 10"
         )
