@@ -12,11 +12,21 @@ rounds; compare medians of several runs (this machine's noise moves one run by Â
 
 Also reported: TCP connections per conversation, and the wall time from the last text chunk to
 ``done``.  Targets: <= 1.3x at K=10, <= 1.6x at K=1, flat as K grows to 40; one connection.
+
+The durable floor (issue #43 item 2; first section): the bare loop doing, inline, the least of
+what memora promises â€” per conversation a folder and a JSONL log created, the turn's messages
+written in one append and fsynced (the file, then the folder), and one row inserted into an
+SQLite FTS5 table (WAL, synchronous=NORMAL, as memora's store).  Goals: memora with its
+documented defaults at most 1.25x the floor at K=1 and 1.15x at K=10, and at most 1.15x the
+bare loop (no durability) at K=40.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -64,6 +74,61 @@ async def run_bare(
             await bare_turn(client, [], tools, system, f"conversation {i}: steps={k}")
             if i:
                 samples.append(time.process_time() - t)
+    return samples
+
+
+class Floor:
+    """The durable floor's disk work: a folder and a log per conversation, one FTS5 table."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(tempfile.mkdtemp(dir=root))
+        self.db = sqlite3.connect(self.root / "memory.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE VIRTUAL TABLE memories USING fts5(content)")
+        self.n = 0
+
+    def keep(self, history: list[dict[str, Any]]) -> None:
+        self.n += 1
+        folder = self.root / f"c{self.n}"
+        os.mkdir(folder, 0o700)
+        payload = b"".join(json.dumps(m, ensure_ascii=False).encode() + b"\n" for m in history)
+        fd = os.open(
+            folder / "log.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600
+        )
+        try:
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        user, answer = history[0]["content"], history[-1]["content"]
+        self.db.execute("INSERT INTO memories (content) VALUES (?)", (f"{user}\n{answer}",))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+async def run_floor(
+    url: str, tmp: Path, k: int, runs: int, tools: list[dict[str, Any]], system: str
+) -> list[float]:
+    samples = []
+    floor = Floor(tmp)
+    try:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
+            for i in range(runs + 1):
+                t = time.process_time()
+                history: list[dict[str, Any]] = []
+                await bare_turn(client, history, tools, system, f"conversation {i}: steps={k}")
+                floor.keep(history)
+                if i:
+                    samples.append(time.process_time() - t)
+    finally:
+        floor.close()
     return samples
 
 
@@ -118,11 +183,38 @@ async def run_memora(
     return samples, conns, tail, tools, system
 
 
+def durable_floor(url: str, tmp: Path, rounds: int) -> None:
+    """memora (documented defaults), the durable floor and the bare loop, interleaved."""
+    print("  the durable floor (#43 item 2): documented defaults vs the bare loop doing what")
+    print("  memora promises at the least (folder + log + fsync of file and folder, one FTS5 row):")
+    goals = {1: ("floor", 1.25), 10: ("floor", 1.15), 40: ("bare", 1.15)}
+    for k, runs in RUNS.items():
+        mem: list[float] = []
+        floor: list[float] = []
+        bare: list[float] = []
+        for _ in range(rounds):
+            m, _c, _t, tools, system = asyncio.run(run_memora(url, tmp, k, runs))
+            mem += m
+            floor += asyncio.run(run_floor(url, tmp, k, runs, tools, system))
+            bare += asyncio.run(run_bare(url, k, runs, tools, system))
+        m_step, f_step, b_step = (statistics.median(x) / (k + 1) for x in (mem, floor, bare))
+        against, goal = goals[k]
+        ratio = m_step / (f_step if against == "floor" else b_step)
+        print(
+            f"    K={k:<3} memora {m_step * 1e3:6.2f} ms  floor {f_step * 1e3:6.2f} ms  "
+            f"bare {b_step * 1e3:6.2f} ms   memora/floor {m_step / f_step:5.2f}x  "
+            f"memora/bare {m_step / b_step:5.2f}x   ({ratio:4.2f}x the {against}: goal <= {goal}x)"
+        )
+
+
 def main() -> None:
     rounds = 12  # memora and the bare loop alternate, so machine noise hits both alike
     with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         print("client CPU per LLM step; conversation = new session + K tool steps + an answer")
+        durable_floor(url, tmp, rounds)
+        if "--floor-only" in sys.argv:
+            return
         for label, options in (
             ("documented defaults", {}),
             # what a host compares with: its own loop sends only its one tool (issue #29)
