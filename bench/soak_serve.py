@@ -263,6 +263,22 @@ def main() -> None:
         f"{last[1] / 1024:.0f} MB at {last[0]:.1f} min ({last[1] / max(first[1], 1):.2f}x, goal "
         f"within 10%); open descriptors {first[2]} -> {last[2]}"
     )
+    # the whole series after the warm-up, so "flat" can be seen and not only two points
+    rss = [s[1] for s in after]
+    open_fds = [s[2] for s in after]
+    print(
+        f"after the warm-up ({len(after)} samples, every 10 s): resident memory "
+        f"{min(rss) / 1024:.0f}-{max(rss) / 1024:.0f} MB, open descriptors "
+        f"{min(open_fds)}-{max(open_fds)} (median {statistics.median(open_fds):.0f})"
+    )
+    marks: dict[int, tuple[float, int, int]] = {}
+    for sample in after:  # the first sample of every fifth minute
+        if int(sample[0]) % 5 == 0:
+            marks.setdefault(int(sample[0]), sample)
+    print(
+        "  every 5 min: "
+        + ", ".join(f"{m[0]:.0f} min {m[1] / 1024:.0f} MB {m[2]} fds" for m in marks.values())
+    )
 
 
 if __name__ == "__main__":
