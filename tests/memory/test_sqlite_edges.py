@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,15 @@ async def test_history_of_a_chain_a_hand_edit_broke(tmp_path: Path) -> None:
         for member in (a, b, c):
             chain = [r.id for r in await asyncio.wait_for(store.history(member.id), 5)]
             assert sorted(chain) == sorted([a.id, b.id, c.id]), chain
+        # a loop ahead of the memory asked about (nothing leads back to it)
+        d = await store.add(NewMemory("deadline Thursday"))
+        e = await store.add(NewMemory("deadline Friday"))
+        _hand_edit(path, "UPDATE memories SET superseded_by = ? WHERE id = ?", e.id, d.id)
+        _hand_edit(path, "UPDATE memories SET superseded_by = ? WHERE id = ?", d.id, e.id)
+        f = await store.add(NewMemory("deadline Saturday"))
+        _hand_edit(path, "UPDATE memories SET superseded_by = ? WHERE id = ?", d.id, f.id)
+        chain = [r.id for r in await asyncio.wait_for(store.history(f.id), 5)]
+        assert chain[0] == f.id and sorted(chain[1:]) == sorted([d.id, e.id]), chain
         # a successor that is gone: the chain ends where the link breaks
         _hand_edit(path, "UPDATE memories SET superseded_by = 'gone' WHERE id = ?", c.id)
         assert [r.id for r in await store.history(a.id)] == [a.id, b.id, c.id]
@@ -216,6 +226,11 @@ async def test_another_processes_writes_are_seen_by_vector_recall(tmp_path: Path
         await theirs.update(b.id, content="beta, rewritten")
         assert [r.id for r in await mine.missing_vectors("t:2")] == [b.id]
         assert [h.record.id for h in await mine.search_by_vector("t:2", [0.0, 1.0])] == [a.id]
+        # the very first memory changed by another process is embedded again too
+        await mine.put_vectors("t:2", [(b.id, normalize([0, 1]))])
+        assert await mine.missing_vectors("t:2") == []
+        await theirs.update(a.id, content="alpha, rewritten")
+        assert [r.id for r in await mine.missing_vectors("t:2")] == [a.id]
     finally:
         await mine.close()
         await theirs.close()
@@ -375,3 +390,62 @@ async def test_adds_that_keep_arriving_are_all_written(tmp_path: Path) -> None:
         assert await store.count() == 12 * 15
     finally:
         await store.close()
+
+
+def _slow_on(path: Path, name: str) -> None:
+    """A trigger that keeps the write of a memory called ``name`` busy for a while (a slow
+    disk), so what arrives meanwhile must wait for the next batch."""
+    _hand_edit(
+        path,
+        "CREATE TRIGGER slow AFTER INSERT ON memories "
+        f"WHEN NEW.name = '{name}' BEGIN SELECT count(*) FROM (WITH RECURSIVE c(x) AS "
+        "(SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT x FROM c); END",
+    )
+
+
+async def test_an_add_arriving_during_the_last_batch_is_written(tmp_path: Path) -> None:
+    """An add that arrives while a batch is being written, with nothing after it, is written
+    when that batch ends (nobody else's add has to come along to carry it)."""
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    try:
+        _slow_on(path, "slow")
+        first = asyncio.ensure_future(store.add(NewMemory("first")))
+        slow = asyncio.ensure_future(store.add(NewMemory("second", name="slow")))
+        await first  # the slow one is now being written, as a batch of its own
+        last = asyncio.ensure_future(store.add(NewMemory("third")))
+        await asyncio.wait_for(asyncio.gather(slow, last), 20)
+        assert await store.count() == 3
+    finally:
+        await store.close()
+
+
+def _sqlite_threads() -> int:
+    return sum(t.name.startswith("memora-sqlite") for t in threading.enumerate())
+
+
+async def test_a_closed_store_leaves_one_file_and_no_thread(tmp_path: Path) -> None:
+    """After close() the database is one self-contained file (its write-ahead log merged
+    and removed: it can be copied or backed up as it is) and the store's thread is gone."""
+    threads = _sqlite_threads()
+    path = tmp_path / "m.db"
+    store = SqliteStorage(path)
+    gone = await store.add(NewMemory("zebra crossing"))
+    await store.add(NewMemory("lion enclosure"))
+    await store.delete(gone.id)
+    assert Path(f"{path}-wal").exists()
+    await store.close()
+    assert not Path(f"{path}-wal").exists()
+    assert _sqlite_threads() == threads
+    # what was deleted is gone from the full-text index too, not only unreachable
+    db = sqlite3.connect(path)
+    assert db.execute(
+        "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'zebra'"
+    ).fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM memories_fts").fetchone() == (1,)
+    db.close()
+    again = SqliteStorage(path)
+    await again.add(NewMemory("third"))
+    again.close_sync()
+    assert not Path(f"{path}-wal").exists()
+    assert _sqlite_threads() == threads
