@@ -113,11 +113,13 @@ def grounded(
     user: str | None = None,
     user_label: str = "User",
     threshold: float = MIN_GROUNDING,
+    score: float | None = None,
 ) -> bool:
     """Whether ``summary`` may be stored for a round that said ``round_text``: most of its
     content terms are the round's, it names no number the round did not, and a line it puts
     in the user's mouth (``User: ...``) is mostly what the ``user`` said — a question the
-    answer talked about is not one the user asked."""
+    answer talked about is not one the user asked.  ``score``: ``grounding(summary,
+    round_text)`` when the caller has it already."""
     if not summary.strip():
         return False
     if not _numbers(summary) <= _numbers(round_text):
@@ -130,7 +132,7 @@ def grounded(
                 quoted = stripped[len(prefix) :]
                 if grounding(quoted, user) < threshold:
                     return False
-    return grounding(summary, round_text) >= threshold
+    return (grounding(summary, round_text) if score is None else score) >= threshold
 
 
 def _sentences(text: str) -> list[str]:

@@ -41,7 +41,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -86,11 +86,16 @@ class SessionInfo:
     one scope opens and lists only that scope's sessions."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # every field is a plain value: a shallow dict (asdict() deep-copies each one, the
+        # largest cost of a new session's first append)
+        return {name: getattr(self, name) for name in _INFO_FIELDS}
 
     def copy(self) -> SessionInfo:
         """A copy (every field is a plain value: no deep copy needed)."""
         return replace(self)
+
+
+_INFO_FIELDS = tuple(f.name for f in fields(SessionInfo))
 
 
 @dataclass

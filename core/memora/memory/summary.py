@@ -140,7 +140,7 @@ async def round_memory(
         return RoundMemory(summary_type, "", "model", None)  # nothing written: nothing stored
     said = "\n".join([user, *tool_notes, assistant])
     score = grounding(text, said)
-    if grounded(text, said, user=user, user_label=msgs.user_label):
+    if grounded(text, said, user=user, user_label=msgs.user_label, score=score):
         return RoundMemory(
             summary_type, with_request(text, user, label=msgs.user_label), "model", score
         )
