@@ -19,16 +19,22 @@ from memora.memory.sqlite_store import MIGRATIONS, SqliteStorage, open_sqlite_st
 from memora.memory.vectors import normalize
 
 
-def _refuse_name(path: Path, name: str) -> None:
-    """From another connection (as another process would): a trigger that makes SQLite abort
-    the insert of a memory called ``name`` half-way through its transaction."""
+def _hand_edit(path: Path, sql: str, *args: object) -> None:
+    """``sql`` from another connection, as another process (or the sqlite3 shell) would."""
     db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TRIGGER refuse BEFORE INSERT ON memories "
-        f"WHEN NEW.name = '{name}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
-    )
+    db.execute(sql, args)
     db.commit()
     db.close()
+
+
+def _refuse_name(path: Path, name: str) -> None:
+    """A trigger that makes SQLite abort the insert of a memory called ``name`` half-way
+    through its transaction."""
+    _hand_edit(
+        path,
+        "CREATE TRIGGER refuse BEFORE INSERT ON memories "
+        f"WHEN NEW.name = '{name}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
 
 
 async def test_a_reader_finds_its_memory_below_many_better_ones_of_another(
@@ -167,13 +173,6 @@ def test_a_migration_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> Non
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     db.close()
     assert tables == {"memories"}, "the failed migration was rolled back whole"
-
-
-def _hand_edit(path: Path, sql: str, *args: object) -> None:
-    db = sqlite3.connect(path)
-    db.execute(sql, args)
-    db.commit()
-    db.close()
 
 
 async def test_history_of_a_chain_a_hand_edit_broke(tmp_path: Path) -> None:
@@ -318,14 +317,12 @@ async def test_an_add_whose_index_row_fails_leaves_no_memory(tmp_path: Path) -> 
     store = SqliteStorage(path)
     try:
         first = await store.add(NewMemory("first"))
-        db = sqlite3.connect(path)
         # FTS5 keeps its text in a shadow table; a trigger there fails the index write
-        db.execute(
+        _hand_edit(
+            path,
             "CREATE TRIGGER refuse BEFORE INSERT ON memories_fts_content "
-            "WHEN NEW.c0 LIKE '%boom%' BEGIN SELECT RAISE(ABORT, 'index refused'); END"
+            "WHEN NEW.c0 LIKE '%boom%' BEGIN SELECT RAISE(ABORT, 'index refused'); END",
         )
-        db.commit()
-        db.close()
         with pytest.raises(MemoraError) as failed:
             await store.add(NewMemory("lone boom"))
         assert failed.value.code is ErrorCode.STORAGE_ERROR
