@@ -27,7 +27,7 @@ from memora.errors import MemoraError
 
 from .a2a import a2a_routes
 from .bodies import BodyLimits, read_body
-from .config import ServerSettings
+from .config import MAX_OPEN_SESSIONS, ServerSettings
 from .errors import ApiError, error_response, memora_error_response
 from .guard import Guard
 from .hub import Hub
@@ -81,6 +81,7 @@ def create_app(
     settings: ServerSettings | None = None,
     approvals: str = "ask",
     idle_seconds: float = 300.0,
+    max_open_sessions: int = MAX_OPEN_SESSIONS,
     shared: bool | None = None,
     settings_dir: Path | None = None,
     rate_file: Path | None = None,
@@ -98,7 +99,9 @@ def create_app(
     apply within a second, with no restart (``memora serve`` passes the user config folder).
     ``rate_file``: a file whose rate-limit buckets every process of this server shares, so N
     processes are one allowance (``memora serve --workers N`` passes one; see
-    :mod:`.ratelimit`); None: each process counts alone.  See :class:`~.hub.Hub`."""
+    :mod:`.ratelimit`); None: each process counts alone.  ``idle_seconds`` and
+    ``max_open_sessions``: how long and how many sessions keep their Agent open between
+    requests, per process.  See :class:`~.hub.Hub`."""
     named = project_names(projects)
     settings = settings or ServerSettings()
     hub = Hub(
@@ -106,6 +109,7 @@ def create_app(
         runtime_options=runtime_options,
         approvals=approvals,
         idle_seconds=idle_seconds,
+        max_open_sessions=max_open_sessions,
         shared=shared,
     )
     guard = Guard(settings, follow=settings_dir, rate_file=rate_file)

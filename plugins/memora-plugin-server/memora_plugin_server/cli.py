@@ -16,7 +16,14 @@ from memora.cli.approvals import approval_options
 from memora.cli.common import config_dir_option, find_project_root
 from memora.settings import user_config_dir
 
-from .config import add_token, describe, load_server_settings, revoke_token, settings_path
+from .config import (
+    MAX_OPEN_SESSIONS,
+    add_token,
+    describe,
+    load_server_settings,
+    revoke_token,
+    settings_path,
+)
 
 logger = logging.getLogger("memora.server")
 
@@ -47,6 +54,14 @@ logger = logging.getLogger("memora.server")
     type=click.FloatRange(1.0),
     help="Close a session's Agent after this long without a request (never mid-turn or paused).",
 )
+@click.option(
+    "--max-open-sessions",
+    default=MAX_OPEN_SESSIONS,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Per worker, keep at most this many sessions' Agents open between requests; opening "
+    "one more closes the least recently used idle ones (they reopen from the store).",
+)
 @approval_options
 @config_dir_option
 def serve_cmd(
@@ -55,6 +70,7 @@ def serve_cmd(
     port: int,
     workers: int,
     idle_seconds: float,
+    max_open_sessions: int,
     approvals: str | None,
     config_dir: Path | None,
 ) -> None:
@@ -82,6 +98,7 @@ def serve_cmd(
         "projects": [str(f.resolve()) for f in folders],
         "approvals": approvals,
         "idle_seconds": idle_seconds,
+        "max_open_sessions": max_open_sessions,
         "config_dir": str(config_dir) if config_dir is not None else None,
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
         # the workers draw on one rate-limit allowance, kept in a file named by the port
@@ -154,6 +171,7 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
         settings_dir=user_dir,  # serve-tokens add/revoke apply to the running server
         approvals=spec.get("approvals") or "ask",
         idle_seconds=float(spec.get("idle_seconds", 300.0)),
+        max_open_sessions=int(spec.get("max_open_sessions", MAX_OPEN_SESSIONS)),
         shared=spec.get("shared"),
         rate_file=Path(spec["rate_file"]) if spec.get("rate_file") else None,
         **options,

@@ -48,6 +48,7 @@ from memora.security.atomic import atomic_write_bytes
 
 __all__ = [
     "FILE_NAME",
+    "MAX_OPEN_SESSIONS",
     "ServerSettings",
     "TokenEntry",
     "hash_token",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 FILE_NAME = "server.json"
+MAX_OPEN_SESSIONS = 256
+"""The default cap on the sessions whose Agent a server process keeps open between requests
+(``memora serve --max-open-sessions``; see :class:`~.hub.Hub`)."""
 TOKEN_PREFIX = "mem_"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import secrets
 import time
@@ -32,6 +33,7 @@ from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.role_pack.manager import RolePackManager
 
+from .config import MAX_OPEN_SESSIONS
 from .shared import (
     TURN_EVENTS_KEPT_SECONDS,
     FileSharedState,
@@ -47,6 +49,10 @@ __all__ = ["Hub", "Project", "RemoteTurnLog", "TurnLog"]
 
 KEPT_LOGS = 8
 """Finished turn logs kept per session for clients that reconnect late."""
+
+EVICT_GRACE_SECONDS = 1.0
+"""A session used this recently keeps its Agent even over the cap: a request that has just
+looked its session up must find the Agent it is about to use."""
 
 
 @dataclass
@@ -85,6 +91,14 @@ class Hub:
     """See the module docstring.  ``runtime_options`` go to every ``ProjectRuntime`` (a host's
     provider, storage...); ``approvals`` is the mode of sessions whose config sets none.
 
+    ``max_open_sessions``: at most this many sessions keep their Agent open between requests
+    (each holds its history, prompt and role packs: tens of kilobytes, more for a long session).
+    Opening one more closes the least recently used idle ones first, so a server's memory
+    follows this number rather than how many sessions were used within ``idle_seconds``; a
+    session mid-turn, waiting for an answer, or used within the last second is never closed
+    for it (the cap may be passed while they last).  A closed session opens again on its next
+    request, from its store.
+
     ``shared=True``: this process is one of several serving the projects (``memora serve
     --workers N``): the project lock is taken shared, and a turn holds its session's lock, its
     events, pause and the session's role pack live in ``<data dir>/server/`` where every worker
@@ -98,9 +112,12 @@ class Hub:
         approvals: str = "ask",
         idle_seconds: float = 300.0,
         shared: bool | None = None,
+        max_open_sessions: int = MAX_OPEN_SESSIONS,
     ) -> None:
         if not projects:
             raise InvalidInputError("serve at least one project")
+        if max_open_sessions < 1:
+            raise InvalidInputError(f"max_open_sessions: at least 1, not {max_open_sessions}")
         options = dict(runtime_options or {})
         if "data_dir" in options and len(projects) > 1:
             raise InvalidInputError(
@@ -126,6 +143,7 @@ class Hub:
             self.projects[name] = Project(name, folder, runtime_of(folder))
         self.approvals = approvals
         self.idle_seconds = idle_seconds
+        self.max_open_sessions = max_open_sessions
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.ready = False
@@ -177,20 +195,41 @@ class Hub:
                         except Exception:
                             logger.exception("pruning old turn events of %s failed", project.name)
             for slot in list(self._slots.values()):
-                if (
-                    not slot.busy
-                    and now - slot.last_used > self.idle_seconds
-                    # a pause lives in the Agent unless the workers share it in a file
-                    and (
-                        slot.agent is None
-                        or slot.agent.paused_turn is None
-                        or slot.project.shared is not None
-                    )
-                ):
+                if now - slot.last_used > self.idle_seconds and self._closable(slot):
                     await self._drop(slot)
+            await self._trim(self.max_open_sessions)
+
+    @staticmethod
+    def _closable(slot: _Slot) -> bool:
+        """No turn runs in the session, and no pause lives only in its Agent (the workers
+        share theirs in a file or table)."""
+        return not slot.busy and (
+            slot.agent is None or slot.agent.paused_turn is None or slot.project.shared is not None
+        )
+
+    async def _trim(self, room: int, keep: _Slot | None = None) -> None:
+        """Close the least recently used idle Agents until at most ``room`` stay open."""
+        open_slots = [s for s in self._slots.values() if s.agent is not None]
+        excess = len(open_slots) - room
+        if excess <= 0:
+            return
+        settled = time.monotonic() - EVICT_GRACE_SECONDS
+        candidates = (
+            s
+            for s in open_slots
+            if s is not keep
+            and s.last_used < settled
+            and not s.opening.locked()
+            and self._closable(s)
+        )
+        for slot in heapq.nsmallest(excess, candidates, key=lambda s: s.last_used):
+            if slot.agent is not None and self._closable(slot):  # still, after the awaits
+                await self._drop(slot)
 
     async def _drop(self, slot: _Slot) -> None:
-        self._slots.pop((slot.project.name, slot.session_id), None)
+        key = (slot.project.name, slot.session_id)
+        if self._slots.get(key) is slot:
+            del self._slots[key]
         await self._close_agent(slot)
 
     async def _close_agent(self, slot: _Slot) -> None:
@@ -285,6 +324,7 @@ class Hub:
                     if pack:
                         options["active_role_pack"] = pack
                     pause = await shared.pause(session_id)
+                await self._trim(self.max_open_sessions - 1, keep=slot)
                 agent = await runtime.agent(**options)
                 if agent.approvals is None:
                     agent.approvals = self.approvals  # type: ignore[assignment]
