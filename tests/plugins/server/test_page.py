@@ -110,8 +110,10 @@ async def test_memory_search_and_role_pack_switch_in_the_browser(tmp_path: Path)
         await page.locator(".msg.assistant .md", has_text="Paris").wait_for()
 
         await page.select_option("#role-pack", "reviewer")
+        # a function, not an expression: Playwright polls an expression with eval(), which the
+        # page's Content-Security-Policy (script-src 'self') refuses when the first try fails
         await page.wait_for_function(
-            "document.querySelector('#role-pack').selectedOptions[0].value === 'reviewer'"
+            "() => document.querySelector('#role-pack').selectedOptions[0].value === 'reviewer'"
         )
         for _ in range(50):  # the round summary is written just after the answer
             await page.fill("#memory-q", "capital")
