@@ -214,16 +214,18 @@ class Hub:
         if excess <= 0:
             return
         settled = time.monotonic() - EVICT_GRACE_SECONDS
-        candidates = (
-            s
-            for s in open_slots
-            if s is not keep
-            and s.last_used < settled
-            and not s.opening.locked()
-            and self._closable(s)
-        )
+
+        def evictable(s: _Slot) -> bool:
+            return (
+                s.agent is not None
+                and s.last_used < settled
+                and not s.opening.locked()
+                and self._closable(s)
+            )
+
+        candidates = (s for s in open_slots if s is not keep and evictable(s))
         for slot in heapq.nsmallest(excess, candidates, key=lambda s: s.last_used):
-            if slot.agent is not None and self._closable(slot):  # still, after the awaits
+            if evictable(slot):  # still: a request may have found it during the awaits
                 await self._drop(slot)
 
     async def _drop(self, slot: _Slot) -> None:
