@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -233,12 +234,26 @@ async def test_a_left_behind_folder_or_a_removed_sessions_folder_still_takes_tur
     await store.create(session_id="kept")
     await store.append_turn("kept", [], _round("r1"))
     assert [r.round_id for r in await store.rounds("kept")] == ["r1"]
-    import shutil
-
     shutil.rmtree(tmp_path / "sessions")  # removed while the store is in use
     s = await store.create()
     await store.append_turn(s.id, [], _round("r9"))
     assert [r.round_id for r in await JsonlSessionStore(tmp_path).rounds(s.id)] == ["r9"]
+
+
+async def test_a_session_removed_by_hand_after_its_turns_is_not_found_not_recreated(
+    tmp_path: Path,
+) -> None:
+    store = JsonlSessionStore(tmp_path)
+    s = await store.create()
+    await store.append_turn(s.id, [], _round("r1"))
+    await store.append_turn(s.id, [], _round("r2"))  # the store has found it on disk by now
+    shutil.rmtree(tmp_path / "sessions" / s.id)
+    with pytest.raises(MemoraError) as caught:
+        await store.append_turn(s.id, [], _round("r3"))
+    assert caught.value.code == ErrorCode.NOT_FOUND
+    assert not (tmp_path / "sessions" / s.id).exists()  # nothing half-made in its place
+    with pytest.raises(MemoraError):
+        await store.append_turn(s.id, [], _round("r4"))  # still not found on the next try
 
 
 async def test_a_fork_is_named_after_its_source(tmp_path: Path) -> None:

@@ -167,11 +167,19 @@ _LINE_JSON = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(..., ensure_ascii=False)`` without a new encoder per line."""
 
 
+def _no_session(session_id: str) -> MemoraError:
+    return MemoraError(
+        ErrorCode.NOT_FOUND, f"no session {session_id!r}", context={"session_id": session_id}
+    )
+
+
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
 
 _INDEX = "index.json"
+_FOUND_KEPT = 4096
+"""How many sessions a JSONL store remembers having found on disk (a server's working set)."""
 _LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -399,6 +407,9 @@ class JsonlSessionStore:
         self._unwritten: dict[str, SessionInfo] = {}
         """Sessions created here and not yet on disk: the first append writes their ``session``
         line (and their folder)."""
+        self._found: dict[str, None] = {}
+        """Sessions found on disk (or written) by this store, the most recent last: the next
+        append to one skips looking for it again (a stat and a folder scan per turn)."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -422,13 +433,19 @@ class JsonlSessionStore:
 
     def _existing(self, session_id: str) -> Path:
         folder = self._dir(session_id)
-        if session_id not in self._unwritten and not self._is_session(folder):
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            )
+        if session_id in self._found or session_id in self._unwritten:
+            return folder
+        if not self._is_session(folder):
+            raise _no_session(session_id)
+        self._seen(session_id)
         return folder
+
+    def _seen(self, session_id: str) -> None:
+        found = self._found
+        found.pop(session_id, None)
+        found[session_id] = None
+        if len(found) > _FOUND_KEPT:
+            del found[next(iter(found))]
 
     def _lock(self, session_id: str) -> _SessionLock:
         return self._locks.lock(session_id)
@@ -445,11 +462,7 @@ class JsonlSessionStore:
         except FileNotFoundError:
             logs = sorted(folder.glob("*.jsonl"))
             if not logs:
-                raise MemoraError(
-                    ErrorCode.NOT_FOUND,
-                    f"no session {session_id!r}",
-                    context={"session_id": session_id},
-                ) from None
+                raise _no_session(session_id) from None
             data = _session_line(logs[0])
             path = logs[0]
         except ValueError as exc:
@@ -528,7 +541,11 @@ class JsonlSessionStore:
         fd = self._open_new_log(folder, path) if unwritten is not None else None
         fresh = fd is not None
         if fd is None:
-            fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
+            try:
+                fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
+            except FileNotFoundError:  # its folder was removed (by hand) since it was found
+                self._found.pop(session_id, None)
+                raise _no_session(session_id) from None
         try:
             # a previous crash may have left a torn line without its newline: start on a new line
             size = 0 if fresh else os.fstat(fd).st_size
@@ -544,6 +561,7 @@ class JsonlSessionStore:
             fsync_dir(folder)
         if unwritten is not None:
             self._unwritten.pop(session_id, None)
+            self._seen(session_id)
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
         folder = self._existing(session_id)
@@ -710,11 +728,7 @@ class InMemorySessionStore:
     def _get(self, session_id: str) -> SessionInfo:
         info = self._meta.get(session_id)
         if info is None:
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            )
+            raise _no_session(session_id)
         return info
 
     def _info(self, session_id: str) -> SessionInfo:
