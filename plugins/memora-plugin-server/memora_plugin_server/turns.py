@@ -5,6 +5,7 @@ what the workers share."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -36,7 +37,9 @@ class TurnLog:
         self.started_at = time.time()
         self.text: str | None = None
         """The user's message that started the turn (a page reloaded mid-turn shows it)."""
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
+        """The followers waiting for the next event: woken by the next ``add`` or ``end``
+        (a future each, made only when a follower has caught up — not an Event per chunk)."""
 
     def add(self, chunk: AgentChunk) -> str:
         """Log ``chunk``; returns its JSON (what the event stream and other workers get)."""
@@ -55,8 +58,11 @@ class TurnLog:
         self._wake()
 
     def _wake(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def batches(
         self, after: int = 0, idle: float | None = None
@@ -65,7 +71,6 @@ class TurnLog:
         list, until the turn ends; an empty list after ``idle`` seconds without one."""
         seq = max(0, after)
         while True:
-            changed = self._changed
             if seq < len(self.events):
                 batch = [(n + 1, self.events[n]) for n in range(seq, len(self.events))]
                 seq = len(self.events)
@@ -73,11 +78,19 @@ class TurnLog:
                 continue
             if self.ended:
                 return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
             try:
                 async with asyncio.timeout(idle):
-                    await changed.wait()
+                    await waiter
             except TimeoutError:
-                yield []
+                pass
+            finally:
+                if waiter.cancelled():  # timed out, or the follower left: no future left behind
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+            if waiter.cancelled():
+                yield []  # idle for `idle` seconds (the event stream sends a keep-alive)
 
     def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
         """Every event after number ``after``, as it arrives, until the turn ends."""

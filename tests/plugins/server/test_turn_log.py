@@ -30,3 +30,23 @@ async def test_followers_get_typed_chunks_before_and_after_the_end() -> None:
     assert late == [call, DoneChunk(answer="done")]
     assert isinstance(late[0], ToolStartChunk) and late[0].args == {"path": "a.txt"}
     assert [seq for seq, _ in [item async for item in log.follow(0)]] == [1, 2, 3]
+
+
+async def test_every_follower_is_woken_and_an_idle_one_gets_keep_alives() -> None:
+    log = TurnLog("t_2")
+
+    async def read(idle: float | None) -> list[list[tuple[int, str]]]:
+        return [batch async for batch in log.batches(0, idle)]
+
+    patient = asyncio.create_task(read(None))
+    idle = asyncio.create_task(read(0.01))
+    await asyncio.sleep(0.05)  # the idle follower has timed out a few times by now
+    log.add(TextChunk(content="one"))
+    await asyncio.sleep(0)
+    log.add(TextChunk(content="two"))
+    log.end()
+    calm, restless = await patient, await idle
+    assert [seq for batch in calm for seq, _ in batch] == [1, 2]
+    assert [seq for batch in restless for seq, _ in batch] == [1, 2]
+    assert [] not in calm  # no idle limit: no keep-alive batches
+    assert restless[0] == [] and restless.count([]) >= 2  # one per idle period, then the events
