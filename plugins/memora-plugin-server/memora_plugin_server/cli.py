@@ -24,6 +24,7 @@ from .config import (
     revoke_token,
     settings_path,
 )
+from .process import owning_process
 
 logger = logging.getLogger("memora.server")
 
@@ -165,16 +166,19 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
     user_dir = user_config_dir(options.get("config_dir"))
     if settings is None:
         settings = load_server_settings(user_dir)
-    return create_app(
-        [Path(p) for p in spec["projects"]],
-        settings=settings,
-        settings_dir=user_dir,  # serve-tokens add/revoke apply to the running server
-        approvals=spec.get("approvals") or "ask",
-        idle_seconds=float(spec.get("idle_seconds", 300.0)),
-        max_open_sessions=int(spec.get("max_open_sessions", MAX_OPEN_SESSIONS)),
-        shared=spec.get("shared"),
-        rate_file=Path(spec["rate_file"]) if spec.get("rate_file") else None,
-        **options,
+    # the process is the server's own: its garbage collector is settled after start-up
+    return owning_process(
+        create_app(
+            [Path(p) for p in spec["projects"]],
+            settings=settings,
+            settings_dir=user_dir,  # serve-tokens add/revoke apply to the running server
+            approvals=spec.get("approvals") or "ask",
+            idle_seconds=float(spec.get("idle_seconds", 300.0)),
+            max_open_sessions=int(spec.get("max_open_sessions", MAX_OPEN_SESSIONS)),
+            shared=spec.get("shared"),
+            rate_file=Path(spec["rate_file"]) if spec.get("rate_file") else None,
+            **options,
+        )
     )
 
 
