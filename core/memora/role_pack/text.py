@@ -122,6 +122,22 @@ def _join(parts: list[str]) -> str:
     return out
 
 
+class _Rule:
+    """The rule being read: its pieces of text and the (first, last) line they came from."""
+
+    __slots__ = ("first", "last", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.first = self.last = -1
+
+    def add(self, part: str, index: int) -> None:
+        if self.first < 0:
+            self.first = index
+        self.last = index
+        self.parts.append(part)
+
+
 def rule_spans(text: str) -> list[tuple[int, int, str]]:
     """Parse ``rules.md`` into rules, each with the (first, last) line index it came from.
 
@@ -133,32 +149,20 @@ def rule_spans(text: str) -> list[tuple[int, int, str]]:
       blank lines) end the current rule.
     """
     rules: list[tuple[int, int, str]] = []
-    current: list[str] = []
-    span = [-1, -1]
+    current = _Rule()
     in_list_item = False
     fence: str | None = None
     in_comment = False
 
     def flush() -> None:
         nonlocal current, in_list_item
-        joined = _join(current)
+        joined = _join(current.parts)
         if joined:
-            rules.append((span[0], span[1], joined))
-        current = _Lines()
-        span[0] = span[1] = -1
+            rules.append((current.first, current.last, joined))
+        current = _Rule()
         in_list_item = False
 
-    class _Lines(list[str]):
-        """``current`` that remembers the lines it took text from."""
-
-        def append(self, item: str) -> None:
-            if span[0] < 0:
-                span[0] = index
-            span[1] = index
-            super().append(item)
-
-    current = _Lines()
-    for index, raw_line in enumerate(text.lstrip("\ufeff").splitlines()):  # noqa: B007 - _Lines reads it
+    for index, raw_line in enumerate(text.lstrip("\ufeff").splitlines()):
         line = raw_line.rstrip()
         if fence is not None:
             m = _FENCE.match(line)
@@ -171,7 +175,7 @@ def rule_spans(text: str) -> list[tuple[int, int, str]]:
                 rest = line.split("-->", 1)[1]
                 if rest.strip():
                     flush()
-                    current.append(rest)
+                    current.add(rest, index)
             continue
         m = _FENCE.match(line)
         if m:
@@ -187,7 +191,7 @@ def rule_spans(text: str) -> list[tuple[int, int, str]]:
                     continue
             else:
                 if before.strip():
-                    current.append(before)
+                    current.add(before, index)
                 flush()
                 in_comment = True
                 continue
@@ -204,17 +208,17 @@ def rule_spans(text: str) -> list[tuple[int, int, str]]:
                 continue
             if in_list_item:
                 flush()
-            current.append(line)
+            current.add(line, index)
             continue
         item = _LIST_ITEM.match(line)
         if item:
             flush()
-            current.append(item.group(1))
+            current.add(item.group(1), index)
             in_list_item = True
             continue
         if in_list_item and not raw_line[:1].isspace():
             flush()
-        current.append(line)
+        current.add(line, index)
     flush()
     return rules
 
