@@ -1,6 +1,6 @@
 """`memora serve` settles the garbage collector of the process it owns once the app has started
-(start-up objects frozen, larger thresholds); an app a host embeds leaves the host's collector
-alone.  Run in a child process: the collector's settings are the whole process's."""
+(start-up objects frozen, larger thresholds, full collections on the clock); an app a host
+embeds leaves the host's collector alone.  Run in a child process: the collector's settings are the whole process's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ CHILD = textwrap.dedent(
     def app(own):
         made = create_app([sys.argv[1]], provider=ScriptedProvider([]), config_dir=sys.argv[2],
                           load_entrypoints=False)
-        return owning_process(made) if own else made
+        return owning_process(made, full_every=0.05) if own else made
 
     async def started(app):
         # the ASGI lifespan as a server drives it: start-up, then (once seen) shut-down
@@ -31,7 +31,10 @@ CHILD = textwrap.dedent(
         async def send(message):
             sent.append(message["type"])
             if message["type"] == "lifespan.startup.complete":
-                seen.append((gc.get_freeze_count(), gc.get_threshold()))
+                full = gc.get_stats()[2]["collections"]
+                await asyncio.sleep(0.5)  # serving, idle: only the clock starts a full collection
+                full = gc.get_stats()[2]["collections"] - full
+                seen.append((gc.get_freeze_count(), gc.get_threshold(), full))
                 await inbox.put({"type": "lifespan.shutdown"})
         seen = []
         await inbox.put({"type": "lifespan.startup"})
@@ -58,10 +61,12 @@ def test_the_served_process_freezes_its_start_up_and_an_embedded_app_does_not(
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    (frozen, thresholds), sent = result["embedded"]
+    (frozen, thresholds, full), sent = result["embedded"]
     assert frozen == 0 and thresholds == [700, 10, 10]  # CPython's defaults, untouched
+    assert full == 0
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    (frozen, thresholds), sent = result["owned"]
+    (frozen, thresholds, full), sent = result["owned"]
     assert frozen > 10_000  # the runtimes, plugins and modules loaded at start-up
-    assert thresholds == [10_000, 20, 20]
+    assert thresholds == [10_000, 10, 10]
+    assert full >= 3  # every 0.05 s while it serves (half a second here, on a slow machine too)
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
