@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -410,6 +411,7 @@ class JsonlSessionStore:
         self._found: dict[str, None] = {}
         """Sessions found on disk (or written) by this store, the most recent last: the next
         append to one skips looking for it again (a stat and a folder scan per turn)."""
+        self._found_lock = threading.Lock()  # the appends run on worker threads
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -442,10 +444,11 @@ class JsonlSessionStore:
 
     def _seen(self, session_id: str) -> None:
         found = self._found
-        found.pop(session_id, None)
-        found[session_id] = None
-        if len(found) > _FOUND_KEPT:
-            del found[next(iter(found))]
+        with self._found_lock:
+            found.pop(session_id, None)
+            found[session_id] = None
+            if len(found) > _FOUND_KEPT:
+                del found[next(iter(found))]
 
     def _lock(self, session_id: str) -> _SessionLock:
         return self._locks.lock(session_id)
@@ -544,7 +547,8 @@ class JsonlSessionStore:
             try:
                 fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
             except FileNotFoundError:  # its folder was removed (by hand) since it was found
-                self._found.pop(session_id, None)
+                with self._found_lock:
+                    self._found.pop(session_id, None)
                 raise _no_session(session_id) from None
         try:
             # a previous crash may have left a torn line without its newline: start on a new line
