@@ -30,7 +30,7 @@ GC_THRESHOLDS = (10_000, 10, 10)
 """The collector's thresholds while serving (CPython's defaults: 700, 10, 10): a young
 collection per 10,000 net new container objects."""
 
-FULL_COLLECTION_SECONDS = 30.0
+FULL_COLLECTION_SECONDS = 10.0
 """How often the served process runs a full collection (besides those its thresholds start)."""
 
 
