@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # no Starlette import for the CLI that only names this
@@ -55,7 +54,7 @@ def owning_process(app: Starlette, *, full_every: float = FULL_COLLECTION_SECOND
     serves — for a process that serves nothing else."""
     started = app.router.lifespan_context
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[Any]:
         async with started(app) as state:
             settle_gc()

@@ -1,6 +1,7 @@
 """`memora serve` settles the garbage collector of the process it owns once the app has started
 (start-up objects frozen, larger thresholds, full collections on the clock); an app a host
-embeds leaves the host's collector alone.  Run in a child process: the collector's settings are the whole process's."""
+embeds leaves the host's collector alone.  Run in a child process: the collector's settings
+are the whole process's."""
 
 from __future__ import annotations
 
