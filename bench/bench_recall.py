@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import statistics
 import sys
@@ -67,6 +68,11 @@ def units(sample: dict[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
     return {"turns": turns, "sessions": sessions}
 
 
+def questions_of(samples: list[dict[str, Any]]) -> list[str]:
+    """Every question with evidence, in the order the runs search them."""
+    return [q["question"] for s in samples for q in s["qa"] if q.get("evidence")]
+
+
 def targets(unit: str, evidence: list[str]) -> set[str]:
     if unit == "turns":
         return set(evidence)
@@ -82,6 +88,16 @@ def recall(ranked: list[str], wanted: set[str], k: int) -> float:
 
 SESSION_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
 """Session weights the cross-validation chooses from (see :mod:`memora.memory.ranking`)."""
+
+
+def written_at(date: str, i: int) -> float:
+    """When a memory of a session dated ``date`` ("1:56 pm on 8 May, 2023") was written, as a
+    host's would be: at the session's time (local), ``i`` seconds in."""
+    try:
+        when = datetime.datetime.strptime(date.replace(",", ""), "%I:%M %p on %d %B %Y")
+    except ValueError:
+        return 1_700_000_000.0 + i
+    return when.timestamp() + i
 
 
 def session_of(ident: str) -> str:
@@ -113,7 +129,7 @@ async def open_store(
                 name=name,
                 id=ident,
                 session_id=session_of(ident),
-                created_at=1_700_000_000.0 + i,
+                created_at=written_at(name, i),
             )
             for i, (ident, name, content) in enumerate(docs)
         ]
@@ -132,6 +148,7 @@ async def memora_rankings(
     ``"default"``, and for SQLite one per weight of :data:`SESSION_GRID` (re-ranked from one
     keyword pool per question, by the function the search uses); the host path's latencies."""
     from memora.memory import MemoryManager
+    from memora.memory.periods import periods_first, query_periods
     from memora.memory.ranking import session_pool, with_session_context
 
     store = await open_store(backend, docs, root, dsn)
@@ -147,9 +164,14 @@ async def memora_rankings(
         if backend == "sqlite":
             for question in questions:
                 pool = await store.search_by_keyword(question, limit=session_pool(max(KS)))
+                periods = query_periods(question)
                 for weight in SESSION_GRID:
-                    ranked = with_session_context(pool, weight, max(KS))
+                    ranked = with_session_context(pool, weight, len(pool))
+                    ranked = periods_first(ranked, periods, max(KS))
                     out[weight].append([h.record.id for h in ranked])
+                out["no dates"].append(
+                    [h.record.id for h in with_session_context(pool, 1.0, max(KS))]
+                )
         return out, took
     finally:
         await store.close()
@@ -208,6 +230,7 @@ async def semantic_rankings(
     alone (measured one after the other, question by question); the seconds spent embedding
     the documents."""
     from memora.memory import MemoryManager
+    from memora.memory.periods import periods_first, query_periods
     from memora.memory.ranking import session_pool, with_session_context
     from memora.memory.vectors import SemanticSearch, fuse, normalize
 
@@ -232,8 +255,9 @@ async def semantic_rankings(
             out["memora + e5, unweighed RRF"].append(
                 rrf([h.record.id for h in kw], [h.record.id for h in vs])[: max(KS)]
             )
+            periods = query_periods(question)
             for w in WEIGHTS:
-                fused = fuse(kw, vs, w, max(KS))
+                fused = periods_first(fuse(kw, vs, w, pool), periods, max(KS))
                 out[f"memora + e5, weight {w:.1f}"].append([h.record.id for h in fused])
         # as a host searches: agent.memory.search with the defaults (query embedded live), next
         # to the floor it is held to: the embedder's own time for the query plus the keyword
@@ -487,6 +511,8 @@ async def main() -> None:
 
 
 async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | None) -> None:
+    from memora.memory.periods import query_periods
+
     results: dict[str, dict[str, list[tuple[int, list[str], set[str]]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -515,6 +541,10 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
                         }
                         per_conv[unit].append(conv)
                         results[unit]["memora · sqlite, each memory alone"] += conv[0.0]
+                        results[unit]["memora · sqlite, dates not read"] += [
+                            (q["category"], r, targets(unit, q["evidence"]))
+                            for q, r in zip(qa, ranked["no dates"], strict=True)
+                        ]
                     if unit == "turns" and backend == backends[0]:
                         # two-stage: the sessions of the turn hits, in the order they come
                         for q, r in zip(qa, ranked["default"], strict=True):
@@ -554,6 +584,18 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
                 "  two-stage: the turn search (as above), each hit's session in the order they "
                 "come; the summaries alone are the paper's setting"
             )
+        dated = [bool(query_periods(q)) for q in questions_of(samples)]
+        cut = min(PAPER[unit])
+        print(
+            f"  the {sum(dated)} questions that name a date, R@{cut}: dates not read "
+            + " → read ".join(
+                f"{100 * statistics.fmean(recall(r, w, cut) for (_, r, w), d in zip(got, dated, strict=True) if d):.1f}"
+                for got in (
+                    results[unit]["memora · sqlite, dates not read"],
+                    results[unit]["memora · sqlite"],
+                )
+            )
+        )
         best = f"memora · {backends[0]}"
         print(f"  per category, {best} vs plain BM25, R@5:")
         for cat, cname in CATEGORIES.items():

@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from .periods import MONTH_NAMES as _MONTH_NAMES, query_periods
+
 __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
@@ -216,9 +218,12 @@ def query_terms(query: str) -> list[QueryTerm]:
     English function words (``what``, ``did``, ``the``...) are left out of a query that has other
     words: asked as a question ("When did Melanie run a charity race?"), they matched every
     memory that says "did" and pushed the one about the race down (LoCoMo dialog turns, R@5:
-    see bench/bench_recall.py).  A query of function words only is searched as written."""
+    see bench/bench_recall.py).  A query of function words only is searched as written.  The
+    month a query names (:mod:`memora.memory.periods`) stays a term even when its name is a
+    function word: "visit in May" searches for ``may``."""
     terms = _query_terms(query)
-    content = [t for t in terms if t.text not in _STOP_EN] or terms
+    months = {_MONTH_NAMES[p.month - 1] for p in query_periods(query) if p.month}
+    content = [t for t in terms if t.text not in _STOP_EN or t.text in months] or terms
     out: list[QueryTerm] = []
     seen: set[str] = set()
     for term in content:

@@ -16,6 +16,7 @@ from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
 from .grounding import short_name
+from .periods import periods_first, query_periods
 from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 from .storage import MemoryStorage, PinnedStorage, accepts_scopes
 from .summary import round_memory
@@ -182,7 +183,9 @@ class MemoryManager:
                 scopes=scoped.get("scopes"),
             )
         else:
-            pool = session_pool(limit) if self.session_weight > 0 and limit > 0 else limit
+            periods = query_periods(query)
+            widen = (self.session_weight > 0 or periods) and limit > 0
+            pool = session_pool(limit) if widen else limit
             hits = await self.storage.search_by_keyword(
                 query,
                 source=source,
@@ -190,7 +193,8 @@ class MemoryManager:
                 round_ids=round_ids,
                 **scoped,
             )
-            hits = with_session_context(hits, self.session_weight, limit)
+            hits = with_session_context(hits, self.session_weight, pool)
+            hits = periods_first(hits, periods, limit)
         self.events.emit(MemoryRecalled(query, len(hits)))
         return hits
 

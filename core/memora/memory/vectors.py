@@ -30,6 +30,7 @@ import operator
 from collections.abc import Collection, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .periods import periods_first, query_periods
 from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 from .storage import ReadOnlyMemoryStorage
 from .types import MemoryRecord, ScoredMemory
@@ -454,8 +455,9 @@ class SemanticSearch:
         finally:
             if not keyword_task.done():  # cancelled while embedding the query
                 keyword_task.cancel()
+        periods = query_periods(query)
         if vector is None:
-            return keyword[:limit]
+            return periods_first(keyword, periods, limit)
         semantic = await self.storage.search_by_vector(
             self.space,
             vector,
@@ -465,4 +467,4 @@ class SemanticSearch:
             round_ids=round_ids,
             **scoped,
         )
-        return fuse(keyword, semantic, self.weight, limit)
+        return periods_first(fuse(keyword, semantic, self.weight, pool), periods, limit)
