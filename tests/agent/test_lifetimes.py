@@ -4,8 +4,10 @@ session, and the paused turn as a value; errors hosts catch by type."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import pickle
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +245,39 @@ async def test_options_and_history_before_init(tmp_path: Path, project: Path) ->
     with pytest.raises(MemoraError) as info:
         _ = agent.memory
     assert info.value.code == ErrorCode.NOT_INITIALIZED and "agent.memory" in str(info.value)
+
+
+async def test_a_closed_agent_is_freed_without_the_cycle_collector(
+    tmp_path: Path, project: Path
+) -> None:
+    """A server closes an Agent for every session it lets go: a closed Agent, its session's
+    messages and tools are freed when the host lets go of it, not at the next full garbage
+    collection (which a busy server runs seldom)."""
+    provider = ScriptedProvider(
+        [text("hello"), tool_call(("read_file", {"path": "a.txt"})), text("it says hello")]
+    )
+    (project / "a.txt").write_text("hello", encoding="utf-8")
+    async with _runtime(tmp_path, project, provider) as runtime:
+        warm = await runtime.agent(session_id="warm")
+        await warm.chat_text("hi")
+        await warm.close()
+        del warm
+        gc.collect()
+        gc.disable()
+        try:
+            agent = await runtime.agent(session_id="s1")
+            await agent.chat_text("read a.txt please")
+            sessions, polish = agent.sessions, agent.polish
+            assert [s.id for s in await sessions.list()]  # the managers work while it lives
+            assert (await agent.tools.execute("read_file", {"path": "a.txt"})).ok
+            await agent.close()
+            assert [s.id for s in await sessions.list()]  # and after close
+            del sessions, polish
+            gone = weakref.ref(agent)
+            tools, state = weakref.ref(agent.tools), weakref.ref(agent.session_state)
+            del agent
+            assert gone() is None
+            assert tools() is None
+            assert state() is None
+        finally:
+            gc.enable()

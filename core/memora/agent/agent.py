@@ -95,6 +95,10 @@ _output = lazy_module("memora.agent.output")  # typed results: loaded by the fir
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    return None
+
+
 class Agent(PauseVerbs):
     """An LLM agent for one project.
 
@@ -146,7 +150,7 @@ class Agent(PauseVerbs):
         self._override_router: ProviderRouter | None = None
         self._router_fixed: tuple[ProviderRouter, ProviderRouter] | None = None
         self._sync_runner: asyncio.Runner | None = None
-        self._unlisten: Callable[[], None] = lambda: None
+        self._unlisten: Callable[[], None] = _nothing
         self.session_state = SessionState(on_drift=self._drift)
         self._window = ContextWindow(self.messages, summarise=opts.enable_context_summary)
         self._duplicates = DuplicateCallInterceptor(opts.duplicate_call_threshold)
@@ -318,7 +322,9 @@ class Agent(PauseVerbs):
             return
         self._closed = True
         self._unlisten()
+        self._unlisten = _nothing
         await self._live.idle()  # round summaries still being written
+        _assembly().release_session(self)
         self._runtime.detach(self)
         if self._owns_runtime:
             await self._runtime.close()

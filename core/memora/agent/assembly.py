@@ -13,7 +13,8 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from ..errors import (
     ErrorCode,
     InvalidInputError,
     MemoraError,
+    NotInitializedError,
     OutputValidationError,
     ProviderError,
     TurnFailedError,
@@ -43,7 +45,7 @@ from ..tools.base import ToolRegistry
 from ..tools.context import ToolContext
 from ..tools.process import child_environment
 from ..tools.task_table import TaskTable
-from .context_window import ContextWindow
+from .context_window import ContextWindow, no_background
 from .exposure import ToolExposure
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .output import OutputSpec
@@ -113,7 +115,7 @@ def build_session(agent: Agent) -> None:
     agent._role_pack.resolve_initial()
     agent._role_pack.edit_check = opts.role_pack_edit_check
     agent._tools = ToolRegistry()
-    agent._tools.executor = agent.call_tool
+    agent._tools.executor = _executor(agent)
     agent._plugin_tools = {}
     sync_plugin_tools(agent)
     table = TaskTable()
@@ -143,7 +145,7 @@ def build_session(agent: Agent) -> None:
         env=child_environment(opts.command_env_allow, opts.command_env)
         if opts.command_env_allow or opts.command_env
         else None,
-        branch_round_ids=lambda: list(agent._live.round_ids),
+        branch_round_ids=_branch_rounds(agent._live),
         consistency_check=opts.file_consistency_check,
     )
     agent._live.bind(agent._tool_context)
@@ -151,8 +153,12 @@ def build_session(agent: Agent) -> None:
     if runtime.router.for_task("background") is not runtime.router.chat:
         # a background provider is configured: trimmed history gets an LLM summary there
         agent._window.summariser = functools.partial(summarise_trimmed, agent)
+    # the session's objects refer back to the Agent weakly where they can (they live only as
+    # long as it does), and release_session() cuts the rest at close: a closed Agent is freed
+    # when its last user lets go, not at the next full garbage collection
+    me = weakref.proxy(agent)
     agent._exposure = ToolExposure(
-        runtime, agent._tools, agent._role_pack, table, window=functools.partial(window_of, agent)
+        runtime, agent._tools, agent._role_pack, table, window=functools.partial(window_of, me)
     )
     agent._prompts = Prompts(
         agent._role_pack,
@@ -162,8 +168,44 @@ def build_session(agent: Agent) -> None:
         project=project,
         teams=opts.role_pack_teams,
     )
-    agent._polish = PolishManager(agent)
-    agent._sessions = SessionManager(agent)
+    agent._polish = PolishManager(me)
+    agent._sessions = SessionManager(me)
+
+
+def release_session(agent: Agent) -> None:
+    """At close: the hooks that only a running turn calls let go of the Agent and its live
+    session (no turn runs once it is closed)."""
+    agent.session_state.on_drift = None
+    agent._window.spawn = no_background
+    agent._window.summariser = None
+
+
+def _executor(agent: Agent) -> Callable[..., Awaitable[ToolCallResult]]:
+    """``agent.tools.execute``: the Agent's ``call_tool``, held weakly (the registry is the
+    Agent's own)."""
+    ref = weakref.ref(agent)
+
+    async def execute(
+        name: str, args: Mapping[str, Any] | str | None = None, *, approve: bool = False
+    ) -> ToolCallResult:
+        owner = ref()
+        if owner is None:
+            raise NotInitializedError("the Agent these tools belong to is gone")
+        return await owner.call_tool(name, args, approve=approve)
+
+    return execute
+
+
+def _branch_rounds(live: LiveSession) -> Callable[[], list[str]]:
+    """The rounds of the live session's branch, for ``memory_search(scope="branch")``; the
+    session held weakly (it holds the tool context that holds this)."""
+    ref = weakref.ref(live)
+
+    def rounds() -> list[str]:
+        current = ref()
+        return list(current.round_ids) if current is not None else []
+
+    return rounds
 
 
 def sync_plugin_tools(agent: Agent) -> None:

@@ -27,7 +27,8 @@ logger = logging.getLogger("memora.agent")
 _DIGESTS_KEPT = 6
 
 
-def _no_background(coro: Coroutine[Any, Any, None]) -> None:
+def no_background(coro: Coroutine[Any, Any, None]) -> None:
+    """The default ``spawn``: no background work (the coroutine is closed unrun)."""
     coro.close()
 
 
@@ -115,7 +116,7 @@ class ContextWindow:
         """Writes an LLM summary of trimmed messages (the Agent sets it when a background
         provider is configured); it replaces their local digest once written."""
         self._head = ""
-        self.spawn: Callable[[Coroutine[Any, Any, None]], None] = _no_background
+        self.spawn: Callable[[Coroutine[Any, Any, None]], None] = no_background
         """Runs the summariser's coroutine in the background (the Agent tracks it)."""
 
     # -- the history -------------------------------------------------------------------------
