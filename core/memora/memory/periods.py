@@ -38,8 +38,8 @@ __all__ = ["LOOKBACK_DAYS", "MONTH_NAMES", "Period", "in_periods", "periods_firs
 
 LOOKBACK_DAYS = 7
 """A memory written up to this many days after a period still belongs to it.  Chosen on the
-session summaries of LoCoMo's dev half among 7, 14 and 30 days (7 best or tied at every
-cut-off; see bench/bench_recall.py)."""
+session summaries of LoCoMo's dev half among 7, 14 and 30 days (7 was best or tied at every
+cut-off; bench/bench_recall.py prints the recall with and without the dates)."""
 
 MONTH_NAMES = (
     "january",
@@ -176,11 +176,15 @@ def _valid(period: Period) -> bool:
 def in_periods(created_at: float, periods: Sequence[Period]) -> bool:
     """Whether a memory written at ``created_at`` (epoch seconds) belongs to one of
     ``periods``: written in it or up to :data:`LOOKBACK_DAYS` days after."""
+    written = _day_of(created_at)
+    return written is not None and _day_in(written, periods)
+
+
+def _day_of(created_at: float) -> dt.date | None:
     try:
-        written = dt.datetime.fromtimestamp(created_at).date()
+        return dt.datetime.fromtimestamp(created_at).date()
     except (OverflowError, OSError, ValueError):
-        return False
-    return _day_in(written, periods)
+        return None
 
 
 def _day_in(written: dt.date, periods: Sequence[Period]) -> bool:
@@ -195,19 +199,12 @@ def periods_first(
     first ``limit``.  Scores are left as they are."""
     if not periods:
         return list(hits[:limit])
-    by_day: dict[dt.date, bool] = {}  # the memories of one session share their day
-
-    def belongs(created_at: float) -> bool:
-        try:
-            day = dt.datetime.fromtimestamp(created_at).date()
-        except (OverflowError, OSError, ValueError):
-            return False
+    by_day: dict[dt.date | None, bool] = {None: False}  # a session's memories share their day
+    inside: list[ScoredMemory] = []
+    outside: list[ScoredMemory] = []
+    for hit in hits:
+        day = _day_of(hit.record.created_at)
         if day not in by_day:
-            by_day[day] = _day_in(day, periods)
-        return by_day[day]
-
-    inside = [h for h in hits if belongs(h.record.created_at)]
-    if not inside:
-        return list(hits[:limit])
-    chosen = {id(h) for h in inside}
-    return [*inside, *(h for h in hits if id(h) not in chosen)][:limit]
+            by_day[day] = day is not None and _day_in(day, periods)
+        (inside if by_day[day] else outside).append(hit)
+    return [*inside, *outside][:limit]
