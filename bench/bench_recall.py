@@ -149,7 +149,7 @@ async def memora_rankings(
     keyword pool per question, by the function the search uses); the host path's latencies."""
     from memora.memory import MemoryManager
     from memora.memory.periods import periods_first, query_periods
-    from memora.memory.ranking import session_pool, with_session_context
+    from memora.memory.ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 
     store = await open_store(backend, docs, root, dsn)
     try:
@@ -170,7 +170,10 @@ async def memora_rankings(
                     ranked = periods_first(ranked, periods, max(KS))
                     out[weight].append([h.record.id for h in ranked])
                 out["no dates"].append(
-                    [h.record.id for h in with_session_context(pool, 1.0, max(KS))]
+                    [
+                        h.record.id
+                        for h in with_session_context(pool, DEFAULT_SESSION_WEIGHT, max(KS))
+                    ]
                 )
         return out, took
     finally:
@@ -586,15 +589,18 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
             )
         dated = [bool(query_periods(q)) for q in questions_of(samples)]
         cut = min(PAPER[unit])
-        print(
-            f"  the {sum(dated)} questions that name a date, R@{cut}: dates not read "
-            + " → read ".join(
-                f"{100 * statistics.fmean(recall(r, w, cut) for (_, r, w), d in zip(got, dated, strict=True) if d):.1f}"
-                for got in (
-                    results[unit]["memora · sqlite, dates not read"],
-                    results[unit]["memora · sqlite"],
-                )
+        before, after = (
+            100
+            * statistics.fmean(
+                recall(r, w, cut)
+                for (_, r, w), named in zip(results[unit][name], dated, strict=True)
+                if named
             )
+            for name in ("memora · sqlite, dates not read", "memora · sqlite")
+        )
+        print(
+            f"  the {sum(dated)} questions that name a date, R@{cut}: "
+            f"dates not read {before:.1f} → read {after:.1f}"
         )
         best = f"memora · {backends[0]}"
         print(f"  per category, {best} vs plain BM25, R@5:")
