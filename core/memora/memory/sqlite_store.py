@@ -41,7 +41,13 @@ from .storage import (
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source, now
 from .vectors import VectorRows, pack
 
-__all__ = ["SqliteStorage", "build_match_query", "fts5_available", "open_sqlite_storage"]
+__all__ = [
+    "SqliteStorage",
+    "build_match_query",
+    "fts5_available",
+    "open_sqlite_storage",
+    "pinned_query",
+]
 
 T = TypeVar("T")
 
@@ -188,6 +194,18 @@ class _Core:
             # a file no writer has opened since scopes came: read it as it is, every memory
             # the project's (a temporary view shadows the table on this connection only)
             self.db.execute("CREATE TEMP VIEW memories AS SELECT *, '' AS scope FROM main.memories")
+        # a file read as an older memora left it may lack the index of pinned memories (and a
+        # view, as above, has no indexes): its pins are then found by a scan, as they were
+        self._pins_indexed = (
+            self.db.execute(
+                "SELECT 1 FROM main.sqlite_master WHERE type = 'index' AND name = 'memories_pinned'"
+            ).fetchone()
+            is not None
+            and self.db.execute(
+                "SELECT 1 FROM temp.sqlite_master WHERE name = 'memories'"
+            ).fetchone()
+            is None
+        )
         # vectors per space, loaded on the first vector search; kept up to date by this
         # connection's writes and reloaded when another connection committed (data_version)
         self._vectors: dict[str, tuple[int, VectorRows]] = {}
@@ -430,13 +448,8 @@ class _Core:
         ]
 
     def pinned(self, scopes: builtins.list[str] | None, limit: int) -> builtins.list[MemoryRecord]:
-        where, args = self._filters(None, False, None, scopes, prefix="")
-        rows = self.db.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE {_PINNED} AND {' AND '.join(where)} "
-            "ORDER BY created_at DESC, id LIMIT ?",
-            (*args, limit),
-        )
-        return [record_from_row(r) for r in rows]
+        sql, args = pinned_query(scopes, limit, indexed=self._pins_indexed)
+        return [record_from_row(r) for r in self.db.execute(sql, args)]
 
     def count(self, source: str | None, scopes: builtins.list[str] | None) -> int:
         where, args = self._filters(source, True, None, scopes, prefix="")
@@ -584,6 +597,23 @@ class _Core:
 
     def close(self) -> None:
         self.db.close()
+
+
+def pinned_query(
+    scopes: builtins.list[str] | None, limit: int, *, indexed: bool = True
+) -> tuple[str, builtins.list[Any]]:
+    """The SQL (and its arguments) that lists the current pinned memories of ``scopes`` (scope
+    keys; None: all), newest first.  ``indexed`` (a file with the index ``memories_pinned``):
+    read through that partial index (``INDEXED BY``) — left to itself the planner walks the
+    scope's, or every current, memory and tests each one's meta, a cost that grew with the
+    store and was paid on every turn's prompt; the index holds only the pinned few."""
+    where, args = _Core._filters(None, False, None, scopes, prefix="")
+    source = "memories INDEXED BY memories_pinned" if indexed else "memories"
+    sql = (
+        f"SELECT {_COLUMNS} FROM {source} WHERE {_PINNED} AND {' AND '.join(where)} "
+        "ORDER BY created_at DESC, id LIMIT ?"
+    )
+    return sql, [*args, limit]
 
 
 class SqliteStorage:
