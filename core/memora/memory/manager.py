@@ -40,6 +40,10 @@ PINNED_BLOCK_CHARS = 2000
 PINNED_MAX_AGE = 1.0
 """Seconds a reader's pinned memories are kept before the store is asked again (a pin made in
 another process shows within that; one made here, at once)."""
+PINS_CACHED = 256
+"""Scopes whose pinned memories are kept at once: past that, the oldest of those already
+expired are dropped (a backend serving many people reads a scope's pins once for each of them,
+and would otherwise keep every scope it has ever served)."""
 
 logger = logging.getLogger("memora.memory")
 
@@ -380,7 +384,14 @@ class MemoryManager:
                 )
                 if "pinned" in r.meta
             ][:limit]
-        self._pins[key] = (clock, found)
+        pins = self._pins
+        pins.pop(key, None)  # re-inserted: the dict stays in the order of reading
+        pins[key] = (clock, found)
+        while len(pins) > PINS_CACHED:
+            oldest = next(iter(pins))
+            if clock - pins[oldest][0] < PINNED_MAX_AGE:
+                break  # more scopes than that read within the last second: all still fresh
+            del pins[oldest]
         return list(found)
 
     async def pinned_block(self) -> str | None:
