@@ -39,6 +39,9 @@ class InMemoryStorage:
         # space -> vectors, and the text each was made from (a changed memory is re-embedded);
         # kept in process memory only: after a restart they are filled in again
         self._vectors: dict[str, tuple[VectorRows, dict[str, str]]] = {}
+        # the change being made (see _changing): per record touched, what it was before
+        self._undo: list[tuple[str, MemoryRecord | None, Any]] | None = None
+        self._pinned: set[str] = set()  # ids of the records whose meta has "pinned"
 
     # persistence hooks for subclasses
     async def _persist(self) -> None:
@@ -54,24 +57,58 @@ class InMemoryStorage:
         async with self._lock:
             yield
 
-    async def _commit(self, snapshot: tuple[dict[str, MemoryRecord], dict[str, Any]]) -> None:
-        """Persist; on failure restore the state from before the change and re-raise."""
-        try:
-            await self._persist()
-        except BaseException:
-            self._records, self._tokens = snapshot
-            raise
-
-    def _snapshot(self) -> tuple[dict[str, MemoryRecord], dict[str, Any]]:
-        return dict(self._records), dict(self._tokens)
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """One change under the writer's lock: persisted when its body is done; when the body
+        or the persisting fails, every record it touched is put back as it was (in memory;
+        the file was replaced whole or not at all) and the error goes on.  What it touched is
+        journaled as it goes, so a change costs what it touches, not a copy of every record."""
+        async with self._writing():
+            undo: list[tuple[str, MemoryRecord | None, Any]] = []
+            self._undo = undo
+            try:
+                yield
+                if undo:
+                    await self._persist()
+            except BaseException:
+                for memory_id, record, tokens in reversed(undo):
+                    self._set(memory_id, record, tokens)
+                raise
+            finally:
+                self._undo = None
 
     def _check_open(self) -> None:
         if self._closed:
             raise MemoraError(ErrorCode.STORAGE_ERROR, "the memory storage is closed")
 
+    def _set(self, memory_id: str, record: MemoryRecord | None, tokens: Any) -> None:
+        """The one place a record changes (``None``: gone), with its tokens and pin."""
+        if record is None:
+            self._records.pop(memory_id, None)
+            self._tokens.pop(memory_id, None)
+            self._pinned.discard(memory_id)
+            return
+        self._records[memory_id] = record
+        self._tokens[memory_id] = tokens
+        if "pinned" in record.meta:
+            self._pinned.add(memory_id)
+        else:
+            self._pinned.discard(memory_id)
+
     def _put(self, record: MemoryRecord) -> None:
-        self._records[record.id] = record
-        self._tokens[record.id] = tokens_of(record)
+        if self._undo is not None:
+            self._undo.append(
+                (record.id, self._records.get(record.id), self._tokens.get(record.id))
+            )
+        self._set(record.id, record, tokens_of(record))
+
+    def _pop(self, memory_id: str) -> MemoryRecord | None:
+        record = self._records.get(memory_id)
+        if record is not None:
+            if self._undo is not None:
+                self._undo.append((memory_id, record, self._tokens.get(memory_id)))
+            self._set(memory_id, None, None)
+        return record
 
     def _require(self, memory_id: str) -> MemoryRecord:
         record = self._records.get(memory_id)
@@ -88,9 +125,8 @@ class InMemoryStorage:
         self._check_open()
         for item in items:
             check_new(item)
-        async with self._writing():
-            snap = self._snapshot()
-            out = []
+        out = []
+        async with self._changing():
             for item in items:
                 if item.id and item.id in self._records:
                     out.append(self._records[item.id])
@@ -99,8 +135,7 @@ class InMemoryStorage:
                 record = MemoryRecord.from_new(item)
                 self._put(record)
                 out.append(record)
-            await self._commit(snap)
-            return out
+        return out
 
     async def get(self, memory_id: str) -> MemoryRecord | None:
         self._check_open()
@@ -117,40 +152,33 @@ class InMemoryStorage:
         meta: dict[str, Any] | None = None,
     ) -> MemoryRecord:
         self._check_open()
-        async with self._writing():
-            snap = self._snapshot()
+        async with self._changing():
             record = self._require(memory_id)
             changes = update_changes(content, name, summary_type, meta)
             updated = record.with_changes(**changes)
             self._put(updated)
-            await self._commit(snap)
-            return updated
+        return updated
 
     async def delete(self, memory_id: str) -> bool:
         self._check_open()
-        async with self._writing():
-            snap = self._snapshot()
-            if self._records.pop(memory_id, None) is None:
+        async with self._changing():
+            if self._pop(memory_id) is None:
                 return False
-            self._tokens.pop(memory_id, None)
-            for rows, texts in self._vectors.values():
-                rows.drop(memory_id)
-                texts.pop(memory_id, None)
-            await self._commit(snap)
-            return True
+        for rows, texts in self._vectors.values():  # once the file no longer has it
+            rows.drop(memory_id)
+            texts.pop(memory_id, None)
+        return True
 
     async def supersede(self, old_id: str, new: NewMemory) -> MemoryRecord:
         self._check_open()
         check_new(new)
-        async with self._writing():
-            snap = self._snapshot()
+        async with self._changing():
             old = self._require(old_id)
             check_source(new.source)
             record = MemoryRecord.from_new(new)
             self._put(record)
             self._put(old.with_changes(superseded_by=record.id))
-            await self._commit(snap)
-            return record
+        return record
 
     async def list(
         self,
@@ -210,10 +238,8 @@ class InMemoryStorage:
         seen = _scope_set(scopes)
         rows = [
             r
-            for r in self._records.values()
-            if "pinned" in r.meta
-            and r.superseded_by is None
-            and (seen is None or r.scope_key in seen)
+            for r in map(self._records.__getitem__, self._pinned)
+            if r.superseded_by is None and (seen is None or r.scope_key in seen)
         ]
         rows.sort(key=lambda r: (-r.created_at, r.id))
         return rows[: clamp_limit(limit)]
@@ -364,6 +390,7 @@ class JsonFileStorage(InMemoryStorage):
             ) from exc
         self._records.clear()
         self._tokens.clear()
+        self._pinned.clear()
         for record in records:
             self._put(record)
         self._stamp = stamp
