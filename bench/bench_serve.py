@@ -13,7 +13,10 @@ Printed per server: turns per second, wall time per turn (p50/p99) as the client
 server's CPU per turn (its processes' user+system time from /proc, so the client's own CPU is
 not counted), and the ratio of memora's CPU per turn to the proxy's (goal <= 1.3x, issue #26).
 Every turn must end with exactly one `done` and every session must hold exactly its turns'
-rounds: a lost or duplicated turn fails the run.  Then the same with `--workers 2` and
+rounds: a lost or duplicated turn fails the run.  Then the same load with each conversation
+acting as its own user (`X-Memora-User`) over a project memory of 20,000 memories in 100 scopes,
+next to one user over none: one turn's cost should not grow with what the server holds (goal:
+about 1x).  Then the same with `--workers 2` and
 `"storage": "postgres"` (a throw-away cluster on 127.0.0.1), when PostgreSQL is installed.
 """
 
@@ -151,11 +154,13 @@ def process(args: list[str], env: dict[str, str], log: Path, ready: str) -> Iter
                 proc.kill()
 
 
-async def read_turn(client: httpx2.AsyncClient, path: str, text: str) -> tuple[float, int]:
+async def read_turn(
+    client: httpx2.AsyncClient, path: str, text: str, headers: dict[str, str] | None = None
+) -> tuple[float, int]:
     """One turn: wall seconds, and how many `done` events it ended with."""
     t = time.perf_counter()
     done = 0
-    async with client.stream("POST", path, json={"text": text}) as r:
+    async with client.stream("POST", path, json={"text": text}, headers=headers) as r:
         if r.status_code != 200:
             raise RuntimeError(f"{path}: {r.status_code} {await r.aread()!r}")
         async for line in r.aiter_lines():
@@ -164,21 +169,32 @@ async def read_turn(client: httpx2.AsyncClient, path: str, text: str) -> tuple[f
     return time.perf_counter() - t, done
 
 
-async def drive(base: str, *, memora: bool) -> tuple[list[float], list[int], float, list[str]]:
+def user_of(i: int, users: bool) -> dict[str, str]:
+    """The header of conversation ``i`` acting as its own user (``users``), else none."""
+    return {"X-Memora-User": f"user-{i}"} if users else {}
+
+
+async def drive(
+    base: str, *, memora: bool, users: bool = False
+) -> tuple[list[float], list[int], float, list[str]]:
     limits = httpx2.Limits(
         max_connections=CONVERSATIONS * 2, max_keepalive_connections=CONVERSATIONS
     )
     async with httpx2.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
 
         async def conversation(i: int) -> tuple[list[float], list[int], str]:
+            headers = user_of(i, users)
             if memora:
-                sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+                made = await client.post("/v1/projects/proj/sessions", json={}, headers=headers)
+                sid = made.json()["id"]
                 path = f"/v1/projects/proj/sessions/{sid}/turns"
             else:
                 sid, path = "", "/turn"
             walls, dones = [], []
             for n in range(TURNS):
-                wall, done = await read_turn(client, path, f"conversation {i} turn {n} steps=0")
+                wall, done = await read_turn(
+                    client, path, f"conversation {i} turn {n} steps=0", headers
+                )
                 walls.append(wall)
                 dones.append(done)
             return walls, dones, sid
@@ -191,21 +207,23 @@ async def drive(base: str, *, memora: bool) -> tuple[list[float], list[int], flo
     return walls, dones, elapsed, [r[2] for r in results]
 
 
-async def count_rounds(base: str, sessions: list[str]) -> list[int]:
+async def count_rounds(base: str, sessions: list[str], *, users: bool = False) -> list[int]:
     async with httpx2.AsyncClient(base_url=base, timeout=60) as client:
         counts = []
-        for sid in sessions:
-            r = await client.get(f"/v1/projects/proj/sessions/{sid}")
+        for i, sid in enumerate(sessions):
+            r = await client.get(f"/v1/projects/proj/sessions/{sid}", headers=user_of(i, users))
             counts.append(len(r.json()["rounds"]))
         return counts
 
 
-def measure(label: str, base: str, pids: list[int], *, memora: bool) -> dict[str, float]:
+def measure(
+    label: str, base: str, pids: list[int], *, memora: bool, users: bool = False
+) -> dict[str, float]:
     """One pass of the conversations; raises on a lost or duplicated turn."""
     before = cpu_seconds(pids)
     client_before = time.process_time()
     busy_before, all_before = machine_busy()
-    walls, dones, elapsed, sessions = asyncio.run(drive(base, memora=memora))
+    walls, dones, elapsed, sessions = asyncio.run(drive(base, memora=memora, users=users))
     cpu = cpu_seconds(pids) - before
     client = time.process_time() - client_before
     busy_after, all_after = machine_busy()
@@ -214,7 +232,7 @@ def measure(label: str, base: str, pids: list[int], *, memora: bool) -> dict[str
     if bad:
         raise SystemExit(f"{label}: {len(bad)} turns did not end with exactly one done")
     if memora:
-        rounds = asyncio.run(count_rounds(base, sessions))
+        rounds = asyncio.run(count_rounds(base, sessions, users=users))
         lost = sum(1 for r in rounds if r != TURNS)
         if lost:
             raise SystemExit(f"{label}: {lost} sessions do not hold exactly {TURNS} rounds")
@@ -229,15 +247,18 @@ def measure(label: str, base: str, pids: list[int], *, memora: bool) -> dict[str
     }
 
 
-def compare(servers: list[tuple[str, str, list[int], bool]]) -> dict[str, dict[str, float]]:
+def compare(
+    servers: list[tuple[str, str, list[int], bool]], users: frozenset[str] = frozenset()
+) -> dict[str, dict[str, float]]:
     """Each server warmed up, then ROUNDS passes taking turns (machine noise hits all alike);
-    the medians per server are printed and returned."""
-    for _, base, _, memora in servers:
-        asyncio.run(drive(base, memora=memora))
+    the medians per server are printed and returned.  The servers labelled in ``users`` are
+    driven with each conversation acting as its own user (``X-Memora-User``)."""
+    for label, base, _, memora in servers:
+        asyncio.run(drive(base, memora=memora, users=label in users))
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in servers}
     for _ in range(ROUNDS):
         for label, base, pids, memora in servers:
-            rows[label].append(measure(label, base, pids, memora=memora))
+            rows[label].append(measure(label, base, pids, memora=memora, users=label in users))
     out = {}
     for label, samples in rows.items():
         row = {k: statistics.median(r[k] for r in samples) for k in samples[0]}
@@ -248,6 +269,28 @@ def compare(servers: list[tuple[str, str, list[int], bool]]) -> dict[str, dict[s
             f"(client {row['client']:5.2f}; machine {100 * row['busy']:3.0f}% busy)"
         )
     return out
+
+
+async def seed_memories(db: Path, count: int) -> None:
+    """A project's memory of ``count`` memories, a fifth unscoped and the rest in 100 scopes
+    (``user-0`` … ``user-99``), as a backend serving many people gathers."""
+    from memora.memory import NewMemory
+    from memora.memory.sqlite_store import SqliteStorage
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = SqliteStorage(db)
+    try:
+        await store.add_many(
+            [
+                NewMemory(
+                    f"round {i}: notes about the harbor office, pier {i}",
+                    scope=None if i % 5 == 0 else f"user-{i % 100}",
+                )
+                for i in range(count)
+            ]
+        )
+    finally:
+        await store.close()
 
 
 def memora_env(tmp: Path, upstream: str, config: dict[str, Any]) -> dict[str, str]:
@@ -308,6 +351,29 @@ def main() -> None:
             f"  memora / bare: CPU per turn {one['cpu'] / bare['cpu']:.2f}x (goal <= 1.3x), "
             f"p50 {one['p50'] - bare['p50']:+.1f} ms, p99 {one['p99'] - bare['p99']:+.1f} ms; "
             "no turn lost or duplicated"
+        )
+        # one turn's cost flat in what the server holds: the same load with each conversation
+        # acting as its own user (a backend serving many people), over a project memory of
+        # 20,000 memories in 100 scopes; every new user's first turn reads that user's pinned
+        # memories (it walked the scope's memories before they were read through their index)
+        crowd = tmp / "users"
+        asyncio.run(seed_memories(crowd / "proj" / ".memora" / "data" / "memory.db", 20_000))
+        env = memora_env(crowd, upstream, {})
+        args, base_users = serve(crowd, env, 1)
+        pid_users = stack.enter_context(
+            process(args, env, tmp / "serve-users.log", base_users + "/ready")
+        )
+        users_label = "memora serve, 100 users, 20k memories"
+        rows = compare(
+            [
+                (one_label, base, process_tree(pid), True),
+                (users_label, base_users, process_tree(pid_users), True),
+            ],
+            users=frozenset({users_label}),
+        )
+        print(
+            "  100 users over 20,000 memories / one user over none: CPU per turn "
+            f"{rows[users_label]['cpu'] / rows[one_label]['cpu']:.2f}x (goal: flat, about 1x)"
         )
         # the same comparison with the proxy sending memora's own request (its system prompt
         # and its 16 resident tools' schemas): what memora's machinery costs, apart from what
