@@ -56,6 +56,34 @@ def test_sse_decoder_is_split_invariant(text: str, cut: int) -> None:
     assert a == b
 
 
+def _decode_all(chunks: list[bytes], max_line: int) -> tuple[list[str], bool]:
+    decoder, events = SSEDecoder(max_line=max_line), []
+    try:
+        for chunk in chunks:
+            events += decoder.feed(chunk)
+        return events + decoder.flush(), False
+    except SSELineTooLong:
+        return events, True
+
+
+@FAST
+@given(
+    values=st.lists(st.text(alphabet=string.printable + "你好", max_size=40), max_size=8),
+    space=st.booleans(),
+    max_line=st.sampled_from([8, 32, 4096]),
+)
+def test_sse_decoder_reads_an_event_per_chunk_as_line_by_line(
+    values: list[str], space: bool, max_line: int
+) -> None:
+    # one whole event per chunk (what LLM APIs send) takes the decoder's short way; it must
+    # read what the line-by-line way reads from the same events (CRLF line ends take that
+    # way), size limit included
+    field = "data: " if space else "data:"
+    short = [(field + v + "\n\n").encode("utf-8") for v in values]
+    long = [(field + v + "\r\n\r\n").encode("utf-8") for v in values]
+    assert _decode_all(short, max_line) == _decode_all(long, max_line)
+
+
 @FAST
 @given(doc=json_values)
 def test_config_loader_only_raises_invalid_config(tmp_path: Path, doc: object) -> None:

@@ -153,6 +153,62 @@ async def test_tool_calls_assembled_from_fragments(
     ]
 
 
+def event_per_chunk(events: list[bytes]) -> Scenario:
+    """What LLM APIs send: each event (and ``[DONE]``) in an HTTP chunk of its own."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(STREAM_HEAD)
+        for event in [*events, b"data: [DONE]\n\n"]:
+            writer.write(chunked(event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    return run
+
+
+async def test_an_event_per_chunk_reads_as_the_full_reading_does(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    # a chunk holding one text-only event takes the decoder's and the event reader's short
+    # ways; the same events with CRLF line ends and a field memora ignores take the full
+    # reading of both: the deltas are the same, and what they should be
+    deltas: list[dict[str, object]] = [
+        {"content": "你好，"},
+        {"content": ""},
+        {"content": None},
+        {"content": "world 🌍"},
+    ]
+    events = [sse_chunk(d) for d in deltas]
+    events.append(b'data:{"choices":[{"delta":{"content":" no space"}}]}\n\n')
+    events += [
+        sse_chunk({"content": "!"}, finish="stop"),
+        sse_chunk(usage={"prompt_tokens": 3, "completion_tokens": 4}),
+    ]
+    full = [
+        sse_chunk({"role": "assistant", **d}).replace(b"\n", b"\r\n") for d in deltas
+    ]
+    full.append(
+        b'data:{"choices":[{"delta":{"role":"assistant","content":" no space"}}]}\r\n\r\n'
+    )
+    full += [e.replace(b"\n", b"\r\n") for e in events[-2:]]
+    server.script = [event_per_chunk(events), event_per_chunk(full)]
+    short_way, full_way = await collect(provider), await collect(provider)
+    assert short_way == full_way
+    assert [d.text for d in short_way if isinstance(d, TextDelta)] == [
+        "你好，",
+        "world 🌍",
+        " no space",
+        "!",
+    ]
+    assert [type(d).__name__ for d in short_way][-2:] == ["FinishDelta", "UsageDelta"]
+
+    # a wrong type in a text-only event is refused on the short way too
+    server.script = [event_per_chunk([sse_chunk({"content": 7})])]
+    with pytest.raises(ProviderError, match="wrong shape"):
+        await collect(provider)
+
+
 async def test_a_burst_of_events_in_one_read_streams_as_few_deltas(
     server: FaultServer, provider: OpenAIProvider
 ) -> None:

@@ -154,8 +154,18 @@ def _text(value: Any, what: str) -> str:
 
 def _deltas(obj: dict[str, Any]) -> list[Delta]:
     """The deltas of one event; a wrong type anywhere raises TypeError/ValueError."""
-    out: list[Delta] = []
     choices = obj.get("choices")
+    if type(choices) is list and len(choices) == 1 and not obj.get("usage"):
+        # the usual event mid-answer, a choice whose delta is a piece of text and nothing else:
+        # what the full reading below makes of it, with a fraction of its checks
+        choice = choices[0]
+        if type(choice) is dict and not choice.get("finish_reason"):
+            delta = choice.get("delta")
+            if type(delta) is dict and len(delta) == 1:
+                content = delta.get("content")
+                if type(content) is str:
+                    return [TextDelta(content)] if content else []
+    out: list[Delta] = []
     if choices:
         if not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise TypeError("choices is not a list of objects")

@@ -33,7 +33,20 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[str]:
         """Feed raw bytes; returns the data of every event completed by them."""
-        text = self._buf + self._decoder.decode(chunk)
+        text = self._decoder.decode(chunk)
+        if (
+            # the usual chunk from an LLM API: one whole single-line event, nothing pending
+            # ("data: {...}\n\n") — its data at the cost of a few string checks
+            not self._buf
+            and not self._data
+            and text.endswith("\n\n")
+            and text.startswith("data:")
+            and text.count("\n") == 2
+            and "\r" not in text
+            and len(text) - 7 <= self._max
+        ):
+            return [text[6:-2] if text[5] == " " else text[5:-2]]
+        text = self._buf + text
         if "\r" in text:
             # keep a trailing \r: it may be the first half of \r\n
             tail = "\r" if text.endswith("\r") else ""
