@@ -185,12 +185,8 @@ async def test_an_event_per_chunk_reads_as_the_full_reading_does(
         sse_chunk({"content": "!"}, finish="stop"),
         sse_chunk(usage={"prompt_tokens": 3, "completion_tokens": 4}),
     ]
-    full = [
-        sse_chunk({"role": "assistant", **d}).replace(b"\n", b"\r\n") for d in deltas
-    ]
-    full.append(
-        b'data:{"choices":[{"delta":{"role":"assistant","content":" no space"}}]}\r\n\r\n'
-    )
+    full = [sse_chunk({"role": "assistant", **d}).replace(b"\n", b"\r\n") for d in deltas]
+    full.append(b'data:{"choices":[{"delta":{"role":"assistant","content":" no space"}}]}\r\n\r\n')
     full += [e.replace(b"\n", b"\r\n") for e in events[-2:]]
     server.script = [event_per_chunk(events), event_per_chunk(full)]
     short_way, full_way = await collect(provider), await collect(provider)
