@@ -19,6 +19,10 @@ written in one append and fsynced (the file, then the folder), and one row inser
 SQLite FTS5 table (WAL, synchronous=NORMAL, as memora's store).  Goals: memora with its
 documented defaults at most 1.25x the floor at K=1 and 1.15x at K=10, and at most 1.15x the
 bare loop (no durability) at K=40.
+
+Per streamed token (second section): K=1 conversations whose answer is 50 or 500 tokens, memora
+and the floor interleaved; the CPU difference over the 450 extra tokens is what one streamed
+event costs each (the HTTP client's share of it is the same for both).
 """
 
 from __future__ import annotations
@@ -114,7 +118,13 @@ class Floor:
 
 
 async def run_floor(
-    url: str, tmp: Path, k: int, runs: int, tools: list[dict[str, Any]], system: str
+    url: str,
+    tmp: Path,
+    k: int,
+    runs: int,
+    tools: list[dict[str, Any]],
+    system: str,
+    max_tokens: int | None = None,
 ) -> list[float]:
     samples = []
     floor = Floor(tmp)
@@ -123,7 +133,9 @@ async def run_floor(
             for i in range(runs + 1):
                 t = time.process_time()
                 history: list[dict[str, Any]] = []
-                await bare_turn(client, history, tools, system, f"conversation {i}: steps={k}")
+                await bare_turn(
+                    client, history, tools, system, f"conversation {i}: steps={k}", max_tokens
+                )
                 floor.keep(history)
                 if i:
                     samples.append(time.process_time() - t)
@@ -207,12 +219,41 @@ def durable_floor(url: str, tmp: Path, rounds: int) -> None:
         )
 
 
+def per_token(url: str, tmp: Path, rounds: int) -> None:
+    """What each streamed token costs memora and the durable floor: K=1 conversations whose
+    answer is 50 or 500 tokens (one SSE event each, as hosted APIs send them), interleaved;
+    the difference over the 450 extra tokens."""
+    print("  per streamed token (K=1, a 50- and a 500-token answer, one event per token; the")
+    print("  round stored verbatim, so the long answer costs no summary call):")
+    sizes = (50, 500)
+    mem: dict[int, list[float]] = {n: [] for n in sizes}
+    floor: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+            m, _c, _t, tools, system = asyncio.run(
+                run_memora(url, tmp, 1, RUNS[1] // 3, max_tokens=n, summary_verbatim_tokens=4 * n)
+            )
+            mem[n] += m
+            floor[n] += asyncio.run(run_floor(url, tmp, 1, RUNS[1] // 3, tools, system, n))
+    extra = sizes[1] - sizes[0]
+    m_tok, f_tok = (
+        (statistics.median(x[sizes[1]]) - statistics.median(x[sizes[0]])) / extra
+        for x in (mem, floor)
+    )
+    print(
+        f"    memora {m_tok * 1e6:5.1f} us  floor {f_tok * 1e6:5.1f} us a token   "
+        f"memora/floor {m_tok / f_tok:4.2f}x   (whole conversation at {sizes[1]} tokens: "
+        f"{statistics.median(mem[sizes[1]]) / statistics.median(floor[sizes[1]]):4.2f}x)"
+    )
+
+
 def main() -> None:
     rounds = 12  # memora and the bare loop alternate, so machine noise hits both alike
     with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         print("client CPU per LLM step; conversation = new session + K tool steps + an answer")
         durable_floor(url, tmp, rounds)
+        per_token(url, tmp, rounds)
         if "--floor-only" in sys.argv:
             return
         for label, options in (

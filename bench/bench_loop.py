@@ -49,8 +49,10 @@ async def bare_turn(
     tools: list[dict[str, Any]],
     system: str,
     prompt: str,
+    max_tokens: int | None = None,
 ) -> None:
-    """What any loop must do: post the history, parse SSE, assemble the call, run it, repeat."""
+    """What any loop must do: post the history, parse SSE, assemble the call, run it, repeat.
+    ``max_tokens``: sent with each request (the scripted server answers with that many)."""
     history.append({"role": "user", "content": prompt})
     while True:
         body = {
@@ -61,6 +63,8 @@ async def bare_turn(
             "tools": tools,
             "temperature": 0.7,
         }
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         async with client.stream("POST", "/chat/completions", json=body) as r:
