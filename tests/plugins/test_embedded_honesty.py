@@ -101,3 +101,24 @@ def test_the_demo_on_the_embedded_model(tmp_path: Path) -> None:
     assert len(answers) >= 2, r.stdout
     for answer in answers:
         _check(answer)
+
+    # the demo's data is kept: a second run says what it wrote, and a memory several runs
+    # stored alike (the model answers the same) is one line naming them, not two equal hits
+    again = subprocess.run(
+        [sys.executable, "-m", "memora.cli.demo"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "MEMORA_HOME": str(tmp_path / "home")},
+        timeout=600,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "memory: 2 written by this run, " in again.stdout, again.stdout
+    assert "kept from earlier runs" in again.stdout, again.stdout
+    searches = again.stdout.split("memory_search(")[1:]
+    assert len(searches) == 2, again.stdout
+    for block in searches:
+        shown = [line for line in block.splitlines() if line.startswith("  [")]
+        assert shown and "this run and " in shown[0], block
+        assert len(set(shown)) == len(shown), block

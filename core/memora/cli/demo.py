@@ -87,12 +87,35 @@ async def _conversation(base: Path, packs: Path | None) -> None:
         click.secho("\n(waiting for the round summaries, written after each answer)", dim=True)
         await agent.idle()
         snapshot = await agent.memory.snapshot()
-        click.secho(f"\nmemory: {snapshot.total} memories {snapshot.by_source}", bold=True)
+        # the demo's data is kept between runs (and `make test` runs the demo too): say which
+        # memories this run wrote, so a second run's identical memories do not read as doubles
+        session = agent.session_id
+        newest = await agent.memory.list(limit=4 * len(QUESTIONS), include_superseded=False)
+        written = sum(1 for r in newest if r.session_id == session)
+        earlier = snapshot.total - written
+        click.secho(
+            f"\nmemory: {written} written by this run"
+            + (f", {earlier} kept from earlier runs" if earlier else "")
+            + f" {snapshot.by_source}",
+            bold=True,
+        )
         for query in ("SQLite", "commit"):
-            hits = await agent.memory.search(query, limit=2)
+            hits = await agent.memory.search(query, limit=10)
             click.secho(f"memory_search({query!r}) -> {len(hits)} hit(s)", fg="green")
+            # the same text stored by several runs (the embedded model answers alike) is
+            # shown once, saying which runs stored it
+            same: dict[str, list[str | None]] = {}
             for h in hits:
-                click.echo(f"  [{h.record.summary_type}] {h.record.content[:160]}")
+                same.setdefault(h.record.content, []).append(h.record.session_id)
+            for content, sessions in list(same.items())[:2]:
+                runs = "this run" if session in sessions else "an earlier run"
+                others = len(sessions) - (session in sessions)
+                if others and session in sessions:
+                    runs += f" and {others} earlier"
+                elif others > 1:
+                    runs = f"{others} earlier runs"
+                kind = next(h.record.summary_type for h in hits if h.record.content == content)
+                click.echo(f"  [{kind}, {runs}] {content[:160]}")
     finally:
         await agent.close()
 
