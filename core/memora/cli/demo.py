@@ -19,6 +19,8 @@ from pathlib import Path
 
 import click
 
+from ..security.terminal import clean
+
 QUESTIONS = [
     "In two sentences: why should a notes app store data in SQLite instead of one JSON file?",
     "Give me three short tips for writing clear commit messages.",
@@ -72,9 +74,9 @@ async def _conversation(base: Path, packs: Path | None) -> None:
                 if chunk.type == "text":
                     if first is None:
                         first = time.perf_counter() - started
-                    click.echo(chunk.content, nl=False)
+                    click.echo(clean(chunk.content), nl=False)
                 elif chunk.type == "error":
-                    click.secho(f"\nerror: {chunk.message}", fg="red")
+                    click.secho(f"\nerror: {clean(chunk.message)}", fg="red")
                 elif chunk.type == "done":
                     usage = chunk.usage
                     took = time.perf_counter() - started
@@ -115,7 +117,7 @@ async def _conversation(base: Path, packs: Path | None) -> None:
                 elif others > 1:
                     runs = f"{others} earlier runs"
                 kind = next(h.record.summary_type for h in hits if h.record.content == content)
-                click.echo(f"  [{kind}, {runs}] {content[:160]}")
+                click.echo(f"  [{kind}, {runs}] {clean(content[:160])}")
     finally:
         await agent.close()
 
