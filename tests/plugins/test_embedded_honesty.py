@@ -83,17 +83,23 @@ def test_memora_run_on_the_embedded_model(tmp_path: Path) -> None:
     assert "note" in r.stdout.lower() or "sqlite" in r.stdout.lower(), r.stdout
 
 
-def test_the_demo_on_the_embedded_model(tmp_path: Path) -> None:
+def _demo(home: Path) -> subprocess.CompletedProcess[str]:
+    """``make demo``'s job, run from the repository (where its data is kept between runs)."""
     r = subprocess.run(
         [sys.executable, "-m", "memora.cli.demo"],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, "MEMORA_HOME": str(tmp_path / "home")},
+        env={**os.environ, "MEMORA_HOME": str(home)},
         timeout=600,
         check=False,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r
+
+
+def test_the_demo_on_the_embedded_model(tmp_path: Path) -> None:
+    r = _demo(tmp_path / "home")
     assert "a small offline model without tools" in r.stdout + r.stderr
     answers = [
         part.split("\n  [", 1)[0] for part in r.stdout.split("memora> ")[1:]
@@ -104,16 +110,7 @@ def test_the_demo_on_the_embedded_model(tmp_path: Path) -> None:
 
     # the demo's data is kept: a second run says what it wrote, and a memory several runs
     # stored alike (the model answers the same) is one line naming them, not two equal hits
-    again = subprocess.run(
-        [sys.executable, "-m", "memora.cli.demo"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "MEMORA_HOME": str(tmp_path / "home")},
-        timeout=600,
-        check=False,
-    )
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    again = _demo(tmp_path / "home")
     assert "memory: 2 written by this run, " in again.stdout, again.stdout
     assert "kept from earlier runs" in again.stdout, again.stdout
     searches = again.stdout.split("memory_search(")[1:]
