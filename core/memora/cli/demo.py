@@ -106,17 +106,17 @@ async def _conversation(base: Path, packs: Path | None) -> None:
             click.secho(f"memory_search({query!r}) -> {len(hits)} hit(s)", fg="green")
             # the same text stored by several runs (the embedded model answers alike) is
             # shown once, saying which runs stored it
-            same: dict[str, list[str | None]] = {}
+            same: dict[str, tuple[str | None, list[str | None]]] = {}
             for h in hits:
-                same.setdefault(h.record.content, []).append(h.record.session_id)
-            for content, sessions in list(same.items())[:2]:
-                runs = "this run" if session in sessions else "an earlier run"
-                others = len(sessions) - (session in sessions)
-                if others and session in sessions:
-                    runs += f" and {others} earlier"
-                elif others > 1:
-                    runs = f"{others} earlier runs"
-                kind = next(h.record.summary_type for h in hits if h.record.content == content)
+                kind_and_sessions = same.setdefault(h.record.content, (h.record.summary_type, []))
+                kind_and_sessions[1].append(h.record.session_id)
+            for content, (kind, sessions) in list(same.items())[:2]:
+                mine = session in sessions
+                others = len(sessions) - mine
+                if mine:
+                    runs = f"this run and {others} earlier" if others else "this run"
+                else:
+                    runs = f"{others} earlier runs" if others > 1 else "an earlier run"
                 click.echo(f"  [{kind}, {runs}] {clean(content[:160])}")
     finally:
         await agent.close()
