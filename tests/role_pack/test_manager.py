@@ -264,3 +264,51 @@ def test_the_four_built_in_global_skills_ship_and_a_user_skill_wins(tmp_path: Pa
     )
     m = RolePackManager(config, active="writer")
     assert m.skills()["summarize"].description == "The team's own summary rules."
+
+
+def test_each_new_manager_reads_the_users_packs_as_they_are_on_disk(tmp_path: Path) -> None:
+    """What ships with memora is read once per process; the user's packs, skills and the
+    project's rules are read again by every new manager (a session opened after an edit sees
+    it), while an open one keeps what it read until ``refresh()``."""
+    config = _packs(tmp_path)
+    first = RolePackManager(config, active="writer", project_path=tmp_path / "proj")
+    assert "1. Rule A" in first.system_prompt()
+    assert "- polish: Polish prose." in first.system_prompt()
+    folder = config / "role-packs" / "writer"
+    (folder / "rules.md").write_text("- Rule B, a longer one\n", encoding="utf-8")
+    (folder / "skills" / "shine.md").write_text(skill_md("shine", "Shine it."), encoding="utf-8")
+    (config / "skills" / "tidy").mkdir(parents=True)
+    (config / "skills" / "tidy" / "SKILL.md").write_text(skill_md("tidy"), encoding="utf-8")
+    rules = tmp_path / "proj" / ".memora" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "house.md").write_text("- Answer in English\n", encoding="utf-8")
+    write_pack(config / "role-packs", "later", {"name": "later"}, persona="I came later.")
+
+    second = RolePackManager(config, active="writer", project_path=tmp_path / "proj")
+    prompt = second.system_prompt()
+    assert "1. Rule B, a longer one" in prompt and "Rule A" not in prompt
+    assert "- shine: Shine it." in prompt and "- tidy:" in prompt
+    assert "1. Answer in English" in prompt
+    assert "later" in second.names()
+    assert "1. Rule A" in first.system_prompt()  # the open one: as it read them
+    assert "later" not in first.names()
+    first.refresh()
+    assert "1. Rule B, a longer one" in first.system_prompt() and "later" in first.names()
+
+
+def test_the_built_in_pack_shared_by_managers_keeps_each_ones_strategy(tmp_path: Path) -> None:
+    """Managers share the built-in pack and what it resolves to; each host's override is its
+    own (a list is not a tuple: the override ``("confirm",)`` is refused, ``["confirm"]`` not)."""
+    plain = RolePackManager(None)
+    blocked = RolePackManager(None, strategy_override={"act": {"toolMode": "block"}})
+    listed = RolePackManager(None, strategy_override={"global": {"askOn": ["confirm"]}})
+    tupled = RolePackManager(None, strategy_override={"global": {"askOn": ("confirm",)}})
+    assert plain.active is blocked.active  # one pack, read once
+    assert plain.strategy.tool_mode == "allow" and blocked.strategy.tool_mode == "block"
+    assert "No tools are available" in blocked.system_prompt()
+    assert "No tools are available" not in plain.system_prompt()
+    assert listed.strategy.ask_on == ("confirm",)
+    assert tupled.strategy.ask_on == plain.strategy.ask_on
+    again = RolePackManager(None, strategy_override={"act": {"toolMode": "block"}})
+    assert again.strategy == blocked.strategy and plain.strategy != blocked.strategy
+    assert RolePackManager(None).strategy == plain.strategy

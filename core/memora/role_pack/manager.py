@@ -8,9 +8,10 @@ Switching is manual (:meth:`RolePackManager.activate`); there is no automatic ma
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..messages import Messages
 from .skills import Skill, merge_skills, scan_skills
 from .strategy import EffectiveStrategy, resolve_strategy
 from .text import clamp_traits, parse_front_matter, parse_rules
-from .validator import LIMITS, Report, validate
+from .validator import LIMITS, Issue, Report, validate
 
 __all__ = ["BUILTIN_FALLBACK", "RolePack", "RolePackManager", "RolePackMeta"]
 
@@ -107,6 +108,9 @@ class RolePack:
     """What the pack's files looked like when loaded (path, mtime_ns, size): a change on disk
     makes the manager read the pack again."""
     _skills: dict[str, Skill] | None = field(default=None, repr=False)
+    _strategies: dict[Hashable, tuple[EffectiveStrategy, list[Issue]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def display_name(self) -> str:
@@ -167,6 +171,37 @@ class RolePack:
 
     def meta(self, active: bool) -> RolePackMeta:
         return _meta(self.name, self.folder, self.manifest, self.builtin, active)
+
+    def strategy_with(
+        self, override: Mapping[str, Any] | None
+    ) -> tuple[EffectiveStrategy, list[Issue]]:
+        """The pack's strategy under a host's ``override`` (:func:`resolve_strategy`), kept
+        per override: a pack shared by many sessions resolves it once."""
+        try:
+            key = _frozen(override)
+        except TypeError:  # not plain data (a host's own objects): resolved each time
+            return resolve_strategy(self.strategy_raw, override)
+        found = self._strategies.get(key)
+        if found is None:
+            if len(self._strategies) >= 16:
+                self._strategies.clear()
+            found = self._strategies[key] = resolve_strategy(self.strategy_raw, override)
+        return found[0], list(found[1])
+
+
+def _frozen(value: Any) -> Hashable:
+    """``value`` (plain data: mappings with string keys, lists, tuples, scalars) as a hashable
+    key that keeps every type apart (a list is not a tuple, ``True`` is not ``1``); anything
+    else is a ``TypeError``."""
+    if value is None or type(value) in (str, int, float, bool):
+        return (type(value).__name__, value)
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("mapping keys must be strings")
+        return ("map", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if type(value) in (list, tuple):
+        return (type(value).__name__, tuple(_frozen(v) for v in value))
+    raise TypeError(f"not plain data: {type(value).__name__}")
 
 
 def _author(manifest: Mapping[str, Any]) -> str | None:
@@ -274,6 +309,34 @@ def load_pack(folder: Path, *, builtin: bool = False) -> RolePack:
     )
 
 
+def _pack_folders(root: Path) -> list[tuple[str, Path]]:
+    """``(name, folder)`` of every pack under ``root``, in folder order (its manifest's
+    ``name``, else the folder's)."""
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(root.iterdir()):
+        if not (folder / "manifest.json").is_file():
+            continue
+        name = _read_manifest(folder).get("name")
+        out.append((name if isinstance(name, str) and name.strip() else folder.name, folder))
+    return out
+
+
+# What ships with memora is part of the installed package, like its code: read once per
+# process, where the packs of the user and the project are read again by every session (a
+# session opened after an edit sees it).  A server opens an Agent per session: the built-in
+# pack's files were most of that.
+@functools.cache
+def _builtin_folders() -> tuple[tuple[str, Path], ...]:
+    return tuple(_pack_folders(BUILTIN_DIR))
+
+
+@functools.cache
+def _builtin_pack(folder: Path) -> RolePack:
+    return load_pack(folder, builtin=True)
+
+
 def _rule_text(text: str) -> str:
     rule = " ".join(text.split())
     if not rule:
@@ -332,13 +395,8 @@ class RolePackManager:
             found: dict[str, tuple[Path, bool]] = {}
             for root in [*self._roots, BUILTIN_DIR]:
                 builtin = root == BUILTIN_DIR
-                if not root.is_dir():
-                    continue
-                for folder in sorted(root.iterdir()):
-                    if not (folder / "manifest.json").is_file():
-                        continue
-                    name = _read_manifest(folder).get("name")
-                    key = name if isinstance(name, str) and name.strip() else folder.name
+                folders = _builtin_folders() if builtin else _pack_folders(root)
+                for key, folder in folders:
                     if key in found:
                         logger.warning(
                             "role pack %r at %s shadowed by %s", key, folder, found[key][0]
@@ -571,7 +629,7 @@ class RolePackManager:
                     f"no role pack named {name!r}; available: {', '.join(self.names()) or 'none'}",
                     context={"name": name, "available": self.names()},
                 )
-            pack = load_pack(entry[0], builtin=entry[1])
+            pack = _builtin_pack(entry[0]) if entry[1] else load_pack(entry[0])
             self._loaded[name] = pack
         return pack
 
@@ -609,7 +667,7 @@ class RolePackManager:
         return pack
 
     def _set_active(self, pack: RolePack) -> RolePack:
-        strategy, issues = resolve_strategy(pack.strategy_raw, self._override)
+        strategy, issues = pack.strategy_with(self._override)
         for issue in issues:
             if issue.path.startswith("strategy_override"):
                 logger.warning("%s: %s (ignored)", issue.path, issue.message)
@@ -726,7 +784,13 @@ BUILTIN_SKILLS = Path(__file__).parent / "builtin" / "skills"
 
 
 def builtin_skills() -> dict[str, Skill]:
-    """The global pool's built-in skills, shipped with memora."""
+    """The global pool's built-in skills, shipped with memora (read once per process: they are
+    part of the installed package, like its code)."""
+    return dict(_builtin_skills())
+
+
+@functools.cache
+def _builtin_skills() -> dict[str, Skill]:
     return scan_skills(BUILTIN_SKILLS, "global") if BUILTIN_SKILLS.is_dir() else {}
 
 
