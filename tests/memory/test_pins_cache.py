@@ -7,7 +7,13 @@ from __future__ import annotations
 import asyncio
 import tracemalloc
 
-from memora.memory import InMemoryStorage, MemoryManager, NewMemory, manager as manager_module
+from memora.memory import (
+    InMemoryStorage,
+    MemoryManager,
+    MemoryRecord,
+    NewMemory,
+    manager as manager_module,
+)
 
 
 async def _read_pins(memory: MemoryManager, first: int, count: int, expected: str) -> None:
@@ -42,3 +48,42 @@ async def test_the_pins_of_scopes_no_longer_served_are_let_go() -> None:
     # and what is kept still answers: the project's pin is seen by every scope
     assert [r.id for r in await memory.for_scope("user-1").pinned()] == [pinned.id]
     assert [r.id for r in await memory.pinned()] == [pinned.id]
+
+
+class _Counting(InMemoryStorage):
+    """Counts how often the store is asked for pinned memories."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def pinned(self, **kwargs: object) -> list[MemoryRecord]:
+        self.asked += 1
+        return await super().pinned(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_store_with_nothing_pinned_is_asked_once_for_all_its_scopes() -> None:
+    """Most stores have no pin: a server of many people asks the store once a second whether
+    anything is pinned, not once per person; pins still show at once here, within
+    ``PINNED_MAX_AGE`` from elsewhere, and never in another scope."""
+    storage = _Counting()
+    memory = MemoryManager(storage)
+    await memory.write(NewMemory("nothing pinned here"))
+    for i in range(50):
+        assert await memory.for_scope(f"user-{i}").pinned() == []
+    assert await memory.pinned() == []
+    assert storage.asked == 1
+
+    alice = memory.for_scope("alice")
+    note = await alice.write(NewMemory("alice keeps her boat at pier 4"))
+    await alice.pin(note.id, by="test")
+    assert [r.id for r in await alice.pinned()] == [note.id]  # made here: at once
+    assert await memory.for_scope("bob").pinned() == []  # and only in her scope
+    assert await memory.pinned() == []
+
+    elsewhere = MemoryManager(storage)  # another process on the same store
+    carol = await elsewhere.for_scope("carol").write(NewMemory("carol's key is under the mat"))
+    await elsewhere.for_scope("carol").pin(carol.id, by="test")
+    await asyncio.sleep(manager_module.PINNED_MAX_AGE + 0.1)
+    assert [r.id for r in await memory.for_scope("carol").pinned()] == [carol.id]
+    assert await memory.for_scope("dave").pinned() == []

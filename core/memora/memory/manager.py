@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -59,6 +60,23 @@ class MemorySnapshot:
         return {"total": self.total, "by_source": dict(self.by_source)}
 
 
+class _Pins:
+    """What the views of one store know of its pinned memories (:meth:`MemoryManager.pinned`):
+    per scope key, when they were read and what they were; and when the whole store was last
+    asked whether anything is pinned, with its answer."""
+
+    __slots__ = ("anywhere", "by_scopes")
+
+    def __init__(self) -> None:
+        self.by_scopes: dict[tuple[str, ...] | None, tuple[float, list[MemoryRecord]]] = {}
+        self.anywhere: tuple[float, bool] = (-math.inf, True)
+
+    def clear(self) -> None:
+        """A pin changed here: every view reads again."""
+        self.by_scopes.clear()
+        self.anywhere = (-math.inf, True)
+
+
 class MemoryManager:
     """Memory as one reader sees it: its ``scope`` (a user, tenant or agent; ``None``: the
     project's unscoped memory).  A scoped manager writes into its scope and reads its scope
@@ -89,8 +107,7 @@ class MemoryManager:
         self._scopes: tuple[str, ...] | None = visible_scopes(self.scope)
         self._root = self  # the view that owns the background embedding
         self._scoped_store = accepts_scopes(storage)
-        # scope keys -> (monotonic time, pinned memories), shared by the views of one store
-        self._pins: dict[tuple[str, ...] | None, tuple[float, list[MemoryRecord]]] = {}
+        self._pins = _Pins()  # shared by the views of one store
         if self.scope is not None:
             self._require_scopes()
         self._fill_task: asyncio.Task[None] | None = None
@@ -368,13 +385,22 @@ class MemoryManager:
         most :data:`MAX_PINNED` of each scope.  Read again at most every
         :data:`PINNED_MAX_AGE` seconds unless ``fresh``."""
         key = self._scopes
-        cached = self._pins.get(key)
+        state = self._pins
+        cached = state.by_scopes.get(key)
         clock = time.monotonic()
         if not fresh and cached is not None and clock - cached[0] < PINNED_MAX_AGE:
             return list(cached[1])
         limit = MAX_PINNED * max(1, len(key) if key is not None else 1)
         finder = getattr(self.storage, "pinned", None)
         if isinstance(self.storage, PinnedStorage) and finder is not None:
+            if not fresh and key is not None:
+                # whether anything is pinned at all, asked of the whole store at most once a
+                # second: when nothing is (most stores), no scope asks for its own — a server
+                # of many people would otherwise ask once per person and second
+                if clock - state.anywhere[0] >= PINNED_MAX_AGE:
+                    state.anywhere = (clock, bool(await finder(limit=1)))
+                if not state.anywhere[1]:
+                    return []
             found = await finder(limit=limit, **self._filter())
         else:  # a backend without the index: its current memories, scanned
             found = [
@@ -384,7 +410,7 @@ class MemoryManager:
                 )
                 if "pinned" in r.meta
             ][:limit]
-        pins = self._pins
+        pins = state.by_scopes
         pins.pop(key, None)  # re-inserted: the dict stays in the order of reading
         pins[key] = (clock, found)
         while len(pins) > PINS_CACHED:
