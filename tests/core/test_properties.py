@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from memora.errors import MemoraError, ToolError
+from memora.memory.keywords import index_tokens
 from memora.security.paths import PathGuard
 from memora.settings import resolve_settings
 from memora_plugin_openai.sse import SSEDecoder, SSELineTooLong
@@ -130,3 +131,11 @@ def test_path_guard_never_resolves_outside(tmp_path: Path, parts: list[str]) -> 
         return
     real = os.path.realpath(project)
     assert str(resolved) == real or str(resolved).startswith(real + os.sep)
+
+
+@FAST
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_text_is_indexed_as_the_full_reading_indexes_it(text: str) -> None:
+    """Pure ASCII takes a short way (no NFKC, no CJK); a non-ASCII word after it sends the same
+    text the full way, which must read it into the same words."""
+    assert [*index_tokens(text), "é"] == index_tokens(text + " é")

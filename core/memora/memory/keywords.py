@@ -192,8 +192,15 @@ def _bigrams(run: str) -> list[str]:
     return grams
 
 
+_ASCII_WORD = re.compile(r"[a-z0-9]+(?:_+[a-z0-9]+)*")
+"""A word of lowercased ASCII text as :func:`_scan` reads it: letters, digits and ``_``, without
+the ``_`` at either end."""
+
+
 def index_tokens(text: str) -> list[str]:
     """Tokens to index for ``text`` (see the module docstring)."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and it has no CJK: words only
+        return _ASCII_WORD.findall(text.lower())
     out: list[str] = []
     for cjk, word in _scan(text):
         if cjk:
