@@ -73,6 +73,10 @@ async def test_a_store_with_nothing_pinned_is_asked_once_for_all_its_scopes() ->
         assert await memory.for_scope(f"user-{i}").pinned() == []
     assert await memory.pinned() == []
     assert storage.asked == 1
+    erin = memory.for_scope("erin")  # a memory written pinned shows at once too
+    kept = await erin.write(NewMemory("erin's boat is blue", meta={"pinned": {"by": "host"}}))
+    assert [r.id for r in await erin.pinned()] == [kept.id]
+    assert await memory.for_scope("frank").pinned() == []
 
     alice = memory.for_scope("alice")
     note = await alice.write(NewMemory("alice keeps her boat at pier 4"))

@@ -247,6 +247,8 @@ class MemoryManager:
         """Write one memory (into this view's scope); emits ``MemoryAdded``.  With an
         embedder, its vector is written in the background (:meth:`idle` waits for it)."""
         record = await self.storage.add(self._own(item))
+        if "pinned" in record.meta:  # written pinned by this host: shown at once, as pin() is
+            self._pins.clear()
         self.events.emit(MemoryAdded(record.id, record.source, record.summary_type, record.name))
         self.embed_pending([record])
         return record

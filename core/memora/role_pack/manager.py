@@ -8,12 +8,11 @@ Switching is manual (:meth:`RolePackManager.activate`); there is no automatic ma
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -327,12 +326,12 @@ def _pack_folders(root: Path) -> list[tuple[str, Path]]:
 # process, where the packs of the user and the project are read again by every session (a
 # session opened after an edit sees it).  A server opens an Agent per session: the built-in
 # pack's files were most of that.
-@functools.cache
+@cache
 def _builtin_folders() -> tuple[tuple[str, Path], ...]:
     return tuple(_pack_folders(BUILTIN_DIR))
 
 
-@functools.cache
+@cache
 def _builtin_pack(folder: Path) -> RolePack:
     return load_pack(folder, builtin=True)
 
@@ -789,7 +788,7 @@ def builtin_skills() -> dict[str, Skill]:
     return dict(_builtin_skills())
 
 
-@functools.cache
+@cache
 def _builtin_skills() -> dict[str, Skill]:
     return scan_skills(BUILTIN_SKILLS, "global") if BUILTIN_SKILLS.is_dir() else {}
 
