@@ -219,6 +219,10 @@ def test_init_then_chat_tools_questions_stop_and_resume(
     child.expect(re.escape(session))
     child.sendline("/fork")
     child.expect("forked into session")
+    # Ctrl-D once the prompt is back, as a person presses it: sent while the CLI is between
+    # prompts, it is the terminal's end of an empty line and is gone when the prompt takes the
+    # terminal into raw mode (a test that sent it at once timed out under load)
+    child.expect("› ")
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
     child.close()
