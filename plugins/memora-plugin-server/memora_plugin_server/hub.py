@@ -275,9 +275,9 @@ class Hub:
         if await store.exists(session_id):
             return True, (await store.get(session_id)).scope
         if served.shared is not None:
-            created = await served.shared.created()
-            if session_id in created:
-                return True, created[session_id].get("scope") or None
+            created = await served.shared.created_session(session_id)
+            if created is not None:
+                return True, created.get("scope") or None
         return False, None
 
     async def check_session(self, project: str, session_id: str, scope: str | None) -> None:
@@ -367,7 +367,10 @@ class Hub:
         served = self.project(project)
         if await served.runtime.session_store.exists(session_id):
             return True
-        return served.shared is not None and session_id in await served.shared.created()
+        return (
+            served.shared is not None
+            and await served.shared.created_session(session_id) is not None
+        )
 
     async def session_info(
         self, project: str, session_id: str, *, scope: str | None = None
@@ -381,9 +384,11 @@ class Hub:
             if info.scope != scope:
                 raise _no_session(session_id)
             return info.to_dict(), await store.rounds(session_id)
-        created = await served.shared.created() if served.shared is not None else {}
-        if session_id in created and (created[session_id].get("scope") or None) == scope:
-            return created[session_id], []
+        created = (
+            await served.shared.created_session(session_id) if served.shared is not None else None
+        )
+        if created is not None and (created.get("scope") or None) == scope:
+            return created, []
         raise _no_session(session_id)
 
     async def list_sessions(

@@ -368,6 +368,9 @@ class PgSharedState:
     async def created(self) -> dict[str, dict[str, Any]]:
         return {}
 
+    async def created_session(self, session: str) -> dict[str, Any] | None:
+        return None
+
     async def forget_created(self, session: str) -> None:
         return None
 

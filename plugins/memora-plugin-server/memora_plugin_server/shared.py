@@ -3,8 +3,9 @@
 
 - ``locks/<session>.lock`` — held (``flock``) by the worker running a turn in the session: one
   turn per session across the workers, and released by the OS when that worker dies;
-- ``turns/<session>/<turn>.jsonl`` — the turn's chunks, one JSON line each, then ``END``: a
-  client following the turn through another worker reads them from there;
+- ``turns/<session>/<turn>.jsonl`` — the turn's chunks, one JSON line each (written in
+  batches, every ``FLUSH_SECONDS``), then ``END``: a client following the turn through another
+  worker reads them from there;
 - ``pauses/<session>.json`` — a paused turn (``agent.pause_state()`` and what the API shows of
   it), so whichever worker gets the approval or the answer resumes it;
 - ``aborts/<session>`` — an abort asked of another worker's turn;
@@ -14,7 +15,7 @@
   file session store writes nothing until then).
 
 Everything here is private (0700 folders, 0600 files) and written atomically where it is read
-whole.  None of it is memory or history: the session store keeps those.
+whole; what is fsynced (pauses, role packs, created sessions) is written off the event loop.  None of it is memory or history: the session store keeps those.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ KEPT_TURNS = 8
 TURN_EVENTS_KEPT_SECONDS = 24 * 3600.0
 """A finished turn's events are replayable this long (and the last KEPT_TURNS per session)."""
 POLL_SECONDS = 0.05
+FLUSH_SECONDS = 0.05
+"""A turn's chunks are written at most this often (one write for all that came meanwhile)."""
 _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -84,6 +87,7 @@ class SharedState(Protocol):
     async def role_pack(self, session: str) -> str | None: ...
     async def note_created(self, session: str, info: dict[str, Any]) -> None: ...
     async def created(self) -> dict[str, dict[str, Any]]: ...
+    async def created_session(self, session: str) -> dict[str, Any] | None: ...
     async def forget_created(self, session: str) -> None: ...
     async def prune(self, older_than: float) -> int: ...
 
@@ -129,19 +133,48 @@ class FileLease:
 
 
 class FileTurnWriter:
-    """Appends a turn's chunks to its file (no fsync: it is a replay cache, not history)."""
+    """Appends a turn's chunks to its file (no fsync: it is a replay cache, not history), in
+    batches: what comes within ``FLUSH_SECONDS`` is one write (followers look every
+    ``POLL_SECONDS`` anyway), and ``end()`` writes what is left, then ``END``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+        self._fd = _open_turn_file(path)
+        self._buffer: list[bytes] = []
+        self._timer: asyncio.TimerHandle | None = None
 
     def add(self, data: str) -> None:
-        os.write(self._fd, data.encode("utf-8") + b"\n")
+        self._buffer.append(data.encode("utf-8") + b"\n")
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop to flush later: written now
+                self._flush()
+                return
+            self._timer = loop.call_later(FLUSH_SECONDS, self._flush)
+
+    def _flush(self) -> None:
+        self._timer = None
+        data, self._buffer = b"".join(self._buffer), []
+        if data:
+            with contextlib.suppress(OSError):  # a full disk loses the replay, not the turn
+                os.write(self._fd, data)
 
     async def end(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._fd, END)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._buffer.append(END)
+        self._flush()
         os.close(self._fd)
+
+
+def _open_turn_file(path: Path) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:  # the session's first turn here: its folder is made first
+        path.parent.mkdir(exist_ok=True, mode=0o700)
+        return os.open(path, flags, 0o600)
 
 
 class FileSharedState:
@@ -203,12 +236,15 @@ class FileSharedState:
 
     async def writer(self, session: str, turn_id: str) -> FileTurnWriter:
         folder = self.root / "turns" / _name(session)
-        folder.mkdir(exist_ok=True, mode=0o700)
-        turns = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-        for old in turns[: max(0, len(turns) - KEPT_TURNS + 1)]:
-            with contextlib.suppress(OSError):
-                old.unlink()
         writer = FileTurnWriter(folder / f"{_name(turn_id)}.jsonl")
+        # the last KEPT_TURNS stay; their times are read only when there are more
+        names = [n for n in os.listdir(folder) if n.endswith(".jsonl")]
+        if len(names) > KEPT_TURNS:
+            turns = sorted((folder / n for n in names), key=_mtime)
+            for old in turns[: len(turns) - KEPT_TURNS]:
+                if old != writer.path:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
         atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
         return writer
 
@@ -286,8 +322,8 @@ class FileSharedState:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             return
-        atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8"))
-        os.chmod(path, 0o600)
+        data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+        await asyncio.to_thread(_write_private, path, data)  # fsynced: not on the event loop
 
     async def pause(self, session: str) -> dict[str, Any] | None:
         try:
@@ -307,18 +343,23 @@ class FileSharedState:
         return True
 
     async def note_created(self, session: str, info: dict[str, Any]) -> None:
-        atomic_write_bytes(
-            self.root / "created" / f"{_name(session)}.json", json.dumps(info).encode("utf-8")
-        )
+        path = self.root / "created" / f"{_name(session)}.json"
+        await asyncio.to_thread(atomic_write_bytes, path, json.dumps(info).encode("utf-8"))
 
     async def created(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for path in (self.root / "created").glob("*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                value = json.loads(path.read_bytes())
-                if isinstance(value, dict):
+        def work() -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for path in (self.root / "created").glob("*.json"):
+                value = _read_created(path)
+                if value is not None:
                     out[path.stem] = value
-        return out
+            return out
+
+        return await asyncio.to_thread(work)
+
+    async def created_session(self, session: str) -> dict[str, Any] | None:
+        """What :meth:`created` says of one session (one file read, not the folder's)."""
+        return _read_created(self.root / "created" / f"{_name(session)}.json")
 
     async def version(self, session: str) -> str:
         """Changes whenever a worker changed the session (a turn ended, a role-pack switch):
@@ -334,7 +375,8 @@ class FileSharedState:
         return value
 
     async def set_role_pack(self, session: str, name: str) -> None:
-        atomic_write_bytes(self.root / "role-packs" / _name(session), name.encode("utf-8"))
+        path = self.root / "role-packs" / _name(session)
+        await asyncio.to_thread(atomic_write_bytes, path, name.encode("utf-8"))
 
     async def role_pack(self, session: str) -> str | None:
         try:
@@ -345,6 +387,26 @@ class FileSharedState:
     async def forget_created(self, session: str) -> None:
         with contextlib.suppress(FileNotFoundError, ValueError):
             (self.root / "created" / f"{_name(session)}.json").unlink()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    atomic_write_bytes(path, data)
+    os.chmod(path, 0o600)
+
+
+def _read_created(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # pruned by another worker meanwhile
+        return 0.0
 
 
 def _read_from(path: Path, offset: int) -> bytes:

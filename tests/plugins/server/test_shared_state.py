@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memora_plugin_server.shared import FileSharedState
+from memora_plugin_server.shared import FLUSH_SECONDS, KEPT_TURNS, FileSharedState
 
 
 async def test_a_turn_is_followed_from_its_file(tmp_path: Path) -> None:
@@ -94,3 +94,46 @@ async def test_old_turns_are_pruned(tmp_path: Path) -> None:
     os.utime(old, (1, 1))
     assert await state.prune(3600) == 1
     assert not await state.has_turn("s1", "t_old") and await state.has_turn("s1", "t_new")
+
+
+async def test_a_turns_chunks_are_written_in_batches(tmp_path: Path) -> None:
+    """What streams in within FLUSH_SECONDS is one write: a follower on another worker looks
+    every POLL_SECONDS anyway, and the end marker follows the last chunk."""
+    state = FileSharedState(tmp_path)
+    writer = await state.writer("s1", "t_1")
+    path = tmp_path / "turns" / "s1" / "t_1.jsonl"
+    for i in range(3):
+        writer.add(f'{{"type": "text", "content": "{i}"}}')
+    assert path.read_bytes() == b""  # nothing written chunk by chunk
+    await asyncio.sleep(FLUSH_SECONDS * 3)
+    assert path.read_bytes().count(b"\n") == 3
+    writer.add('{"type": "done"}')
+    await writer.end()  # what is left goes before the end marker
+    assert path.read_bytes().splitlines()[-2:] == [b'{"type": "done"}', b"END"]
+    assert [d async for _, d in state.follow("s1", "t_1")][-1] == '{"type": "done"}'
+
+
+async def test_a_session_keeps_its_last_turns(tmp_path: Path) -> None:
+    state = FileSharedState(tmp_path)
+    turns = [f"t_{i}" for i in range(KEPT_TURNS + 4)]
+    for n, turn in enumerate(turns):
+        writer = await state.writer("s1", turn)
+        writer.add('{"type": "done"}')
+        await writer.end()
+        os.utime(tmp_path / "turns" / "s1" / f"{turn}.jsonl", (1000 + n, 1000 + n))
+    kept = [t for t in turns if await state.has_turn("s1", t)]
+    assert kept == turns[-KEPT_TURNS:]
+
+
+async def test_a_session_made_before_its_first_turn_is_read_alone(tmp_path: Path) -> None:
+    state = FileSharedState(tmp_path)
+    await state.note_created("s1", {"id": "s1", "scope": "alice"})
+    await state.note_created("s2", {"id": "s2", "scope": None})
+    assert await state.created_session("s1") == {"id": "s1", "scope": "alice"}
+    assert await state.created_session("s3") is None
+    assert set(await state.created()) == {"s1", "s2"}
+    await state.forget_created("s1")
+    assert await state.created_session("s1") is None
+    path = tmp_path / "created" / "s2.json"
+    path.write_text("[1, 2]")  # not an object: not a session
+    assert await state.created_session("s2") is None and await state.created() == {}
