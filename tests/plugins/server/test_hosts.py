@@ -6,6 +6,7 @@ dead process's connection went with it) while a follower is told the turn was lo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -165,6 +166,37 @@ async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
         assert await state.prune(3600) == 1
         assert not await state.has_turn("s1", "t_old") and await state.has_turn("s1", "t_new")
         assert [d async for _, d in state.follow("s1", "t_new")] == ['{"type": "done"}']
+    finally:
+        await state.close()
+        await db.close()
+
+
+async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) -> None:
+    """What streams in within FLUSH_SECONDS goes to PostgreSQL as one batch, and a follower
+    reads every chunk back in order, text of any kind intact."""
+    from memora_plugin_postgres.database import Database
+    from memora_plugin_server.pg_shared import PgSharedState
+
+    db = Database(pg_dsn)
+    state = PgSharedState(db, f"batch-{time.time_ns()}")
+    await state.start()
+    try:
+        lease = await state.try_lock("s1")
+        assert lease is not None
+        writer = await state.writer("s1", "t_1")
+        sent = [
+            json.dumps({"type": "text", "content": f"{i} 你好 'quoted' \\ {{}}"})
+            for i in range(120)
+        ]
+        for data in sent:
+            writer.add(data)
+        sent.append('{"type": "done"}')
+        writer.add(sent[-1])
+        await writer.end()
+        await lease.release()
+        got = [item async for item in state.follow("s1", "t_1")]
+        assert got == list(enumerate(sent, 1))
+        assert [d async for _, d in state.follow("s1", "t_1", after=118)] == sent[118:]
     finally:
         await state.close()
         await db.close()
