@@ -15,7 +15,8 @@
   file session store writes nothing until then).
 
 Everything here is private (0700 folders, 0600 files) and written atomically where it is read
-whole; what is fsynced (pauses, role packs, created sessions) is written off the event loop.  None of it is memory or history: the session store keeps those.
+whole; what is fsynced (pauses, role packs, created sessions) is written off the event loop.
+None of it is memory or history: the session store keeps those.
 """
 
 from __future__ import annotations
