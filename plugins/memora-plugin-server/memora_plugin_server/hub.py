@@ -70,6 +70,8 @@ class _Slot:
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     scope: str | None = None
     """The memory scope (user) the session belongs to, known once its Agent was opened."""
+    pack: str | None = None
+    """The shared role pack the Agent was opened with or switched to (shared mode)."""
 
     @property
     def busy(self) -> bool:
@@ -300,13 +302,10 @@ class Hub:
         self._own_slot(slot, scope)
         async with slot.opening:
             shared = slot.project.shared
-            if (
-                slot.agent is not None
-                and shared is not None
-                and not slot.busy
-                and await shared.version(session_id) != slot.version
-            ):
-                await self._close_agent(slot)
+            if slot.agent is not None and shared is not None and not slot.busy:
+                version = await shared.version(session_id)
+                if version != slot.version and not await self._reread(slot, shared, version):
+                    await self._close_agent(slot)
             self._own_slot(slot, scope)
             if slot.agent is None:
                 runtime = slot.project.runtime
@@ -325,6 +324,7 @@ class Hub:
                     pack = await shared.role_pack(session_id)
                     if pack:
                         options["active_role_pack"] = pack
+                    slot.pack = pack or None
                     pause = await shared.pause(session_id)
                 await self._trim(self.max_open_sessions - 1, keep=slot)
                 agent = await runtime.agent(**options)
@@ -339,6 +339,27 @@ class Hub:
                 slot.agent = agent
                 slot.scope = scope
             return slot.agent
+
+    @staticmethod
+    async def _reread(slot: _Slot, shared: SharedState, version: str) -> bool:
+        """Another worker moved the session on: read its history and rounds again into the
+        open Agent when nothing else changed — the role pack is the one it has, and no turn
+        is paused on either side.  A fraction of closing the Agent and opening a new one (its
+        tools, role packs and prompts stay built).  False: open it anew."""
+        agent = slot.agent
+        if agent is None or agent.paused_turn is not None:
+            return False
+        session_id = slot.session_id
+        if await shared.pause(session_id) is not None:
+            return False
+        if (await shared.role_pack(session_id) or None) != slot.pack:
+            return False
+        try:
+            await agent.switch_session(session_id)
+        except MemoraError:
+            return False
+        slot.version = version
+        return True
 
     def live(self, project: str, session_id: str) -> Agent | None:
         """The session's Agent when this process has it open (no opening)."""
@@ -520,6 +541,7 @@ class Hub:
             shared = slot.project.shared
             if shared is not None:
                 await shared.set_role_pack(session_id, active)
+                slot.pack = active
                 slot.version = await shared.bump(session_id)
             return active
         finally:
