@@ -195,6 +195,39 @@ async def test_both_stores_answer_alike(store: Any) -> None:
     assert info.value.code == ErrorCode.NOT_FOUND
 
 
+async def test_a_session_loads_at_once_as_its_parts_read(store: Any) -> None:
+    """``load`` (what an Agent reads when it opens a session) is ``get``, ``messages`` and
+    ``rounds`` in one; ``None`` for a session that is not there."""
+    assert await store.load("nope") is None
+    made = await store.create(session_id="a", title="标题")
+    loaded = await store.load("a")  # created, nothing written yet
+    assert loaded is not None
+    assert (loaded.info.id, loaded.info.title, loaded.messages, loaded.rounds) == (
+        "a",
+        "标题",
+        [],
+        [],
+    )
+    turns = [("first 问题", 100.0), ("second", 200.0)]
+    for n, (words, ended) in enumerate(turns):
+        await store.append_turn(
+            "a",
+            [{"role": "user", "content": words}, {"role": "assistant", "content": f"ok {n}"}],
+            _round(f"r{n}", words, ended),
+        )
+    loaded = await store.load("a")
+    assert loaded is not None
+    assert loaded.info == await store.get("a") and loaded.info.round_count == 2
+    assert loaded.info.created_at == made.created_at
+    assert loaded.messages == await store.messages("a")
+    assert [m["content"] for m in loaded.messages] == ["first 问题", "ok 0", "second", "ok 1"]
+    assert [r.to_dict() for r in loaded.rounds] == [r.to_dict() for r in await store.rounds("a")]
+    if isinstance(store, JsonlSessionStore):  # an id that is no folder name is refused
+        with pytest.raises(MemoraError) as info:
+            await store.load("../a")
+        assert info.value.code == ErrorCode.INVALID_INPUT
+
+
 async def test_a_log_file_in_another_name_is_not_a_session(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotAvailableError, NotFoundError
 from ..events import ArchiveFailed, EventEmitter
 from ..llm.types import Message
-from ..memory.sessions import RoundRecord, SessionInfo, SessionStore
+from ..memory.sessions import RoundRecord, SessionContents, SessionInfo, SessionStore
 from ..memory.storage import accepts_keyword
 from ..tools.task_table import PlanItem
 from .context_window import ContextWindow
@@ -50,6 +50,20 @@ class SummaryPlan:
     focus: str | None
     verbatim_tokens: int
     messages: Messages
+
+
+async def _find(
+    store: SessionStore, session_id: str
+) -> tuple[SessionInfo, SessionContents | None] | None:
+    """The session's info, with its contents when the store reads them at once (``load``);
+    ``None``: no such session."""
+    load = getattr(store, "load", None)
+    if load is not None:
+        loaded: SessionContents | None = await load(session_id)
+        return None if loaded is None else (loaded.info, loaded)
+    if not await store.exists(session_id):
+        return None
+    return await store.get(session_id), None
 
 
 class LiveSession:
@@ -101,11 +115,12 @@ class LiveSession:
         """Open ``session_id`` (None: the most recent, else a new one), created if missing; its
         history, rounds and plan are read back."""
         store = self._runtime.session_store
+        loaded: SessionContents | None = None
         if session_id is None:
             existing = [i for i in await store.list() if i.scope == self.scope]
             info = existing[0] if existing else await self._new(store)
-        elif await store.exists(session_id):
-            info = await store.get(session_id)
+        elif (opened := await _find(store, session_id)) is not None:
+            info, loaded = opened
             if info.scope != self.scope:
                 # another user's session is not there for this one (nor a user's for the
                 # project's unscoped Agent, whose memories would leak its rounds)
@@ -117,11 +132,15 @@ class LiveSession:
         else:
             info = await self._new(store, session_id=session_id)
         self._runtime.hold(holder, info.id, self.session_id or None)
-        history = [message_from_dict(m) for m in await store.messages(info.id)]
+        messages = loaded.messages if loaded is not None else await store.messages(info.id)
+        history = [message_from_dict(m) for m in messages]
         round_store = self._runtime.round_store
         if round_store is not store and not await round_store.exists(info.id):
             await round_store.create(session_id=info.id)  # a separate round store follows
-        rounds = await round_store.rounds(info.id)
+        if loaded is not None and round_store is store:
+            rounds = loaded.rounds
+        else:
+            rounds = await round_store.rounds(info.id)
         plan: builtins.list[dict[str, Any]] = []
         for r in reversed(rounds):  # the plan as the last round that changed it left it
             found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
@@ -55,6 +55,7 @@ __all__ = [
     "InMemorySessionStore",
     "JsonlSessionStore",
     "RoundRecord",
+    "SessionContents",
     "SessionInfo",
     "SessionStore",
     "lines_until_round",
@@ -367,12 +368,40 @@ class _SessionLock:
             self._held[self._key] = (lock, users - 1)
 
 
+class SessionContents(NamedTuple):
+    """What an Agent reads when it opens a session: ``get``, ``messages`` and ``rounds`` in
+    one (``load``)."""
+
+    info: SessionInfo
+    messages: builtins.list[dict[str, Any]]
+    rounds: builtins.list[RoundRecord]
+
+
+def _messages_of(lines: Iterable[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    return [
+        {k: v for k, v in x.items() if k != "kind"} for x in lines if x.get("kind") == "message"
+    ]
+
+
+def _rounds_of(session_id: str, lines: Iterable[dict[str, Any]]) -> builtins.list[RoundRecord]:
+    out = []
+    for line in lines:
+        if line.get("kind") == "round" and "round_id" in line:
+            try:
+                out.append(RoundRecord.from_dict(line))
+            except (TypeError, ValueError) as exc:
+                logger.warning("session %s: malformed round skipped: %s", session_id, exc)
+    return out
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     """What a session store does (``register_session_stores``; the built-in ``jsonl`` and
     ``memory`` stores, ``postgres``): sessions with their message history and their rounds.
     A store may also offer ``append_turn(session_id, messages, record)``, one write for a
-    finished turn's messages and round."""
+    finished turn's messages and round, and ``load(session_id)``, a :class:`SessionContents`
+    (or ``None`` when there is no such session) read at once — what an Agent reads when it
+    opens a session, otherwise asked for with ``exists``, ``get``, ``messages`` and ``rounds``."""
 
     async def create(
         self, title: str = "", session_id: str | None = None, *, scope: str | None = None
@@ -641,12 +670,23 @@ class JsonlSessionStore:
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         if session_id in self._unwritten:
             return []
-        lines = await asyncio.to_thread(self._lines, session_id)
-        return [
-            {k: v for k, v in line.items() if k != "kind"}
-            for line in lines
-            if line.get("kind") == "message"
-        ]
+        return _messages_of(await asyncio.to_thread(self._lines, session_id))
+
+    async def load(self, session_id: str) -> SessionContents | None:
+        """The session's info, messages and rounds (``get``, ``messages``, ``rounds``) in one
+        trip to a worker thread and one reading of its log; ``None`` when there is no such
+        session."""
+        unwritten = self._unwritten.get(session_id)
+        if unwritten is not None:
+            return SessionContents(unwritten.copy(), [], [])
+        return await asyncio.to_thread(self._load, session_id)
+
+    def _load(self, session_id: str) -> SessionContents | None:
+        if not self._is_session(self._dir(session_id)):
+            return None
+        info = self._read_meta(session_id)
+        lines = self._lines(session_id)
+        return SessionContents(info, _messages_of(lines), _rounds_of(session_id, lines))
 
     async def append_round(self, session_id: str, record: RoundRecord) -> None:
         await self.append_turn(session_id, (), record)
@@ -663,15 +703,7 @@ class JsonlSessionStore:
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         if session_id in self._unwritten:
             return []
-        lines = await asyncio.to_thread(self._lines, session_id)
-        out = []
-        for line in lines:
-            if line.get("kind") == "round" and "round_id" in line:
-                try:
-                    out.append(RoundRecord.from_dict(line))
-                except (TypeError, ValueError) as exc:
-                    logger.warning("session %s: malformed round skipped: %s", session_id, exc)
-        return out
+        return _rounds_of(session_id, await asyncio.to_thread(self._lines, session_id))
 
     async def fork(
         self, session_id: str, at_round_id: str | None = None, title: str = ""
@@ -792,6 +824,15 @@ class InMemorySessionStore:
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         self._get(session_id)
         return [RoundRecord.from_dict(x) for x in self._lines[session_id] if x["kind"] == "round"]
+
+    async def load(self, session_id: str) -> SessionContents | None:
+        if session_id not in self._meta:
+            return None
+        return SessionContents(
+            self._info(session_id),
+            await self.messages(session_id),
+            await self.rounds(session_id),
+        )
 
     async def fork(
         self, session_id: str, at_round_id: str | None = None, title: str = ""

@@ -17,7 +17,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from memora.errors import ErrorCode, MemoraError
-from memora.memory.sessions import RoundRecord, SessionInfo, lines_until_round
+from memora.memory.sessions import RoundRecord, SessionContents, SessionInfo, lines_until_round
 
 from .database import Database, namespace_from
 
@@ -154,6 +154,28 @@ class PostgresSessionStore:
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._lines(session_id, "message")
+
+    async def load(self, session_id: str) -> SessionContents | None:
+        """The session's info, messages and rounds through one connection (what ``exists``,
+        ``get``, ``messages`` and ``rounds`` take four for); ``None`` when there is none."""
+        async with await self._conn() as conn:
+            cur = await conn.execute(
+                _INFO.format(where="AND s.id = %s"), (self.namespace, session_id)
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            cur = await conn.execute(
+                "SELECT kind, body FROM memora_session_lines WHERE namespace=%s "
+                "AND session_id=%s AND kind IN ('message', 'round') ORDER BY seq",
+                (self.namespace, session_id),
+            )
+            lines = await cur.fetchall()
+        return SessionContents(
+            _info(row),
+            [dict(body) for kind, body in lines if kind == "message"],
+            [RoundRecord.from_dict(body) for kind, body in lines if kind == "round"],
+        )
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         return [RoundRecord.from_dict(b) for b in await self._lines(session_id, "round")]

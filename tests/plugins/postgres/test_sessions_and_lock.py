@@ -48,6 +48,12 @@ async def test_session_store_lifecycle(pg_dsn: str) -> None:
         rounds = await store.rounds(s.id)
         assert [r.round_id for r in rounds] == ["r0", "r1", "r2"]
         assert rounds[0].events == [{"type": "x"}]
+        # what an Agent reads when it opens the session, through one connection
+        loaded = await store.load(s.id)
+        assert loaded is not None and loaded.info == info
+        assert loaded.messages == await store.messages(s.id)
+        assert [r.to_dict() for r in loaded.rounds] == [r.to_dict() for r in rounds]
+        assert await store.load("missing") is None
         fork, count = await store.fork(s.id, "r1")
         assert count == 2 and fork.parent_id == s.id and fork.fork_round_id == "r1"
         assert [r.round_id for r in await store.rounds(fork.id)] == ["r0", "r1"]
