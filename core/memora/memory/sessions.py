@@ -368,6 +368,16 @@ class _SessionLock:
             self._held[self._key] = (lock, users - 1)
 
 
+def _with_derived(
+    info: SessionInfo, rounds: int, first_user: str | None, last_ended: float
+) -> None:
+    """What a session's log says of it: its round count, last update and default title."""
+    info.round_count = rounds
+    info.updated_at = max(float(info.updated_at or 0.0), last_ended)
+    if not info.title and first_user:
+        info.title = first_user.strip().splitlines()[0][:80] if first_user.strip() else ""
+
+
 class SessionContents(NamedTuple):
     """What an Agent reads when it opens a session: ``get``, ``messages`` and ``rounds`` in
     one (``load``)."""
@@ -484,10 +494,16 @@ class JsonlSessionStore:
 
     def _read_meta(self, session_id: str) -> SessionInfo:
         """meta.json plus what is derived from the log (round count, last update, title)."""
-        folder = self._dir(session_id)
         unwritten = self._unwritten.get(session_id)
         if unwritten is not None:
             return unwritten.copy()
+        folder = self._dir(session_id)
+        info = self._meta_only(session_id, folder)
+        _with_derived(info, *self._derived(folder))
+        return info
+
+    def _meta_only(self, session_id: str, folder: Path) -> SessionInfo:
+        """meta.json (or, before it was written, the first log's ``session`` line)."""
         path = folder / "meta.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -499,13 +515,7 @@ class JsonlSessionStore:
             path = logs[0]
         except ValueError as exc:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"{path} is corrupt: {exc}") from exc
-        info = _meta_info(session_id, data, path)
-        rounds, first_user, last_ended = self._derived(folder)
-        info.round_count = rounds
-        info.updated_at = max(float(info.updated_at or 0.0), last_ended)
-        if not info.title and first_user:
-            info.title = first_user.strip().splitlines()[0][:80] if first_user.strip() else ""
-        return info
+        return _meta_info(session_id, data, path)
 
     def _derived(self, folder: Path) -> tuple[int, str | None, float]:
         index_path = folder / _INDEX
@@ -682,10 +692,23 @@ class JsonlSessionStore:
         return await asyncio.to_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> SessionContents | None:
-        if not self._is_session(self._dir(session_id)):
+        folder = self._dir(session_id)
+        if not self._is_session(folder):
             return None
-        info = self._read_meta(session_id)
+        info = self._meta_only(session_id, folder)
         lines = self._lines(session_id)
+        # the counts from the lines just read, as the index would give them (the index is
+        # brought up to date by get and list, which read no whole log)
+        rounds, first_user, last_ended = 0, None, 0.0
+        for line in lines:
+            if line.get("kind") == "round":
+                rounds += 1
+                if first_user is None:
+                    first_user = str(line.get("user", ""))
+                ended = line.get("ended_at")
+                if isinstance(ended, (int, float)):
+                    last_ended = max(last_ended, float(ended))
+        _with_derived(info, rounds, first_user, last_ended)
         return SessionContents(info, _messages_of(lines), _rounds_of(session_id, lines))
 
     async def append_round(self, session_id: str, record: RoundRecord) -> None:
