@@ -23,6 +23,7 @@ about 1x).  Then the same with `--workers 2` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -413,6 +414,7 @@ def main() -> None:
             ]
         )
         workers_line("SQLite", rows[one_label], rows[two_label])
+        landing(upstream, tmp / "landing")
         try:
             from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
         except ImportError:
@@ -439,6 +441,69 @@ def main() -> None:
             f"p50 {two_pg['p50'] - rows[bare_label]['p50']:+.1f} ms; no turn lost or duplicated"
         )
         workers_line("PostgreSQL", one_pg, two_pg)
+
+
+async def landing_pass(upstream: str, root: Path, alternate: bool) -> float:
+    """Median CPU of a turn (this process: the client, two shared apps, their agents) over 10
+    sessions x 8 turns, every turn on the first app or each on the other app than the last."""
+    from memora_plugin_openai.provider import OpenAIProvider
+    from memora_plugin_server import create_app
+    from memora_plugin_server.config import ServerSettings
+
+    project = root / "proj"
+    project.mkdir(parents=True)
+    settings = ServerSettings(rate_limit_per_minute=1_000_000)
+    apps = [
+        create_app(
+            project,
+            settings=settings,
+            shared=True,
+            provider=OpenAIProvider(model="bench", base_url=upstream),
+            config_dir=root / "user",
+            load_entrypoints=False,
+        )
+        for _ in range(2)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for app in apps:
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx2.ASGITransport(app=app, client=("127.0.0.1", 4242))
+            clients.append(
+                await stack.enter_async_context(
+                    httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60)
+                )
+            )
+        made = [await clients[0].post("/v1/projects/proj/sessions", json={}) for _ in range(10)]
+        sessions = [r.json()["id"] for r in made]
+        took = []
+        for n in range(8):
+            for sid in sessions:
+                client = clients[n % 2] if alternate else clients[0]
+                t = time.process_time()
+                _wall, done = await read_turn(
+                    client, f"/v1/projects/proj/sessions/{sid}/turns", f"turn {n} steps=0"
+                )
+                if done != 1:
+                    raise SystemExit(f"landing: a turn ended with {done} done events")
+                if n:
+                    took.append(time.process_time() - t)
+    return statistics.median(took)
+
+
+def landing(upstream: str, root: Path) -> None:
+    """What a turn costs when it lands on the worker that did not run the session's last one
+    (it reads the session the other moved on), against one on the same worker: two shared apps
+    in this process, so the turns land where the bench says, not where the OS puts them."""
+    same: list[float] = []
+    other: list[float] = []
+    for i in range(3):
+        same.append(asyncio.run(landing_pass(upstream, root / f"same{i}", False)))
+        other.append(asyncio.run(landing_pass(upstream, root / f"other{i}", True)))
+    print(
+        "  a turn landing on the other worker / on the one that ran the session's last turn "
+        f"(two shared apps in one process): CPU {statistics.median(other) / statistics.median(same):.2f}x"
+    )
 
 
 def workers_line(storage: str, one: dict[str, float], two: dict[str, float]) -> None:
