@@ -228,6 +228,25 @@ async def test_a_session_loads_at_once_as_its_parts_read(store: Any) -> None:
         assert info.value.code == ErrorCode.INVALID_INPUT
 
 
+async def test_a_session_created_here_and_written_by_another_process(tmp_path: Path) -> None:
+    """Two processes on one folder (a server's workers): a session this store created and
+    keeps in memory until its first turn was written by the other — this one reads what was
+    written and appends after it, never a second header."""
+    here, there = JsonlSessionStore(tmp_path), JsonlSessionStore(tmp_path)
+    await here.create(session_id="s", title="made here")
+    await there.create(session_id="s", title="made here")  # told of it, it runs the first turn
+    await there.append_turn("s", [{"role": "user", "content": "第一"}], _round("r1", "第一"))
+    assert [m["content"] for m in await here.messages("s")] == ["第一"]
+    assert [r.round_id for r in await here.rounds("s")] == ["r1"]
+    assert (await here.get("s")).round_count == 1
+    assert [i.round_count for i in await here.list()] == [1]
+    await here.append_turn("s", [{"role": "user", "content": "second"}], _round("r2", "second"))
+    loaded = await there.load("s")
+    assert loaded is not None and [r.round_id for r in loaded.rounds] == ["r1", "r2"]
+    log = next((tmp_path / "sessions" / "s").glob("*.jsonl")).read_text(encoding="utf-8")
+    assert [json.loads(line)["kind"] for line in log.splitlines()].count("session") == 1
+
+
 async def test_a_log_file_in_another_name_is_not_a_session(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

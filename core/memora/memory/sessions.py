@@ -472,6 +472,19 @@ class JsonlSessionStore:
         # its fsynced log without it, and is still a session
         return (folder / "meta.json").is_file() or any(folder.glob("*.jsonl"))
 
+    def _pending(self, session_id: str) -> SessionInfo | None:
+        """The session as created here, while no process has written it yet.  Once one has —
+        another worker of the same server ran its first turn — the disk is the truth: the entry
+        goes, or this process would read the session as empty and write its header twice."""
+        info = self._unwritten.get(session_id)
+        if info is None:
+            return None
+        if self._is_session(self._dir(session_id)):
+            self._unwritten.pop(session_id, None)
+            self._seen(session_id)
+            return None
+        return info
+
     def _existing(self, session_id: str) -> Path:
         folder = self._dir(session_id)
         if session_id in self._found or session_id in self._unwritten:
@@ -494,7 +507,7 @@ class JsonlSessionStore:
 
     def _read_meta(self, session_id: str) -> SessionInfo:
         """meta.json plus what is derived from the log (round count, last update, title)."""
-        unwritten = self._unwritten.get(session_id)
+        unwritten = self._pending(session_id)
         if unwritten is not None:
             return unwritten.copy()
         folder = self._dir(session_id)
@@ -569,7 +582,7 @@ class JsonlSessionStore:
             return None
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
-        unwritten = self._unwritten.get(session_id)
+        unwritten = self._pending(session_id)
         if unwritten is not None:
             # the session's first append: the session line leads the turn's lines, in the same
             # write and fsync (a meta.json beside it would cost a file and a rename more)
@@ -642,7 +655,7 @@ class JsonlSessionStore:
         return info.copy()
 
     async def get(self, session_id: str) -> SessionInfo:
-        if session_id in self._unwritten:
+        if self._pending(session_id) is not None:
             return self._read_meta(session_id)
         return await asyncio.to_thread(self._read_meta, session_id)
 
@@ -652,7 +665,8 @@ class JsonlSessionStore:
 
     async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
         def work() -> builtins.list[SessionInfo]:
-            infos = [i.copy() for i in builtins.list(self._unwritten.values())]
+            pending = (self._pending(sid) for sid in builtins.list(self._unwritten))
+            infos = [i.copy() for i in pending if i is not None]
             seen = {i.id for i in infos}
             if not self.root.is_dir():
                 return infos
@@ -678,7 +692,7 @@ class JsonlSessionStore:
             await asyncio.to_thread(self._append, session_id, lines)
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
-        if session_id in self._unwritten:
+        if self._pending(session_id) is not None:
             return []
         return _messages_of(await asyncio.to_thread(self._lines, session_id))
 
@@ -686,7 +700,7 @@ class JsonlSessionStore:
         """The session's info, messages and rounds (``get``, ``messages``, ``rounds``) in one
         trip to a worker thread and one reading of its log; ``None`` when there is no such
         session."""
-        unwritten = self._unwritten.get(session_id)
+        unwritten = self._pending(session_id)
         if unwritten is not None:
             return SessionContents(unwritten.copy(), [], [])
         return await asyncio.to_thread(self._load, session_id)
@@ -724,7 +738,7 @@ class JsonlSessionStore:
             await asyncio.to_thread(self._append, session_id, lines)
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
-        if session_id in self._unwritten:
+        if self._pending(session_id) is not None:
             return []
         return _rounds_of(session_id, await asyncio.to_thread(self._lines, session_id))
 

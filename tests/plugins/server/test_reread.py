@@ -5,6 +5,7 @@ the rounds changed (the role pack)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -81,3 +82,25 @@ async def test_a_session_moved_on_elsewhere_is_read_again_into_the_open_agent(
         assert reopened.role_pack.active.name == "reviewer"
         asked = [m.content for m in provider.requests[-1].messages if m.role == "user"]
         assert len([q for q in asked if q.startswith("the ")]) == 4
+
+
+async def test_a_session_made_on_one_worker_and_first_turned_on_the_other(
+    tmp_path: Path,
+) -> None:
+    """The worker that created a session keeps it in memory until its first turn; when the
+    other worker ran that turn, the creator reads what was written, not its empty session."""
+    provider = ScriptedProvider([], default=text("noted"))
+    async with two_workers(tmp_path, provider) as (_, (first, second)):
+        sid = (await second.post("/v1/projects/proj/sessions", json={})).json()["id"]
+        await turn(first, sid, "the first question, on worker one")
+        await turn(second, sid, "the second question, on worker two")
+        asked = [m.content for m in provider.requests[-1].messages if m.role == "user"]
+        assert [q.split(",")[0] for q in asked] == ["the first question", "the second question"]
+        for client in (first, second):
+            info = (await client.get(f"/v1/projects/proj/sessions/{sid}")).json()
+            assert len(info["rounds"]) == 2
+            listed = (await client.get("/v1/projects/proj/sessions")).json()["sessions"]
+            assert [s["round_count"] for s in listed if s["id"] == sid] == [2]
+    logs = list((tmp_path / "proj").rglob(f"sessions/{sid}/*.jsonl"))
+    kinds = [json.loads(line)["kind"] for log in logs for line in log.read_text().splitlines()]
+    assert kinds.count("session") == 1 and kinds.count("round") == 2
