@@ -247,6 +247,35 @@ async def test_a_session_created_here_and_written_by_another_process(tmp_path: P
     assert [json.loads(line)["kind"] for line in log.splitlines()].count("session") == 1
 
 
+async def test_a_session_read_on_from_its_mark(tmp_path: Path) -> None:
+    """``load(after=mark)`` reads only what was written since the mark — by this store or
+    another on the same folder, in a new day's log too; a log cut shorter than its mark (or
+    gone) is read whole again, and says so (``since`` None)."""
+    here, there = JsonlSessionStore(tmp_path), JsonlSessionStore(tmp_path)
+    await here.create(session_id="s")
+    await here.append_turn("s", [{"role": "user", "content": "一"}], _round("r1", "一", 100.0))
+    first = await here.load("s")
+    assert first is not None and first.since is None and first.mark is not None
+    await there.append_turn("s", [{"role": "user", "content": "二"}], _round("r2", "二", 200.0))
+    (tmp_path / "sessions" / "s" / "2099-01-01.jsonl").write_text(
+        json.dumps({"kind": "message", "role": "user", "content": "三"}) + "\n",
+        encoding="utf-8",
+    )
+    on = await here.load("s", after=first.mark)
+    assert on is not None and on.since is first.mark
+    assert [m["content"] for m in on.messages] == ["二", "三"]
+    assert [r.round_id for r in on.rounds] == ["r2"]
+    whole = await here.load("s")
+    assert whole is not None and on.info == whole.info and whole.info.round_count == 2
+    assert (await here.load("s", after=on.mark)).messages == []  # type: ignore[union-attr]
+    # a log shorter than its mark: read from the start
+    log = next(p for p in (tmp_path / "sessions" / "s").glob("*.jsonl") if "2099" not in p.name)
+    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    again = await here.load("s", after=on.mark)
+    assert again is not None and again.since is None
+    assert again.messages[-1]["content"] == "三"
+
+
 async def test_a_log_file_in_another_name_is_not_a_session(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -53,17 +53,33 @@ class SummaryPlan:
 
 
 async def _find(
-    store: SessionStore, session_id: str
+    store: SessionStore, session_id: str, after: object = None
 ) -> tuple[SessionInfo, SessionContents | None] | None:
-    """The session's info, with its contents when the store reads them at once (``load``);
+    """The session's info, with its contents when the store reads them at once (``load``;
+    from ``after``, the mark of this session's last load, when the store reads on from one);
     ``None``: no such session."""
     load = getattr(store, "load", None)
     if load is not None:
-        loaded: SessionContents | None = await load(session_id)
+        if after is not None and accepts_keyword(load, "after"):
+            loaded: SessionContents | None = await load(session_id, after=after)
+        else:
+            loaded = await load(session_id)
         return None if loaded is None else (loaded.info, loaded)
     if not await store.exists(session_id):
         return None
     return await store.get(session_id), None
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A session as an Agent last read it from its store: where the read ended (the store's
+    mark) and what the history, rounds and plan were up to there."""
+
+    session_id: str
+    mark: object
+    history: builtins.list[Message]
+    round_ids: builtins.list[str]
+    plan: builtins.list[dict[str, Any]]
 
 
 class LiveSession:
@@ -99,6 +115,8 @@ class LiveSession:
         self._tool_context: ToolContext | None = None
         self._plan_seen: tuple[tuple[Any, ...], ...] = ()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._read: _Read | None = None
+        """The session as last read from the store, to read on from when it is opened again."""
 
     def bind(self, tool_context: ToolContext) -> None:
         """The tool context whose task table and file stamps are the session's."""
@@ -115,11 +133,17 @@ class LiveSession:
         """Open ``session_id`` (None: the most recent, else a new one), created if missing; its
         history, rounds and plan are read back."""
         store = self._runtime.session_store
+        round_store = self._runtime.round_store
         loaded: SessionContents | None = None
+        read, self._read = self._read, None
+        if read is not None and (read.session_id != session_id or round_store is not store):
+            read = None
         if session_id is None:
             existing = [i for i in await store.list() if i.scope == self.scope]
             info = existing[0] if existing else await self._new(store)
-        elif (opened := await _find(store, session_id)) is not None:
+        elif (
+            opened := await _find(store, session_id, read.mark if read is not None else None)
+        ) is not None:
             info, loaded = opened
             if info.scope != self.scope:
                 # another user's session is not there for this one (nor a user's for the
@@ -134,20 +158,29 @@ class LiveSession:
         self._runtime.hold(holder, info.id, self.session_id or None)
         messages = loaded.messages if loaded is not None else await store.messages(info.id)
         history = [message_from_dict(m) for m in messages]
-        round_store = self._runtime.round_store
         if round_store is not store and not await round_store.exists(info.id):
             await round_store.create(session_id=info.id)  # a separate round store follows
         if loaded is not None and round_store is store:
             rounds = loaded.rounds
         else:
             rounds = await round_store.rounds(info.id)
-        plan: builtins.list[dict[str, Any]] = []
+        plan: builtins.list[dict[str, Any]] | None = None
         for r in reversed(rounds):  # the plan as the last round that changed it left it
             found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
             if found is not None:
                 plan = list(found.get("items") or [])
                 break
-        self.reset(info.id, history, [r.round_id for r in rounds], plan)
+        round_ids = [r.round_id for r in rounds]
+        if loaded is not None and loaded.since is not None and read is not None:
+            # read on from the last read: what it read, then what was written since (this
+            # Agent's own turns included) — what a read from the start gives
+            history = [*read.history, *history]
+            round_ids = [*read.round_ids, *round_ids]
+            if plan is None:
+                plan = read.plan
+        if loaded is not None and loaded.mark is not None and round_store is store:
+            self._read = _Read(info.id, loaded.mark, history, list(round_ids), plan or [])
+        self.reset(info.id, history, round_ids, plan or [])
 
     async def _new(
         self, store: SessionStore, *, title: str = "", session_id: str | None = None
@@ -169,6 +202,7 @@ class LiveSession:
         if runtime.round_store is not runtime.session_store:
             await runtime.round_store.create(session_id=info.id, title=title)
         runtime.hold(holder, info.id, self.session_id or None)
+        self._read = None
         self.reset(info.id, [], [])  # just created: nothing to read back
         return str(info.id)
 

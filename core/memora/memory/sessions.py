@@ -368,6 +368,39 @@ class _SessionLock:
             self._held[self._key] = (lock, users - 1)
 
 
+def _read_logs(
+    folder: Path, offsets: dict[str, int]
+) -> tuple[builtins.list[dict[str, Any]], tuple[tuple[str, int], ...]] | None:
+    """The lines of a session's logs, each log from its offset in ``offsets`` (0 when absent),
+    and the bytes read of each; ``None`` when a log named in ``offsets`` is gone or shorter."""
+    out: builtins.list[dict[str, Any]] = []
+    sizes = []
+    paths = sorted(folder.glob("*.jsonl"))
+    if not set(offsets) <= {p.name for p in paths}:
+        return None
+    for path in paths:
+        start = offsets.get(path.name, 0)
+        with path.open("rb") as fh:
+            if start:
+                if os.fstat(fh.fileno()).st_size < start:
+                    return None
+                fh.seek(start)
+            data = fh.read()
+        sizes.append((path.name, start + len(data)))
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            if not raw.strip():
+                continue
+            try:
+                item = json.loads(raw)
+            except ValueError:
+                where = f"line {n}" if not start else f"line {n} after byte {start}"
+                logger.warning("%s %s is torn or corrupt; skipped", path, where)
+                continue
+            if isinstance(item, dict):
+                out.append(item)
+    return out, tuple(sizes)
+
+
 def _with_derived(
     info: SessionInfo, rounds: int, first_user: str | None, last_ended: float
 ) -> None:
@@ -385,6 +418,23 @@ class SessionContents(NamedTuple):
     info: SessionInfo
     messages: builtins.list[dict[str, Any]]
     rounds: builtins.list[RoundRecord]
+    mark: Any = None
+    """Where this read ended, in the store's own terms: ``load(session_id, after=mark)`` may
+    then read only what was written since (``None``: the store cannot)."""
+    since: Any = None
+    """The ``after`` mark this read went on from — ``messages`` and ``rounds`` are then only
+    what was written after it — or ``None``: the whole session."""
+
+
+@dataclass(frozen=True, slots=True)
+class _LogMark:
+    """Where a read of a session's logs ended (a JSONL store's ``SessionContents.mark``): the
+    bytes read of each log and what the lines up to there said of the session."""
+
+    sizes: tuple[tuple[str, int], ...]
+    rounds: int
+    first_user: str | None
+    last_ended: float
 
 
 def _messages_of(lines: Iterable[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
@@ -620,21 +670,9 @@ class JsonlSessionStore:
             self._seen(session_id)
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
-        folder = self._existing(session_id)
-        out: builtins.list[dict[str, Any]] = []
-        for path in sorted(folder.glob("*.jsonl")):
-            with path.open("rb") as fh:
-                for n, raw in enumerate(fh, 1):
-                    if not raw.strip():
-                        continue
-                    try:
-                        item = json.loads(raw)
-                    except ValueError:
-                        logger.warning("%s line %d is torn or corrupt; skipped", path, n)
-                        continue
-                    if isinstance(item, dict):
-                        out.append(item)
-        return out
+        read = _read_logs(self._existing(session_id), {})
+        assert read is not None  # from the start, every log is read whole
+        return read[0]
 
     # -- API -------------------------------------------------------------------------------------
 
@@ -696,24 +734,36 @@ class JsonlSessionStore:
             return []
         return _messages_of(await asyncio.to_thread(self._lines, session_id))
 
-    async def load(self, session_id: str) -> SessionContents | None:
+    async def load(self, session_id: str, *, after: object = None) -> SessionContents | None:
         """The session's info, messages and rounds (``get``, ``messages``, ``rounds``) in one
         trip to a worker thread and one reading of its log; ``None`` when there is no such
-        session."""
+        session.  ``after``: the ``mark`` of an earlier load of it — only the lines written
+        since are read and returned (``since`` says so)."""
         unwritten = self._pending(session_id)
         if unwritten is not None:
             return SessionContents(unwritten.copy(), [], [])
-        return await asyncio.to_thread(self._load, session_id)
+        return await asyncio.to_thread(self._load, session_id, after)
 
-    def _load(self, session_id: str) -> SessionContents | None:
+    def _load(self, session_id: str, after: object) -> SessionContents | None:
         folder = self._dir(session_id)
         if not self._is_session(folder):
             return None
         info = self._meta_only(session_id, folder)
-        lines = self._lines(session_id)
+        # the logs are append-only: from a mark, only the bytes after it are read (a log
+        # shorter than its mark, or gone, and it is all read again)
+        since = after if isinstance(after, _LogMark) else None
+        read = _read_logs(folder, dict(since.sizes)) if since is not None else None
+        if read is None:
+            since = None
+            read = _read_logs(folder, {})
+            assert read is not None
+        lines, sizes = read
+        self._seen(session_id)
         # the counts from the lines just read, as the index would give them (the index is
         # brought up to date by get and list, which read no whole log)
         rounds, first_user, last_ended = 0, None, 0.0
+        if since is not None:
+            rounds, first_user, last_ended = since.rounds, since.first_user, since.last_ended
         for line in lines:
             if line.get("kind") == "round":
                 rounds += 1
@@ -723,7 +773,13 @@ class JsonlSessionStore:
                 if isinstance(ended, (int, float)):
                     last_ended = max(last_ended, float(ended))
         _with_derived(info, rounds, first_user, last_ended)
-        return SessionContents(info, _messages_of(lines), _rounds_of(session_id, lines))
+        return SessionContents(
+            info,
+            _messages_of(lines),
+            _rounds_of(session_id, lines),
+            _LogMark(sizes, rounds, first_user, last_ended),
+            since,
+        )
 
     async def append_round(self, session_id: str, record: RoundRecord) -> None:
         await self.append_turn(session_id, (), record)

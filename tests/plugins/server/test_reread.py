@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 
-from memora.testing import ScriptedProvider, text
+from memora.testing import ScriptedProvider, text, tool_call
 from memora_plugin_server import create_app
 from tests.role_pack.helpers import write_pack
 
@@ -104,3 +104,26 @@ async def test_a_session_made_on_one_worker_and_first_turned_on_the_other(
     logs = list((tmp_path / "proj").rglob(f"sessions/{sid}/*.jsonl"))
     kinds = [json.loads(line)["kind"] for log in logs for line in log.read_text().splitlines()]
     assert kinds.count("session") == 1 and kinds.count("round") == 2
+
+
+async def test_turns_alternating_between_workers_send_the_model_the_whole_session(
+    tmp_path: Path,
+) -> None:
+    """Each worker reads on from where it last read the session (its own turns and the other
+    worker's since): the model gets every question once, in order, and the plan the other
+    worker's turn made."""
+    provider = ScriptedProvider([], default=text("noted"))
+    plan = {"items": [{"id": "1", "description": "write the harbour report", "status": "active"}]}
+    async with two_workers(tmp_path, provider) as (_, clients):
+        sid = (await clients[0].post("/v1/projects/proj/sessions", json={})).json()["id"]
+        for n in range(1, 8):
+            if n == 3:
+                provider.extend([tool_call(("task_table_update", plan)), text("planned")])
+            await turn(clients[n % 2], sid, f"问题 {n}, asked")
+            sent = provider.requests[-1].messages
+            asked = [m.content.split(",")[0] for m in sent if m.role == "user"]
+            assert asked == [f"问题 {i}" for i in range(1, n + 1)], (n, asked)
+            system = "\n".join(m.content for m in sent if m.role == "system")
+            assert ("write the harbour report" in system) == (n >= 3), (n, system[-300:])
+        info = (await clients[0].get(f"/v1/projects/proj/sessions/{sid}")).json()
+        assert len(info["rounds"]) == 7
