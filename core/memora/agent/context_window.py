@@ -86,6 +86,7 @@ class ContextWindow:
         "_costs",
         "_digests",
         "_head",
+        "_heads",
         "_history",
         "_messages",
         "_note",
@@ -116,6 +117,10 @@ class ContextWindow:
         """Writes an LLM summary of trimmed messages (the Agent sets it when a background
         provider is configured); it replaces their local digest once written."""
         self._head = ""
+        self._heads: dict[str, Message] = {}
+        """The system messages of the last request, by text: a rebuilt request reuses them, so
+        a provider that encodes the history incrementally (it compares messages by identity)
+        still finds the request's prefix after a session is read again."""
         self.spawn: Callable[[Coroutine[Any, Any, None]], None] = no_background
         """Runs the summariser's coroutine in the background (the Agent tracks it)."""
 
@@ -195,11 +200,14 @@ class ContextWindow:
             self._trim(max(room - 200, 0))
         if not self._wire or prompt != self._prompt or section != self._section:
             # a persona or skill holding a lone surrogate must not make every request fail
-            head = [Message.system(clean_text(prompt))]
+            texts = [clean_text(prompt)]
             if self._note:
-                head.append(Message.system(self._note))
+                texts.append(self._note)
             if section:
-                head.append(Message.system(clean_text(section)))
+                texts.append(clean_text(section))
+            heads = self._heads
+            head = [heads.get(text) or Message.system(text) for text in texts]
+            self._heads = {m.content: m for m in head}
             self._wire = [*head, *self._history]
             self._prompt = prompt
             self._section = section
