@@ -116,6 +116,23 @@ async def test_one_append_per_turn(make_agent: Any, tmp_path: Path) -> None:
     assert info.round_count == 2 and info.title == "first"
 
 
+async def test_a_session_read_again_goes_on_from_the_same_request(make_agent: Any) -> None:
+    """``switch_session`` to the session the Agent is in (what a server worker does when the
+    other worker moved it on) reads on from its last read: the next request carries the whole
+    history once, after the very system message of the last one — a provider that encodes the
+    history incrementally (by message identity) finds its prefix."""
+    provider = ScriptedProvider([], default=text("noted"))
+    agent = await make_agent(provider)
+    for words in ("first", "second"):
+        await collect(agent.chat(words))
+        await agent.switch_session(agent.session_id)
+    await collect(agent.chat("third"))
+    before, after = provider.requests[-2], provider.requests[-1]
+    assert after.messages[0] is before.messages[0]
+    assert [m.content for m in after.messages if m.role == "user"] == ["first", "second", "third"]
+    assert [m.content for m in after.messages if m.role == "assistant"] == ["noted", "noted"]
+
+
 async def test_derived_counts_follow_the_log(tmp_path: Path) -> None:
     store = JsonlSessionStore(tmp_path)
     s = await store.create()
