@@ -155,9 +155,18 @@ class PostgresSessionStore:
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._lines(session_id, "message")
 
-    async def load(self, session_id: str) -> SessionContents | None:
+    async def load(self, session_id: str, *, after: object = None) -> SessionContents | None:
         """The session's info, messages and rounds through one connection (what ``exists``,
-        ``get``, ``messages`` and ``rounds`` take four for); ``None`` when there is none."""
+        ``get``, ``messages`` and ``rounds`` take four for); ``None`` when there is none.
+        ``after``: the ``mark`` of an earlier load — how many lines it read and the last one's
+        ``seq`` — to read only the lines written since.  The mark holds only while the lines up
+        to its ``seq`` are still exactly that many (a line that committed late, out of order,
+        or a line removed: the session is read whole, and ``since`` is ``None``)."""
+        mark = (
+            after
+            if isinstance(after, tuple) and len(after) == 2 and all(type(x) is int for x in after)
+            else None
+        )
         async with await self._conn() as conn:
             cur = await conn.execute(
                 _INFO.format(where="AND s.id = %s"), (self.namespace, session_id)
@@ -165,16 +174,30 @@ class PostgresSessionStore:
             row = await cur.fetchone()
             if row is None:
                 return None
+            since: tuple[int, int] | None = None
+            if mark is not None:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM memora_session_lines WHERE namespace=%s "
+                    "AND session_id=%s AND seq <= %s",
+                    (self.namespace, session_id, mark[1]),
+                )
+                counted = await cur.fetchone()
+                if counted is not None and counted[0] == mark[0]:
+                    since = mark
             cur = await conn.execute(
-                "SELECT kind, body FROM memora_session_lines WHERE namespace=%s "
-                "AND session_id=%s AND kind IN ('message', 'round') ORDER BY seq",
-                (self.namespace, session_id),
+                "SELECT seq, kind, body FROM memora_session_lines WHERE namespace=%s "
+                "AND session_id=%s AND seq > %s ORDER BY seq",
+                (self.namespace, session_id, since[1] if since is not None else -1),
             )
             lines = await cur.fetchall()
+        count = (since[0] if since is not None else 0) + len(lines)
+        last = lines[-1][0] if lines else (since[1] if since is not None else -1)
         return SessionContents(
             _info(row),
-            [dict(body) for kind, body in lines if kind == "message"],
-            [RoundRecord.from_dict(body) for kind, body in lines if kind == "round"],
+            [dict(body) for _, kind, body in lines if kind == "message"],
+            [RoundRecord.from_dict(body) for _, kind, body in lines if kind == "round"],
+            (count, int(last)),
+            since,
         )
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:

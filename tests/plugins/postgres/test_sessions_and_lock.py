@@ -54,6 +54,20 @@ async def test_session_store_lifecycle(pg_dsn: str) -> None:
         assert loaded.messages == await store.messages(s.id)
         assert [r.to_dict() for r in loaded.rounds] == [r.to_dict() for r in rounds]
         assert await store.load("missing") is None
+        # read on from the mark: only what was written since
+        await store.append_turn(
+            s.id, [{"role": "user", "content": "再问"}], RoundRecord("r3", "再问", "ok")
+        )
+        on = await store.load(s.id, after=loaded.mark)
+        assert on is not None and on.since == loaded.mark
+        assert [m["content"] for m in on.messages] == ["再问"]
+        assert [r.round_id for r in on.rounds] == ["r3"] and on.info.round_count == 4
+        nothing = await store.load(s.id, after=on.mark)
+        assert nothing is not None and (nothing.messages, nothing.rounds) == ([], [])
+        # a mark that no longer counts the lines up to it is not trusted: read whole
+        count, last = on.mark
+        whole = await store.load(s.id, after=(count - 1, last))
+        assert whole is not None and whole.since is None and len(whole.rounds) == 4
         fork, count = await store.fork(s.id, "r1")
         assert count == 2 and fork.parent_id == s.id and fork.fork_round_id == "r1"
         assert [r.round_id for r in await store.rounds(fork.id)] == ["r0", "r1"]

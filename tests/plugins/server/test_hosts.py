@@ -98,6 +98,16 @@ def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_pat
         base = f"{sessions}/{sid}"
         assert b.request("GET", base).status_code == 200
 
+        # turns alternating between the hosts: each reads on from where it last read the
+        # session, and the model gets every question once, in order
+        for n in range(1, 6):
+            script.answers += [say(f"answer {n}")]
+            host = (a, b)[n % 2]
+            assert host.turn(f"{base}/turns", {"text": f"问 {n}"})[-1]["type"] == "done"
+            streamed = [r for r in script.requests if r.get("stream")]
+            asked = [m["content"] for m in streamed[-1]["messages"] if m["role"] == "user"]
+            assert asked == [f"问 {i}" for i in range(1, n + 1)], asked
+
         # paused on A, approved through B
         script.answers += [
             call("write_file", {"path": "out.txt", "content": "hi"}, "w1"),
@@ -141,7 +151,7 @@ def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_pat
             == "after the crash"
         )
         rounds = b.request("GET", base).json()["rounds"]
-        assert [r["status"] for r in rounds] == ["done", "done"]
+        assert [r["status"] for r in rounds] == ["done"] * 5 + ["done", "done"]
     finally:
         a.stop()
         b.stop()
