@@ -287,6 +287,17 @@ def _valid_entry(entry: Any) -> bool:
     )
 
 
+def _count_round(entry: dict[str, Any], line: dict[str, Any]) -> None:
+    """What a ``round`` line adds to a session's counts (``rounds``, ``first_user``,
+    ``last_ended`` in ``entry``)."""
+    entry["rounds"] += 1
+    if entry["first_user"] is None:
+        entry["first_user"] = str(line.get("user", ""))
+    ended = line.get("ended_at")
+    if isinstance(ended, (int, float)):
+        entry["last_ended"] = max(entry["last_ended"], float(ended))
+
+
 def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
     """Rounds, first user text and last end time of one log file, reading only the bytes after
     what ``cached`` already covers (logs are append-only)."""
@@ -311,12 +322,7 @@ def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
         except ValueError:
             continue
         if isinstance(item, dict) and item.get("kind") == "round":
-            entry["rounds"] += 1
-            if entry["first_user"] is None:
-                entry["first_user"] = str(item.get("user", ""))
-            ended = item.get("ended_at")
-            if isinstance(ended, (int, float)):
-                entry["last_ended"] = max(entry["last_ended"], float(ended))
+            _count_round(entry, item)
     entry["size"] += end
     return entry
 
@@ -761,17 +767,18 @@ class JsonlSessionStore:
         self._seen(session_id)
         # the counts from the lines just read, as the index would give them (the index is
         # brought up to date by get and list, which read no whole log)
-        rounds, first_user, last_ended = 0, None, 0.0
-        if since is not None:
-            rounds, first_user, last_ended = since.rounds, since.first_user, since.last_ended
+        start = (since.rounds, since.first_user, since.last_ended) if since else (0, None, 0.0)
+        counts: dict[str, Any] = dict(
+            zip(("rounds", "first_user", "last_ended"), start, strict=True)
+        )
         for line in lines:
             if line.get("kind") == "round":
-                rounds += 1
-                if first_user is None:
-                    first_user = str(line.get("user", ""))
-                ended = line.get("ended_at")
-                if isinstance(ended, (int, float)):
-                    last_ended = max(last_ended, float(ended))
+                _count_round(counts, line)
+        rounds, first_user, last_ended = (
+            counts["rounds"],
+            counts["first_user"],
+            counts["last_ended"],
+        )
         _with_derived(info, rounds, first_user, last_ended)
         return SessionContents(
             info,
