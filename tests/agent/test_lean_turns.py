@@ -133,6 +133,31 @@ async def test_a_session_read_again_goes_on_from_the_same_request(make_agent: An
     assert [m.content for m in after.messages if m.role == "assistant"] == ["noted", "noted"]
 
 
+class _StoreWithoutLoad:
+    """A host's session store with only the protocol's required methods (no ``load``), as a
+    plugin author writes one from docs/plugin_hooks.md."""
+
+    def __init__(self, inner: InMemorySessionStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("load", "append_turn"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_store_without_load_opens_sessions_as_before(make_agent: Any) -> None:
+    store = _StoreWithoutLoad(InMemorySessionStore())
+    provider = ScriptedProvider([], default=text("noted"))
+    agent = await make_agent(provider, session_store=store)
+    await collect(agent.chat("first"))
+    await agent.switch_session(agent.session_id)
+    await collect(agent.chat("second"))
+    asked = [m.content for m in provider.requests[-1].messages if m.role == "user"]
+    assert asked == ["first", "second"]
+    assert [r.user for r in await store.rounds(agent.session_id)] == ["first", "second"]
+
+
 async def test_derived_counts_follow_the_log(tmp_path: Path) -> None:
     store = JsonlSessionStore(tmp_path)
     s = await store.create()
