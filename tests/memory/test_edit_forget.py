@@ -6,6 +6,7 @@ recall no longer finds the old text."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,41 @@ def test_show_edit_forget_from_the_command_line(tmp_path: Path) -> None:
     assert len(chain) == 3 and chain[-1]["meta"]["forgotten"]["by"].startswith("cli")
     missing = runner.invoke(cli, ["memory", "show", "nope", "--data-dir", str(data)])
     assert missing.exit_code == 1 and "no memory 'nope'" in missing.output
+
+
+def test_show_and_history_say_who_changed_a_memory_and_when(tmp_path: Path) -> None:
+    """A person reads the audit as sentences (who, when, which memory it replaced), not as
+    JSON; an imported memory whose ``meta`` has another shape is shown as it is."""
+    data = tmp_path / "data"
+    src = tmp_path / "in.jsonl"
+    rows = [
+        {"id": "m1", "source": "round_summary", "name": "猫", "content": "用户的猫叫小花"},
+        {"id": "m2", "source": "round_summary", "content": "x", "meta": {"edited": "by hand"}},
+    ]
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    runner = CliRunner()
+    assert (
+        runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)]).exit_code == 0
+    )
+    edited = runner.invoke(
+        cli, ["memory", "edit", "m1", "--content", "用户的猫叫小花，三岁", "--data-dir", str(data)]
+    )
+    new_id = edited.output.split()[0]
+    shown = runner.invoke(cli, ["memory", "show", new_id, "--data-dir", str(data)])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(
+        r"edited: by cli\S* on \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(from m1\)", shown.output
+    )
+    assert "current ·" in shown.output and "created 20" in shown.output
+
+    runner.invoke(cli, ["memory", "forget", new_id, "--data-dir", str(data)])
+    history = runner.invoke(cli, ["memory", "history", "m1", "--data-dir", str(data)])
+    last = history.output.strip().splitlines()[-2:]
+    assert re.search(r"\(forgotten: by cli\S* on \d{4}-\d\d-\d\d [\d:]+ UTC\)", last[0])
+    assert "(current)" not in history.output and last[1].strip() == "(no text)"
+    tombstone = last[0].split()[0]
+    shown = runner.invoke(cli, ["memory", "show", tombstone, "--data-dir", str(data)])
+    assert "forgotten ·" in shown.output and f"(was {new_id})" in shown.output
+
+    odd = runner.invoke(cli, ["memory", "show", "m2", "--data-dir", str(data)])
+    assert odd.exit_code == 0 and 'edited: "by hand"' in odd.output

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,9 +122,15 @@ def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
         emit_json({"history": [r.to_dict() for r in chain]})
         return
     for r in chain:
-        mark = "superseded by " + r.superseded_by if r.superseded_by else "current"
+        if r.superseded_by:
+            mark = "superseded by " + r.superseded_by
+        elif "forgotten" in r.meta:  # the chain's last link when it was forgotten
+            mark = _change("forgotten", r.meta["forgotten"], link=False)
+        else:
+            mark = "current"
         click.echo(clean(f"{r.id}  ({mark})  session={r.session_id} round={r.round_id}"))
-        click.echo(f"    {clean(r.content[:200], newlines=False)}")
+        text = r.content[:200] if r.content else "(no text)"
+        click.echo(f"    {clean(text, newlines=False)}")
 
 
 def _who() -> str:
@@ -136,15 +143,65 @@ def _who() -> str:
         return "cli"
 
 
+def _when(at: Any) -> str:
+    """A stored time (seconds since the epoch) as a person reads it, in UTC."""
+    try:
+        return datetime.fromtimestamp(float(at), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return repr(at)
+
+
+_WRITTEN = {
+    "verbatim": "as it was said (a short round)",
+    "model": "the model's summary, checked against the round",
+    "extractive": "from the round's own sentences (the model's summary failed the check)",
+}
+
+_CHANGES = {"edited": "from", "forgotten": "was"}
+"""A change's key in ``meta`` -> how its link to the memory it replaced reads."""
+
+
+def _change(key: str, value: object, *, link: bool = True) -> str:
+    """``edited: by cli:ana on 2026-12-03 09:35:36 UTC (from ID)`` — who and when, as the
+    audit in ``meta`` records it; a value of another shape (an import) is shown as JSON."""
+    if not isinstance(value, dict) or not {"by", "at"} <= value.keys():
+        return f"{key}: {json.dumps(value, ensure_ascii=False)}"
+    text = f"{key}: by {value['by']} on {_when(value['at'])}"
+    replaced = value.get("from") or value.get("memory")
+    if replaced and link:
+        text += f" ({_CHANGES.get(key, 'of')} {replaced})"
+    return text
+
+
+def _provenance(meta: dict[str, Any]) -> list[str]:
+    """How the memory was written and what people did to it, one line each."""
+    lines = []
+    how = meta.get("written")
+    if how is not None:
+        line = f"written: {_WRITTEN.get(str(how), json.dumps(how, ensure_ascii=False))}"
+        if isinstance(meta.get("grounding"), int | float):
+            line += f" (grounding {meta['grounding']:.2f})"
+        lines.append(line)
+    lines.extend(
+        _change(key, meta[key])
+        for key in ("edited", "forgotten", "pinned", "unpinned")
+        if key in meta
+    )
+    return lines
+
+
 def _show_record(r: Any) -> None:
     # a memory's text was written by a model or imported from a file: cleaned for the terminal
     click.echo(clean(f"{r.id}  [{r.source}] {r.name}"))
-    state = f"superseded by {r.superseded_by}" if r.superseded_by else "current"
+    if r.superseded_by:
+        state = f"superseded by {r.superseded_by}"
+    else:  # the last of its chain: in recall, unless it is the mark of a forgetting
+        state = "forgotten" if "forgotten" in r.meta and not r.content else "current"
     owner = f" · scope {r.scope}" if r.scope else ""
     click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}{owner}"))
-    for key in ("written", "grounding", "edited", "forgotten", "pinned", "unpinned"):
-        if key in r.meta:
-            click.echo(clean(f"  {key}: {json.dumps(r.meta[key], ensure_ascii=False)}"))
+    click.echo(f"  created {_when(r.created_at)}")
+    for line in _provenance(r.meta):
+        click.echo(clean(f"  {line}"))
     click.echo("")
     click.echo(clean(r.content) if r.content else "(forgotten: no text)")
 

@@ -215,6 +215,8 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
         await hit.locator("button.save").click()
         await page.locator("#memory-hits li.memory .md strong", has_text="Tuesdays").wait_for()
         assert await page.locator("#memory-hits li.memory").count() == 1  # the old text left recall
+        edited = await page.locator("#memory-hits li.memory .provenance").inner_text()
+        assert "edited by " in edited  # who corrected it, as the audit says
 
         # pin in place: marked pinned, and the project's turns keep it in mind; unpin again
         await page.locator("#memory-hits li.memory button.pin").click()

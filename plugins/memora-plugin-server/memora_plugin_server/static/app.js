@@ -482,7 +482,8 @@ function memoryItem(h, q) {
   const body = el("div", { class: "md" });
   body.innerHTML = renderMarkdown(h.content); // escaped by the renderer
   const when = h.created_at ? new Date(h.created_at * 1000).toLocaleString() : "";
-  const how = h.meta && h.meta.written ? " · " + h.meta.written : "";
+  const how = (h.meta && h.meta.written ? " · " + h.meta.written : "") +
+    (h.meta && h.meta.edited && h.meta.edited.by ? " · edited by " + h.meta.edited.by : "");
   const where = [h.name, h.scope ? "user " + h.scope : "", h.session_id ? "session " + h.session_id : "", h.round_id ? "round " + h.round_id : "", when].filter(Boolean).join(" · ");
   const edit = el("button", { type: "button", class: "edit" }, "Edit");
   const forget = el("button", { type: "button", class: "forget" }, "Forget");
