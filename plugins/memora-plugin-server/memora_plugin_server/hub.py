@@ -38,6 +38,7 @@ from .shared import (
     TURN_EVENTS_KEPT_SECONDS,
     FileSharedState,
     Lease,
+    SessionView,
     SharedState,
     TurnWriter,
 )
@@ -302,9 +303,10 @@ class Hub:
         self._own_slot(slot, scope)
         async with slot.opening:
             shared = slot.project.shared
+            view: SessionView | None = None  # what the workers share of it, read once
             if slot.agent is not None and shared is not None and not slot.busy:
-                version = await shared.version(session_id)
-                if version != slot.version and not await self._reread(slot, shared, version):
+                view = await shared.view(session_id)
+                if view.version != slot.version and not await self._reread(slot, view):
                     await self._close_agent(slot)
             self._own_slot(slot, scope)
             if slot.agent is None:
@@ -320,12 +322,13 @@ class Hub:
                 options: dict[str, Any] = {"session_id": session_id, "memory_scope": scope}
                 pause = None
                 if shared is not None:
-                    slot.version = await shared.version(session_id)
-                    pack = await shared.role_pack(session_id)
-                    if pack:
-                        options["active_role_pack"] = pack
-                    slot.pack = pack or None
-                    pause = await shared.pause(session_id)
+                    if view is None:
+                        view = await shared.view(session_id)
+                    slot.version = view.version
+                    if view.role_pack:
+                        options["active_role_pack"] = view.role_pack
+                    slot.pack = view.role_pack
+                    pause = view.pause
                 await self._trim(self.max_open_sessions - 1, keep=slot)
                 agent = await runtime.agent(**options)
                 if agent.approvals is None:
@@ -341,7 +344,7 @@ class Hub:
             return slot.agent
 
     @staticmethod
-    async def _reread(slot: _Slot, shared: SharedState, version: str) -> bool:
+    async def _reread(slot: _Slot, view: SessionView) -> bool:
         """Another worker moved the session on: read its history and rounds again into the
         open Agent when nothing else changed — the role pack is the one it has, and no turn
         is paused on either side.  A fraction of closing the Agent and opening a new one (its
@@ -349,16 +352,13 @@ class Hub:
         agent = slot.agent
         if agent is None or agent.paused_turn is not None:
             return False
-        session_id = slot.session_id
-        if await shared.pause(session_id) is not None:
-            return False
-        if (await shared.role_pack(session_id) or None) != slot.pack:
+        if view.pause is not None or view.role_pack != slot.pack:
             return False
         try:
-            await agent.switch_session(session_id)
+            await agent.switch_session(slot.session_id)
         except MemoraError:
             return False
-        slot.version = version
+        slot.version = view.version
         return True
 
     def live(self, project: str, session_id: str) -> Agent | None:

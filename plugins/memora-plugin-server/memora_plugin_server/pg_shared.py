@@ -25,7 +25,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from .shared import TURN_EVENTS_KEPT_SECONDS, lost_turn, one_by_one
+from .shared import TURN_EVENTS_KEPT_SECONDS, SessionView, lost_turn, one_by_one
 
 __all__ = ["PgSharedState", "for_store"]
 
@@ -349,6 +349,22 @@ class PgSharedState:
 
     async def version(self, session: str) -> str:
         return str(await self._get(session, "version") or "")
+
+    async def view(self, session: str) -> SessionView:
+        """The version, pause and role pack in one query (where three took three)."""
+        rows = await self._execute(
+            "SELECT version, pause, role_pack FROM memora_server_sessions "
+            "WHERE namespace = %s AND session_id = %s",
+            (self.namespace, session),
+        )
+        if not rows:
+            return SessionView("", None, None)
+        version, pause, pack = rows[0]
+        return SessionView(
+            str(version or ""),
+            pause if isinstance(pause, dict) else None,
+            str(pack) if pack else None,
+        )
 
     async def bump(self, session: str) -> str:
         value = os.urandom(8).hex()

@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from memora.security.atomic import atomic_write_bytes
 
@@ -60,6 +60,15 @@ class TurnWriter(Protocol):
     async def end(self) -> None: ...
 
 
+class SessionView(NamedTuple):
+    """What an Agent opened for a session depends on, as the workers share it: the version
+    (changes with every turn or switch), the paused turn, the role pack chosen."""
+
+    version: str
+    pause: dict[str, Any] | None
+    role_pack: str | None
+
+
 class SharedState(Protocol):
     """What the workers share (files here, :mod:`.pg_shared` in PostgreSQL)."""
 
@@ -83,6 +92,7 @@ class SharedState(Protocol):
     async def request_abort(self, session: str) -> None: ...
     async def take_abort(self, session: str) -> bool: ...
     async def version(self, session: str) -> str: ...
+    async def view(self, session: str) -> SessionView: ...
     async def bump(self, session: str) -> str: ...
     async def set_role_pack(self, session: str, name: str) -> None: ...
     async def role_pack(self, session: str) -> str | None: ...
@@ -369,6 +379,12 @@ class FileSharedState:
             return (self.root / "versions" / _name(session)).read_text()
         except FileNotFoundError:
             return ""
+
+    async def view(self, session: str) -> SessionView:
+        """The version, pause and role pack at once (three small files, read inline)."""
+        return SessionView(
+            await self.version(session), await self.pause(session), await self.role_pack(session)
+        )
 
     async def bump(self, session: str) -> str:
         value = os.urandom(8).hex()

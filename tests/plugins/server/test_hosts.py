@@ -181,6 +181,34 @@ async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
         await db.close()
 
 
+async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) -> None:
+    """The version, pause and role pack the hub checks before a turn: one query, the same
+    values as the three single reads."""
+    from memora_plugin_postgres.database import Database
+    from memora_plugin_server.pg_shared import PgSharedState
+
+    db = Database(pg_dsn)
+    state = PgSharedState(db, f"view-{time.time_ns()}")
+    await state.start()
+    try:
+        assert await state.view("s1") == ("", None, None)
+        version = await state.bump("s1")
+        await state.set_role_pack("s1", "评审")
+        await state.set_pause("s1", {"state": {"turn": {"id": "t_1"}}})
+        view = await state.view("s1")
+        assert view == (version, {"state": {"turn": {"id": "t_1"}}}, "评审")
+        assert view == (
+            await state.version("s1"),
+            await state.pause("s1"),
+            await state.role_pack("s1"),
+        )
+        await state.set_pause("s1", None)
+        assert (await state.view("s1")).pause is None
+    finally:
+        await state.close()
+        await db.close()
+
+
 async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) -> None:
     """What streams in within FLUSH_SECONDS goes to PostgreSQL as one batch, and a follower
     reads every chunk back in order, text of any kind intact."""

@@ -137,3 +137,18 @@ async def test_a_session_made_before_its_first_turn_is_read_alone(tmp_path: Path
     path = tmp_path / "created" / "s2.json"
     path.write_text("[1, 2]")  # not an object: not a session
     assert await state.created_session("s2") is None and await state.created() == {}
+
+
+async def test_a_session_view_is_version_pause_and_role_pack_at_once(tmp_path: Path) -> None:
+    """What the hub reads before each turn of an open session, in one call (one query on
+    PostgreSQL: tests/plugins/server/test_hosts.py), equal to the three reads it replaces."""
+    state = FileSharedState(tmp_path)
+    assert await state.view("s1") == ("", None, None)  # nothing shared of it yet
+    version = await state.bump("s1")
+    await state.set_role_pack("s1", "评审")
+    await state.set_pause("s1", {"state": {"turn": {"id": "t_1"}}})
+    view = await state.view("s1")
+    assert view == (version, {"state": {"turn": {"id": "t_1"}}}, "评审")
+    assert view == (await state.version("s1"), await state.pause("s1"), await state.role_pack("s1"))
+    await state.set_pause("s1", None)
+    assert (await state.view("s1")).pause is None
