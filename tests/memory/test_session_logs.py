@@ -276,6 +276,42 @@ async def test_a_session_read_on_from_its_mark(tmp_path: Path) -> None:
     assert again.messages[-1]["content"] == "三"
 
 
+async def test_a_read_during_another_process_append_reads_on_the_whole_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader may see part of another process's append (a write is copied into the page
+    cache a page at a time).  The unended line is not read, and the mark stops before it, so
+    the next read on gets it whole: no line is lost to a read that came too early."""
+    here, there = JsonlSessionStore(tmp_path), JsonlSessionStore(tmp_path)
+    await here.create(session_id="s")
+    await here.append_turn("s", [{"role": "user", "content": "一"}], _round("r1", "一", 100.0))
+    log = next((tmp_path / "sessions" / "s").glob("*.jsonl"))
+    line = (json.dumps({"kind": "message", "role": "user", "content": "二" * 3000}) + "\n").encode()
+    with log.open("ab") as fh:  # another process's append, caught half-way
+        fh.write(line[:4096])
+    with caplog.at_level(logging.WARNING, logger="memora.sessions"):
+        part = await there.load("s")
+    assert part is not None and [m["content"] for m in part.messages] == ["一"]
+    assert caplog.records == []  # a line being written is not called torn
+    with log.open("ab") as fh:
+        fh.write(line[4096:])
+    on = await there.load("s", after=part.mark)
+    assert on is not None and on.since is part.mark
+    assert [m["content"] for m in on.messages] == ["二" * 3000]
+    # a line torn by a killed writer is closed by the next append, then skipped once
+    with log.open("ab") as fh:
+        fh.write(b'{"kind": "message", "role": "us')
+    torn = await there.load("s", after=on.mark)
+    assert torn is not None and torn.messages == []
+    await here.append_turn("s", [{"role": "user", "content": "三"}], _round("r3", "三", 300.0))
+    with caplog.at_level(logging.WARNING, logger="memora.sessions"):
+        last = await there.load("s", after=torn.mark)
+    assert last is not None and [m["content"] for m in last.messages] == ["三"]
+    assert len(caplog.records) == 1 and "torn or corrupt" in caplog.records[0].getMessage()
+    whole = await there.load("s")
+    assert whole is not None and [m["content"] for m in whole.messages] == ["一", "二" * 3000, "三"]
+
+
 async def test_a_log_file_in_another_name_is_not_a_session(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -392,18 +392,27 @@ def _read_logs(
                     return None
                 fh.seek(start)
             data = fh.read()
-        sizes.append((path.name, start + len(data)))
-        for n, raw in enumerate(data.split(b"\n"), 1):
+        end = len(data)
+        lines = data.split(b"\n")
+        for n, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
             try:
                 item = json.loads(raw)
             except ValueError:
+                if n == len(lines):
+                    # the last line, not ended: another process's append caught part-way (a
+                    # write reaches the page cache a page at a time) or a killed writer's torn
+                    # line.  Not read, and the mark stops before it: the next read gets it
+                    # whole — or, once the next append has closed a torn line, skips it then
+                    end -= len(raw)
+                    continue
                 where = f"line {n}" if not start else f"line {n} after byte {start}"
                 logger.warning("%s %s is torn or corrupt; skipped", path, where)
                 continue
             if isinstance(item, dict):
                 out.append(item)
+        sizes.append((path.name, start + end))
     return out, tuple(sizes)
 
 
