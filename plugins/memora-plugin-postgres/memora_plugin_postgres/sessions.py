@@ -37,6 +37,12 @@ GROUP BY s.id, s.title, s.created_at, s.updated_at, s.parent_id, s.fork_round_id
 """
 
 
+def _no_session(session_id: str) -> MemoraError:
+    return MemoraError(
+        ErrorCode.NOT_FOUND, f"no session {session_id!r}", context={"session_id": session_id}
+    )
+
+
 def _info(row: Sequence[Any]) -> SessionInfo:
     info = SessionInfo(
         id=row[0],
@@ -72,11 +78,7 @@ class PostgresSessionStore:
         cur = await conn.execute(_INFO.format(where="AND s.id = %s"), (self.namespace, session_id))
         row = await cur.fetchone()
         if row is None:
-            raise MemoraError(
-                ErrorCode.NOT_FOUND,
-                f"no session {session_id!r}",
-                context={"session_id": session_id},
-            )
+            raise _no_session(session_id)
         return _info(row)
 
     async def create(
@@ -116,7 +118,14 @@ class PostgresSessionStore:
 
     async def _append(self, session_id: str, lines: Sequence[tuple[str, dict[str, Any]]]) -> None:
         async with await self._conn() as conn, conn.transaction():
-            await self._one(conn, session_id)
+            # the session must exist, and stay while the lines go in (a key-share lock): one
+            # row by its key, not the counts over every line of the session `get` gives
+            cur = await conn.execute(
+                "SELECT 1 FROM memora_sessions WHERE namespace=%s AND id=%s FOR KEY SHARE",
+                (self.namespace, session_id),
+            )
+            if await cur.fetchone() is None:
+                raise _no_session(session_id)
             async with conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "

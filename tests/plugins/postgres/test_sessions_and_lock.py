@@ -76,6 +76,17 @@ async def test_session_store_lifecycle(pg_dsn: str) -> None:
         assert {i.id for i in await store.list(include_archived=True)} == {s.id, fork.id}
         with pytest.raises(MemoraError, match="no session"):
             await store.rounds("missing")
+        with pytest.raises(MemoraError, match="no session") as missing:
+            await store.append_turn(
+                "missing", [{"role": "user", "content": "x"}], RoundRecord("r9", "x", "y")
+            )
+        assert missing.value.code == "NOT_FOUND"
+        async with await store._conn() as conn:  # nothing of it was written
+            cur = await conn.execute(
+                "SELECT count(*) FROM memora_session_lines WHERE namespace=%s AND session_id=%s",
+                (store.namespace, "missing"),
+            )
+            assert (await cur.fetchone())[0] == 0
         with pytest.raises(MemoraError, match="already exists"):
             await store.create(session_id=s.id)
     finally:
