@@ -646,13 +646,10 @@ class Hub:
         if shared is None or agent is None:
             return
         paused = agent.paused_turn
-        if paused is not None:
-            await shared.set_pause(
-                slot.session_id, {"state": paused.to_json(), "doc": pause_doc(paused)}
-            )
-        else:
-            await shared.set_pause(slot.session_id, None)
-        slot.version = await shared.bump(slot.session_id)
+        pause = (
+            {"state": paused.to_json(), "doc": pause_doc(paused)} if paused is not None else None
+        )
+        slot.version = await shared.settle(slot.session_id, pause)
         if paused is None and ended_as in ("done", "aborted"):
             await shared.forget_created(
                 slot.session_id
@@ -660,8 +657,7 @@ class Hub:
 
     async def _watch_aborts(self, slot: _Slot) -> asyncio.Task[None]:
         shared = slot.project.shared
-        assert shared is not None
-        await shared.take_abort(slot.session_id)  # an old request is not for this turn
+        assert shared is not None  # an old abort request went when the turn took the lock
 
         async def watch() -> None:
             while True:

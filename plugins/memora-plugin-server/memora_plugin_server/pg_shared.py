@@ -198,8 +198,8 @@ class PgSharedState:
         rows = await self._execute(
             "INSERT INTO memora_server_sessions AS s (namespace, session_id, holder_pid, "
             "holder_start) VALUES (%s, %s, %s, %s) ON CONFLICT (namespace, session_id) DO UPDATE "
-            "SET holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start "
-            f"WHERE s.holder_pid IS NULL OR NOT {_ALIVE} RETURNING 1",
+            "SET holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start, "
+            f"abort = false WHERE s.holder_pid IS NULL OR NOT {_ALIVE} RETURNING 1",
             (self.namespace, session, *self.presence),
         )
         return PgLease(self, session) if rows else None
@@ -215,33 +215,30 @@ class PgSharedState:
     # -- turns ---------------------------------------------------------------------------------
 
     async def writer(self, session: str, turn_id: str) -> PgTurnWriter:
+        # one statement (a round trip, atomic on its own): the turn is recorded and made the
+        # session's current one, and its turns older than the last KEPT_TURNS go with their
+        # events.  The statement's parts share one snapshot — `stale` does not see the turn
+        # inserted beside it — so it skips KEPT_TURNS - 1 of the older ones
         ns = self.namespace
-        async with await self._conn() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO memora_server_turns (namespace, turn_id, session_id, started_at) "
-                "VALUES (%s, %s, %s, %s)",
-                (ns, turn_id, session, time.time()),
-            )
-            await conn.execute(
-                "UPDATE memora_server_sessions SET current_turn = %s "
-                "WHERE namespace = %s AND session_id = %s",
-                (turn_id, ns, session),
-            )
-            old = await conn.execute(
-                "SELECT turn_id FROM memora_server_turns WHERE namespace = %s AND session_id = %s "
-                "ORDER BY started_at DESC OFFSET %s",
-                (ns, session, KEPT_TURNS),
-            )
-            stale = [r[0] for r in await old.fetchall()]
-            if stale:
-                await conn.execute(
-                    "DELETE FROM memora_server_events WHERE namespace = %s AND turn_id = ANY(%s)",
-                    (ns, stale),
-                )
-                await conn.execute(
-                    "DELETE FROM memora_server_turns WHERE namespace = %s AND turn_id = ANY(%s)",
-                    (ns, stale),
-                )
+        await self._execute(
+            "WITH new AS (INSERT INTO memora_server_turns (namespace, turn_id, session_id, "
+            "started_at) VALUES (%s, %s, %s, %s)), "
+            "made_current AS (UPDATE memora_server_sessions SET current_turn = %s "
+            "WHERE namespace = %s AND session_id = %s), "
+            "stale AS (SELECT turn_id FROM memora_server_turns WHERE namespace = %s AND "
+            "session_id = %s ORDER BY started_at DESC OFFSET %s), "
+            "events AS (DELETE FROM memora_server_events WHERE namespace = %s AND turn_id IN "
+            "(SELECT turn_id FROM stale)) "
+            "DELETE FROM memora_server_turns WHERE namespace = %s AND turn_id IN "
+            "(SELECT turn_id FROM stale)",
+            (
+                *(ns, turn_id, session, time.time()),
+                *(turn_id, ns, session),
+                *(ns, session, KEPT_TURNS - 1),
+                ns,
+                ns,
+            ),
+        )
         return PgTurnWriter(self, turn_id)
 
     async def current_turn(self, session: str) -> str | None:
@@ -365,6 +362,17 @@ class PgSharedState:
             pause if isinstance(pause, dict) else None,
             str(pack) if pack else None,
         )
+
+    async def settle(self, session: str, pause: dict[str, Any] | None) -> str:
+        """A turn ended: its pause saved (or cleared) and the version moved on, in one statement."""
+        value = os.urandom(8).hex()
+        await self._execute(
+            "INSERT INTO memora_server_sessions (namespace, session_id, pause, version) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (namespace, session_id) "
+            "DO UPDATE SET pause = EXCLUDED.pause, version = EXCLUDED.version",
+            (self.namespace, session, Jsonb(pause) if pause is not None else None, value),
+        )
+        return value
 
     async def bump(self, session: str) -> str:
         value = os.urandom(8).hex()

@@ -76,7 +76,11 @@ class SharedState(Protocol):
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
-    async def try_lock(self, session: str) -> Lease | None: ...
+    async def try_lock(self, session: str) -> Lease | None:
+        """The session's lock for a turn, or None while another holds it; taking it discards
+        an abort request left from an earlier turn (an old request is not for this one)."""
+        ...
+
     async def alive(self, session: str) -> bool: ...
     async def writer(self, session: str, turn_id: str) -> TurnWriter: ...
     async def current_turn(self, session: str) -> str | None: ...
@@ -93,6 +97,7 @@ class SharedState(Protocol):
     async def take_abort(self, session: str) -> bool: ...
     async def version(self, session: str) -> str: ...
     async def view(self, session: str) -> SessionView: ...
+    async def settle(self, session: str, pause: dict[str, Any] | None) -> str: ...
     async def bump(self, session: str) -> str: ...
     async def set_role_pack(self, session: str, name: str) -> None: ...
     async def role_pack(self, session: str) -> str | None: ...
@@ -227,6 +232,12 @@ class FileSharedState:
     # -- the session lock ------------------------------------------------------------------------
 
     async def try_lock(self, session: str) -> FileLease | None:
+        lease = self._lock(session)
+        if lease is not None:
+            await self.take_abort(session)
+        return lease
+
+    def _lock(self, session: str) -> FileLease | None:
         fd = os.open(self.root / "locks" / f"{_name(session)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -237,7 +248,7 @@ class FileSharedState:
 
     async def alive(self, session: str) -> bool:
         """Whether some worker holds the session's lock (runs a turn there)."""
-        lease = await self.try_lock(session)
+        lease = self._lock(session)
         if lease is None:
             return True
         await lease.release()
@@ -385,6 +396,11 @@ class FileSharedState:
         return SessionView(
             await self.version(session), await self.pause(session), await self.role_pack(session)
         )
+
+    async def settle(self, session: str, pause: dict[str, Any] | None) -> str:
+        """A turn ended: its pause saved (or cleared), the version moved on; the new version."""
+        await self.set_pause(session, pause)
+        return await self.bump(session)
 
     async def bump(self, session: str) -> str:
         value = os.urandom(8).hex()

@@ -204,6 +204,52 @@ async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) ->
         )
         await state.set_pause("s1", None)
         assert (await state.view("s1")).pause is None
+        # a turn's end: pause and version in one statement
+        settled = await state.settle("s1", {"state": {"turn": {"id": "t_2"}}})
+        assert await state.view("s1") == (settled, {"state": {"turn": {"id": "t_2"}}}, "评审")
+        cleared = await state.settle("s1", None)
+        assert await state.view("s1") == (cleared, None, "评审") and cleared != settled
+        # an abort asked for between turns is dropped when the next turn takes the lock
+        await state.request_abort("s1")
+        lease = await state.try_lock("s1")
+        assert lease is not None and not await state.take_abort("s1")
+        await state.request_abort("s1")
+        assert await state.take_abort("s1")
+        await lease.release()
+    finally:
+        await state.close()
+        await db.close()
+
+
+async def test_pg_shared_state_keeps_a_sessions_last_turns(pg_dsn: str) -> None:
+    """A new turn becomes the session's current one, and only its last KEPT_TURNS turns (and
+    their events) stay to be replayed — all in the one statement that starts it."""
+    from memora_plugin_postgres.database import Database
+    from memora_plugin_server.pg_shared import KEPT_TURNS, PgSharedState
+
+    db = Database(pg_dsn)
+    state = PgSharedState(db, f"kept-{time.time_ns()}")
+    await state.start()
+    try:
+        lease = await state.try_lock("s1")
+        assert lease is not None
+        turns = [f"t_{i}" for i in range(KEPT_TURNS + 3)]
+        for turn in turns:
+            writer = await state.writer("s1", turn)
+            assert await state.current_turn("s1") == turn
+            writer.add(f'{{"type": "text", "content": "{turn}"}}')
+            await writer.end()
+        await lease.release()
+        kept = [t for t in turns if await state.has_turn("s1", t)]
+        assert kept == turns[-KEPT_TURNS:]
+        rows = await state._execute(
+            "SELECT DISTINCT turn_id FROM memora_server_events WHERE namespace = %s",
+            (state.namespace,),
+        )
+        assert sorted(r[0] for r in rows) == sorted(kept)  # the events of the others went too
+        other = await state.writer("s2", "t_other")  # another session's turns are its own
+        await other.end()
+        assert await state.has_turn("s2", "t_other") and await state.has_turn("s1", turns[-1])
     finally:
         await state.close()
         await db.close()

@@ -152,3 +152,28 @@ async def test_a_session_view_is_version_pause_and_role_pack_at_once(tmp_path: P
     assert view == (await state.version("s1"), await state.pause("s1"), await state.role_pack("s1"))
     await state.set_pause("s1", None)
     assert (await state.view("s1")).pause is None
+
+
+async def test_taking_the_lock_discards_an_old_abort_and_a_turn_settles_at_once(
+    tmp_path: Path,
+) -> None:
+    """An abort asked for while no turn ran is not for the next turn: taking the session's
+    lock drops it (probing whether a turn runs does not).  A turn's end saves its pause (or
+    clears it) and moves the version on in one call."""
+    state = FileSharedState(tmp_path)
+    await state.request_abort("s1")
+    assert not await state.alive("s1")
+    lease = await state.try_lock("s1")
+    assert lease is not None and not await state.take_abort("s1")
+    await state.request_abort("s1")  # while the turn runs: for it
+    assert await state.take_abort("s1")
+    before = await state.version("s1")
+    version = await state.settle("s1", {"state": {"turn": {"id": "t_1"}}})
+    assert version != before and await state.view("s1") == (
+        version,
+        {"state": {"turn": {"id": "t_1"}}},
+        None,
+    )
+    cleared = await state.settle("s1", None)
+    assert await state.view("s1") == (cleared, None, None) and cleared != version
+    await lease.release()
