@@ -117,24 +117,26 @@ class PostgresSessionStore:
         return infos
 
     async def _append(self, session_id: str, lines: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        async with await self._conn() as conn, conn.transaction():
-            # the session must exist, and stay while the lines go in (a key-share lock): one
-            # row by its key, not the counts over every line of the session `get` gives
+        # one statement, atomic on its own: the lines go in, in order, only if the session
+        # exists — its row found by key and held (FOR KEY SHARE) while they go in
+        async with await self._conn() as conn:
             cur = await conn.execute(
-                "SELECT 1 FROM memora_sessions WHERE namespace=%s AND id=%s FOR KEY SHARE",
-                (self.namespace, session_id),
+                "WITH s AS (SELECT 1 FROM memora_sessions WHERE namespace=%s AND id=%s "
+                "FOR KEY SHARE) "
+                "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "
+                "SELECT %s, %s, t.kind, t.body::jsonb FROM s, "
+                "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(kind, body, n) ORDER BY t.n",
+                (
+                    self.namespace,
+                    session_id,
+                    self.namespace,
+                    session_id,
+                    [kind for kind, _ in lines],
+                    [json.dumps(body, ensure_ascii=False) for _, body in lines],
+                ),
             )
-            if await cur.fetchone() is None:
+            if cur.rowcount != len(lines):
                 raise _no_session(session_id)
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO memora_session_lines (namespace, session_id, kind, body) "
-                    "VALUES (%s, %s, %s, %s)",
-                    [
-                        (self.namespace, session_id, kind, json.dumps(body, ensure_ascii=False))
-                        for kind, body in lines
-                    ],
-                )
 
     async def append_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
         if messages:

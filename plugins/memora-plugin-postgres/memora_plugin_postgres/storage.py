@@ -157,6 +157,12 @@ class PostgresStorage:
         records = [MemoryRecord.from_new(item) for item in items]
         for item in items:
             check_source(item.source)
+        if len(records) == 1 and not items[0].id:
+            # one new memory (a round's): one statement, atomic on its own — no transaction's
+            # BEGIN and COMMIT round trips around it
+            async with await self._conn() as conn:
+                await self._insert(conn, records[0])
+            return records
         async with await self._conn() as conn, conn.transaction():
             given = [item.id for item in items if item.id]
             existing: dict[str, MemoryRecord] = {}
