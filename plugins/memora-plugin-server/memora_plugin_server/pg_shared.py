@@ -16,7 +16,6 @@ Every statement is parameterised.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import AsyncGenerator
@@ -90,42 +89,63 @@ class PgLease:
 
 class PgTurnWriter:
     """Buffers a turn's chunks and writes them in batches (one INSERT per batch, at most every
-    ``FLUSH_SECONDS``)."""
+    ``FLUSH_SECONDS``); the last batch and the turn's end are one statement."""
 
     def __init__(self, state: PgSharedState, turn_id: str) -> None:
         self._state = state
         self._turn = turn_id
         self._seq = 0
-        self._buffer: list[tuple[str, str, int, str]] = []
+        self._buffer: list[tuple[int, str]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._waiting = False
+        """The flusher is still gathering (asleep), not writing."""
 
     def add(self, data: str) -> None:
         self._seq += 1
-        self._buffer.append((self._state.namespace, self._turn, self._seq, data))
+        self._buffer.append((self._seq, data))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
-    async def _flush(self, *, wait: bool = True) -> None:
-        if wait:  # gather what streams in meanwhile: followers read every POLL_SECONDS anyway
+    async def _flush(self) -> None:
+        # gather what streams in meanwhile: followers read every POLL_SECONDS anyway
+        self._waiting = True
+        try:
             await asyncio.sleep(FLUSH_SECONDS)
+        finally:
+            self._waiting = False
         while self._buffer:
             batch, self._buffer = self._buffer, []
-            async with await self._state._conn() as conn, conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO memora_server_events (namespace, turn_id, seq, data) "
-                    "VALUES (%s, %s, %s, %s)",
-                    batch,
-                )
+            await self._write(batch)
+
+    async def _write(self, batch: list[tuple[int, str]], *, ended: bool = False) -> None:
+        state = self._state
+        insert = (
+            "INSERT INTO memora_server_events (namespace, turn_id, seq, data) "
+            "SELECT %s, %s, t.seq, t.data FROM unnest(%s::integer[], %s::text[]) AS t(seq, data)"
+        )
+        params: tuple[Any, ...] = (
+            state.namespace,
+            self._turn,
+            [seq for seq, _ in batch],
+            [data for _, data in batch],
+        )
+        if ended:  # the last chunks and the end flag commit together: a follower that sees
+            # the turn ended finds every chunk of it
+            insert = (
+                f"WITH events AS ({insert}) UPDATE memora_server_turns SET ended = true "
+                "WHERE namespace = %s AND turn_id = %s"
+            )
+            params = (*params, state.namespace, self._turn)
+        await state._execute(insert, params)
 
     async def end(self) -> None:
-        if self._flusher is not None:
-            with contextlib.suppress(Exception):
-                await self._flusher
-        await self._flush(wait=False)
-        await self._state._execute(
-            "UPDATE memora_server_turns SET ended = true WHERE namespace = %s AND turn_id = %s",
-            (self._state.namespace, self._turn),
-        )
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            if self._waiting:  # still gathering: its chunks go with the end instead
+                flusher.cancel()
+            await asyncio.wait([flusher])  # a write under way finishes first (order of seq)
+        batch, self._buffer = self._buffer, []
+        await self._write(batch, ended=True)
 
 
 class PgSharedState:

@@ -6,6 +6,7 @@ dead process's connection went with it) while a follower is told the turn was lo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -255,11 +256,15 @@ async def test_pg_shared_state_keeps_a_sessions_last_turns(pg_dsn: str) -> None:
         await db.close()
 
 
+async def _collect(items: Any) -> list[str]:
+    return [data async for _, data in items]
+
+
 async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) -> None:
     """What streams in within FLUSH_SECONDS goes to PostgreSQL as one batch, and a follower
     reads every chunk back in order, text of any kind intact."""
     from memora_plugin_postgres.database import Database
-    from memora_plugin_server.pg_shared import PgSharedState
+    from memora_plugin_server.pg_shared import FLUSH_SECONDS, PgSharedState
 
     db = Database(pg_dsn)
     state = PgSharedState(db, f"batch-{time.time_ns()}")
@@ -281,6 +286,23 @@ async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) ->
         got = [item async for item in state.follow("s1", "t_1")]
         assert got == list(enumerate(sent, 1))
         assert [d async for _, d in state.follow("s1", "t_1", after=118)] == sent[118:]
+
+        # a turn whose chunks came over several batches: a follower reading along gets each
+        # once, in order, and the last batch goes with the end (one statement, so a follower
+        # that sees the turn ended has every chunk)
+        lease = await state.try_lock("s1")
+        assert lease is not None
+        writer = await state.writer("s1", "t_2")
+        following = asyncio.create_task(_collect(state.follow("s1", "t_2")))
+        more = [f'{{"type": "text", "content": "第{i}"}}' for i in range(9)]
+        for n, data in enumerate(more):
+            writer.add(data)
+            if n % 3 == 2:
+                await asyncio.sleep(FLUSH_SECONDS * 3)  # the timer's batch is written
+        writer.add('{"type": "done"}')
+        await writer.end()
+        await lease.release()
+        assert await asyncio.wait_for(following, 10) == [*more, '{"type": "done"}']
     finally:
         await state.close()
         await db.close()
