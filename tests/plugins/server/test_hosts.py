@@ -7,12 +7,14 @@ dead process's connection went with it) while a follower is told the turn was lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +160,24 @@ def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_pat
         b.stop()
 
 
-async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
+@contextlib.asynccontextmanager
+async def _pg_state(dsn: str, name: str) -> AsyncIterator[Any]:
+    """A started PgSharedState in a namespace of its own, closed with its pool after."""
     from memora_plugin_postgres.database import Database
     from memora_plugin_server.pg_shared import PgSharedState
 
-    db = Database(pg_dsn)
-    state = PgSharedState(db, f"prune-{time.time_ns()}")
+    db = Database(dsn)
+    state = PgSharedState(db, f"{name}-{time.time_ns()}")
     await state.start()
     try:
+        yield state
+    finally:
+        await state.close()
+        await db.close()
+
+
+async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
+    async with _pg_state(pg_dsn, "prune") as state:
         for turn in ("t_old", "t_new"):
             writer = await state.writer("s1", turn)
             writer.add('{"type": "done"}')
@@ -177,21 +189,12 @@ async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
         assert await state.prune(3600) == 1
         assert not await state.has_turn("s1", "t_old") and await state.has_turn("s1", "t_new")
         assert [d async for _, d in state.follow("s1", "t_new")] == ['{"type": "done"}']
-    finally:
-        await state.close()
-        await db.close()
 
 
 async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) -> None:
     """The version, pause and role pack the hub checks before a turn: one query, the same
     values as the three single reads."""
-    from memora_plugin_postgres.database import Database
-    from memora_plugin_server.pg_shared import PgSharedState
-
-    db = Database(pg_dsn)
-    state = PgSharedState(db, f"view-{time.time_ns()}")
-    await state.start()
-    try:
+    async with _pg_state(pg_dsn, "view") as state:
         assert await state.view("s1") == ("", None, None)
         version = await state.bump("s1")
         await state.set_role_pack("s1", "评审")
@@ -217,21 +220,14 @@ async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) ->
         await state.request_abort("s1")
         assert await state.take_abort("s1")
         await lease.release()
-    finally:
-        await state.close()
-        await db.close()
 
 
 async def test_pg_shared_state_keeps_a_sessions_last_turns(pg_dsn: str) -> None:
     """A new turn becomes the session's current one, and only its last KEPT_TURNS turns (and
     their events) stay to be replayed — all in the one statement that starts it."""
-    from memora_plugin_postgres.database import Database
-    from memora_plugin_server.pg_shared import KEPT_TURNS, PgSharedState
+    from memora_plugin_server.pg_shared import KEPT_TURNS
 
-    db = Database(pg_dsn)
-    state = PgSharedState(db, f"kept-{time.time_ns()}")
-    await state.start()
-    try:
+    async with _pg_state(pg_dsn, "kept") as state:
         lease = await state.try_lock("s1")
         assert lease is not None
         turns = [f"t_{i}" for i in range(KEPT_TURNS + 3)]
@@ -251,9 +247,6 @@ async def test_pg_shared_state_keeps_a_sessions_last_turns(pg_dsn: str) -> None:
         other = await state.writer("s2", "t_other")  # another session's turns are its own
         await other.end()
         assert await state.has_turn("s2", "t_other") and await state.has_turn("s1", turns[-1])
-    finally:
-        await state.close()
-        await db.close()
 
 
 async def _collect(items: Any) -> list[str]:
@@ -263,13 +256,9 @@ async def _collect(items: Any) -> list[str]:
 async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) -> None:
     """What streams in within FLUSH_SECONDS goes to PostgreSQL as one batch, and a follower
     reads every chunk back in order, text of any kind intact."""
-    from memora_plugin_postgres.database import Database
-    from memora_plugin_server.pg_shared import FLUSH_SECONDS, PgSharedState
+    from memora_plugin_server.pg_shared import FLUSH_SECONDS
 
-    db = Database(pg_dsn)
-    state = PgSharedState(db, f"batch-{time.time_ns()}")
-    await state.start()
-    try:
+    async with _pg_state(pg_dsn, "batch") as state:
         lease = await state.try_lock("s1")
         assert lease is not None
         writer = await state.writer("s1", "t_1")
@@ -303,9 +292,6 @@ async def test_pg_shared_state_writes_a_batch_of_chunks_in_order(pg_dsn: str) ->
         await writer.end()
         await lease.release()
         assert await asyncio.wait_for(following, 10) == [*more, '{"type": "done"}']
-    finally:
-        await state.close()
-        await db.close()
 
 
 def test_two_hosts_keep_users_apart(
