@@ -104,6 +104,7 @@ def test_show_and_history_say_who_changed_a_memory_and_when(tmp_path: Path) -> N
     rows = [
         {"id": "m1", "source": "round_summary", "name": "猫", "content": "用户的猫叫小花"},
         {"id": "m2", "source": "round_summary", "content": "x", "meta": {"edited": "by hand"}},
+        {"id": "m3", "content": "y", "meta": {"written": "model", "grounding": 0.875}},
     ]
     src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     runner = CliRunner()
@@ -132,3 +133,6 @@ def test_show_and_history_say_who_changed_a_memory_and_when(tmp_path: Path) -> N
 
     odd = runner.invoke(cli, ["memory", "show", "m2", "--data-dir", str(data)])
     assert odd.exit_code == 0 and 'edited: "by hand"' in odd.output
+    summary = runner.invoke(cli, ["memory", "show", "m3", "--data-dir", str(data)])
+    assert "written: the model's summary, checked against the round" in summary.output
+    assert "grounding: 0.88" in summary.output

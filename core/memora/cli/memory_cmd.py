@@ -176,12 +176,13 @@ def _change(key: str, value: object, *, link: bool = True) -> str:
 def _provenance(meta: dict[str, Any]) -> list[str]:
     """How the memory was written and what people did to it, one line each."""
     lines = []
-    how = meta.get("written")
+    how, score = meta.get("written"), meta.get("grounding")
     if how is not None:
-        line = f"written: {_WRITTEN.get(str(how), json.dumps(how, ensure_ascii=False))}"
-        if isinstance(meta.get("grounding"), int | float):
-            line += f" (grounding {meta['grounding']:.2f})"
-        lines.append(line)
+        lines.append(f"written: {_WRITTEN.get(str(how), json.dumps(how, ensure_ascii=False))}")
+    if isinstance(score, int | float) and not isinstance(score, bool):
+        lines.append(f"grounding: {score:.2f} (the share of its content words the round said)")
+    elif score is not None:
+        lines.append(f"grounding: {json.dumps(score, ensure_ascii=False)}")
     lines.extend(
         _change(key, meta[key])
         for key in ("edited", "forgotten", "pinned", "unpinned")
