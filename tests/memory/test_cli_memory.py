@@ -35,7 +35,9 @@ def test_import_search_stats_export_history(tmp_path: Path) -> None:
     r = runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)])
     assert r.exit_code == 0 and "imported 2" in r.output
     r = runner.invoke(cli, ["memory", "import", str(src), "--data-dir", str(data)])
-    assert "imported 1 new" in r.output  # the line with an id is idempotent
+    assert (
+        "imported 1 new memory (1 already present)" in r.output
+    )  # the line with an id: idempotent
     r = runner.invoke(cli, ["memory", "search", "大纲", "--data-dir", str(data), "--json"])
     doc = json.loads(r.output)
     assert [x["id"] for x in doc["results"]] == ["m1"]

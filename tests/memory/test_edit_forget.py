@@ -136,3 +136,4 @@ def test_show_and_history_say_who_changed_a_memory_and_when(tmp_path: Path) -> N
     summary = runner.invoke(cli, ["memory", "show", "m3", "--data-dir", str(data)])
     assert "written: the model's summary, checked against the round" in summary.output
     assert "grounding: 0.88" in summary.output
+    assert "current · from no session" in summary.output  # not "session None · round None"

@@ -199,7 +199,8 @@ def _show_record(r: Any) -> None:
     else:  # the last of its chain: in recall, unless it is the mark of a forgetting
         state = "forgotten" if "forgotten" in r.meta and not r.content else "current"
     owner = f" · scope {r.scope}" if r.scope else ""
-    click.echo(clean(f"  {state} · session {r.session_id} · round {r.round_id}{owner}"))
+    came = [f"{k} {v}" for k, v in (("session", r.session_id), ("round", r.round_id)) if v]
+    click.echo(clean(f"  {state} · {' · '.join(came) or 'from no session'}{owner}"))
     click.echo(f"  created {_when(r.created_at)}")
     for line in _provenance(r.meta):
         click.echo(clean(f"  {line}"))
@@ -397,7 +398,8 @@ def import_cmd(file: Path, where: StorageTarget) -> None:
         return int(await store.count()) - int(before)
 
     added = _run(where, work)
-    click.echo(f"imported {added} new memories ({len(items) - added} already present)")
+    noun = "memory" if added == 1 else "memories"
+    click.echo(f"imported {added} new {noun} ({len(items) - added} already present)")
 
 
 def _plain_id(value: Any) -> Any:
