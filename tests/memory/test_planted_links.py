@@ -11,6 +11,7 @@ from memora.errors import MemoraError
 from memora.memory import JsonlSessionStore, RoundRecord
 from memora.memory.sqlite_store import SqliteStorage
 from memora.security.lock import ProjectLock
+from memora.security.state import check_state_path
 from memora.testing import ScriptedProvider
 
 
@@ -131,3 +132,31 @@ async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:
     with pytest.raises(MemoraError, match="is a symbolic link"):
         SqliteStorage(data / "memory.db")
     assert _untouched(victim)
+
+
+@pytest.mark.parametrize(
+    ("path", "root"),
+    [
+        ("r/link/b/f", "r"),
+        ("r//link/./b/f", "r/"),
+        ("./r/link/b/f", "./r"),
+        ("r/link/b/f", "./r"),
+        ("{abs}/r/link/b/f", "{abs}/r"),
+        ("{abs}/r/link/b/f", "{abs}"),
+    ],
+)
+def test_a_link_between_root_and_file_is_refused_however_the_path_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, root: str
+) -> None:
+    # the check reads paths as strings (it runs on every session append): repeated separators,
+    # "." parts, a trailing separator or a relative root must not let a planted link through
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "r" / "a" / "b" / "f").write_text("x")
+    (tmp_path / "r" / "link").symlink_to(tmp_path / "r" / "a")
+    path, root = path.format(abs=tmp_path), root.format(abs=tmp_path)
+    with pytest.raises(MemoraError, match="link is a symbolic link"):
+        check_state_path(path, root)
+    check_state_path(path.replace("link", "a"), root)  # the real folder passes
+    # outside its root only the file itself is checked, as before
+    check_state_path(str(tmp_path / "r" / "link" / "b" / "f"), str(tmp_path / "elsewhere"))

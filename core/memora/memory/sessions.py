@@ -534,7 +534,10 @@ class JsonlSessionStore:
     @staticmethod
     def _is_session(folder: Path) -> bool:
         # meta.json is written without fsync at creation; after a power loss a folder may hold
-        # its fsynced log without it, and is still a session
+        # its fsynced log without it, and is still a session.  A session created and not yet
+        # written (asked on every read of it) has no folder: one stat says so.
+        if not os.path.isdir(folder):
+            return False
         return (folder / "meta.json").is_file() or any(folder.glob("*.jsonl"))
 
     def _pending(self, session_id: str) -> SessionInfo | None:

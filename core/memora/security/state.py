@@ -54,30 +54,38 @@ def _refuse(path: Path, what: str) -> MemoraError:
     )
 
 
-def _check_dir(path: Path) -> bool:
+def _check_dir(path: str | Path) -> bool:
     """True when ``path`` is a real folder, False when missing; raises for anything else."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, "is a symbolic link")
+        raise _refuse(Path(path), "is a symbolic link")
     if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "is not a folder")
+        raise _refuse(Path(path), "is not a folder")
     return True
 
 
-def check_state_path(path: Path, root: Path) -> None:
+def _parts(path: str) -> list[str]:
+    """The parts of ``path`` as :class:`~pathlib.PurePath` reads them (repeated separators and
+    ``.`` dropped), without building a path object: a session append checks its path on every
+    turn."""
+    if os.altsep:
+        path = path.replace(os.altsep, os.sep)
+    return [p for p in path.split(os.sep) if p and p != "."]
+
+
+def check_state_path(path: str | Path, root: str | Path) -> None:
     """Refuse a link or a non-folder between ``root`` (trusted as given) and ``path``, and a
     ``path`` that is a link or not a regular file (a missing one is fine)."""
-    path, root = Path(path), Path(root)
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        parts = ()
+    path, root = os.fspath(path), os.fspath(root)
+    inner, outer = _parts(path), _parts(root)
+    # ``path`` relative to ``root``, as PurePath.relative_to: nothing when it is not under it
+    under = path.startswith(os.sep) == root.startswith(os.sep) and inner[: len(outer)] == outer
     cur = root
-    for part in parts[:-1]:
-        cur = cur / part
+    for part in inner[len(outer) : -1] if under else ():
+        cur = os.path.join(cur, part)
         if not _check_dir(cur):
             break  # the rest will be created by memora itself
     try:
@@ -85,9 +93,9 @@ def check_state_path(path: Path, root: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, "is a symbolic link")
+        raise _refuse(Path(path), "is a symbolic link")
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, "is not a regular file")
+        raise _refuse(Path(path), "is not a regular file")
 
 
 def ensure_state_dir(path: Path, root: Path) -> Path:
