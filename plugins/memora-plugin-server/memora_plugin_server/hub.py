@@ -661,8 +661,8 @@ class Hub:
 
         async def watch() -> None:
             while True:
-                await asyncio.sleep(shared.abort_poll)
-                if await shared.take_abort(slot.session_id) and slot.agent is not None:
+                await shared.wait_abort(slot.session_id)
+                if slot.agent is not None:
                     slot.agent.abort()
 
         return asyncio.get_running_loop().create_task(watch(), name="memora-abort-watch")
@@ -708,7 +708,7 @@ class Hub:
             return True
         shared = self.project(project).shared
         if shared is not None and await shared.alive(session_id):
-            await shared.request_abort(session_id)  # the worker running it polls for this
+            await shared.request_abort(session_id)  # the worker running it waits for this
             return True
         return False
 

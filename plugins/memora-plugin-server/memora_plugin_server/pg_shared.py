@@ -8,6 +8,10 @@
 - A turn's chunks are rows (``memora_server_events``), written in batches as they come and read
   by followers on other machines every ``POLL_SECONDS``.
 - Pauses, aborts, role-pack choices and versions are columns of ``memora_server_sessions``.
+- An abort asked through one worker reaches the worker running the turn at once: the request
+  sets the session's ``abort`` flag and sends a notification on ``memora_server_abort``, which
+  every worker listens to on its presence connection.  Should that connection fail, the
+  workers go back to reading the flag every ``abort_poll`` seconds.
 
 Tables are created on first start (``CREATE TABLE IF NOT EXISTS`` under an advisory lock).
 Every statement is parameterised.
@@ -16,6 +20,9 @@ Every statement is parameterised.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import os
 import time
 from collections.abc import AsyncGenerator
@@ -28,7 +35,14 @@ from .shared import TURN_EVENTS_KEPT_SECONDS, SessionView, lost_turn, one_by_one
 
 __all__ = ["PgSharedState", "for_store"]
 
+logger = logging.getLogger("memora.server")
+
 POLL_SECONDS = 0.1
+ABORT_CHANNEL = "memora_server_abort"
+ABORT_CHECK_SECONDS = 5.0
+"""While the abort channel is listened to, a running turn's flag is still read this often (a
+notification is sent once; this is the guard against one that was never sent or received)."""
+_HINTS_KEPT = 1024
 FLUSH_SECONDS = 0.05
 """A turn's chunks are written at most this often (one INSERT for all that came meanwhile)."""
 KEPT_TURNS = 8
@@ -154,12 +168,18 @@ class PgSharedState:
     namespace."""
 
     abort_poll = 0.5
+    """How often a running turn's abort flag is read when the abort channel is not listened to."""
 
     def __init__(self, db: Any, namespace: str) -> None:
         self.db = db
         self.namespace = namespace
         self.presence: tuple[int, Any] = (0, None)
         self._presence_conn: AsyncConnection[Any] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._abort_waiters: dict[str, set[asyncio.Event]] = {}
+        self._abort_hints: dict[str, None] = {}
+        """Sessions an abort notification named while nothing here waited for them (a turn
+        that had taken its lock but not begun to wait yet): its wait reads the flag at once."""
 
     async def _conn(self) -> Any:
         return (await self.db.pool()).connection()
@@ -181,7 +201,42 @@ class PgSharedState:
         assert row is not None
         self.presence = (int(row[0]), row[1])
         self._presence_conn = conn
+        await conn.execute(f"LISTEN {ABORT_CHANNEL}")
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(conn), name="memora-abort-listen"
+        )
         await self.prune(TURN_EVENTS_KEPT_SECONDS)
+
+    @property
+    def listening(self) -> bool:
+        """Aborts from other workers arrive as notifications (else the flag is polled)."""
+        return self._listener is not None and not self._listener.done()
+
+    async def _listen(self, conn: AsyncConnection[Any]) -> None:
+        try:
+            async for note in conn.notifies():
+                try:
+                    namespace, session = json.loads(note.payload)
+                except (ValueError, TypeError):
+                    continue
+                if namespace != self.namespace or not isinstance(session, str):
+                    continue
+                waiters = self._abort_waiters.get(session)
+                if waiters:
+                    for event in waiters:
+                        event.set()
+                else:
+                    hints = self._abort_hints
+                    hints[session] = None
+                    if len(hints) > _HINTS_KEPT:
+                        del hints[next(iter(hints))]
+        except Exception as exc:  # the connection went: poll from now on
+            logger.warning(
+                "the abort channel of the shared state stopped (%s); aborts asked through "
+                "other workers are read every %.1f s instead",
+                type(exc).__name__,
+                self.abort_poll,
+            )
 
     async def prune(self, older_than: float) -> int:
         """Remove the events of turns started more than ``older_than`` seconds ago."""
@@ -201,6 +256,11 @@ class PgSharedState:
         return len(gone)
 
     async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
         conn, self._presence_conn = self._presence_conn, None
         if conn is not None:
             await conn.close()
@@ -354,7 +414,35 @@ class PgSharedState:
         return value if isinstance(value, dict) else None
 
     async def request_abort(self, session: str) -> None:
-        await self._set(session, "abort", True)
+        # the flag, and a notification for the worker running the turn, in one statement: the
+        # notification is delivered when the flag is committed
+        await self._execute(
+            "WITH s AS (INSERT INTO memora_server_sessions (namespace, session_id, abort) "
+            "VALUES (%s, %s, true) ON CONFLICT (namespace, session_id) DO UPDATE SET abort = true "
+            "RETURNING 1) SELECT pg_notify(%s, %s) FROM s",
+            (self.namespace, session, ABORT_CHANNEL, json.dumps([self.namespace, session])),
+        )
+
+    async def wait_abort(self, session: str) -> None:
+        event = asyncio.Event()
+        if session in self._abort_hints:  # named before this wait began: read the flag now
+            del self._abort_hints[session]
+            event.set()
+        waiters = self._abort_waiters.setdefault(session, set())
+        waiters.add(event)
+        try:
+            while True:
+                wait = ABORT_CHECK_SECONDS if self.listening else self.abort_poll
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await event.wait()
+                event.clear()
+                if await self.take_abort(session):
+                    return
+        finally:
+            waiters.discard(event)
+            if not waiters and self._abort_waiters.get(session) is waiters:
+                del self._abort_waiters[session]
 
     async def take_abort(self, session: str) -> bool:
         rows = await self._execute(

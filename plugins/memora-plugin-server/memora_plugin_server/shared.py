@@ -95,6 +95,10 @@ class SharedState(Protocol):
     async def pause(self, session: str) -> dict[str, Any] | None: ...
     async def request_abort(self, session: str) -> None: ...
     async def take_abort(self, session: str) -> bool: ...
+    async def wait_abort(self, session: str) -> None:
+        """Return once an abort was asked of the turn running in ``session`` here (taking the
+        request); the hub cancels the wait when the turn ends."""
+
     async def version(self, session: str) -> str: ...
     async def view(self, session: str) -> SessionView: ...
     async def settle(self, session: str, pause: dict[str, Any] | None) -> str: ...
@@ -363,6 +367,12 @@ class FileSharedState:
         except FileNotFoundError:
             return False
         return True
+
+    async def wait_abort(self, session: str) -> None:
+        while True:
+            await asyncio.sleep(self.abort_poll)
+            if await self.take_abort(session):
+                return
 
     async def note_created(self, session: str, info: dict[str, Any]) -> None:
         path = self.root / "created" / f"{_name(session)}.json"

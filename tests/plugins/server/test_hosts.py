@@ -364,3 +364,62 @@ def test_two_hosts_keep_users_apart(
     finally:
         a.stop()
         b.stop()
+
+
+async def test_pg_an_abort_reaches_the_turns_worker_by_notification(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An abort asked through another worker wakes the worker running the turn by a
+    notification, not by its next read of the flag (both reads are set to a minute here); one
+    that came after the turn took its lock and before it began to wait is not lost; and when
+    the notifying connection goes, the worker reads the flag every ``abort_poll`` instead."""
+    from memora_plugin_server import pg_shared
+
+    monkeypatch.setattr(pg_shared, "ABORT_CHECK_SECONDS", 60.0)
+    async with _pg_state(pg_dsn, "abort") as a:
+        b = pg_shared.PgSharedState(a.db, a.namespace)
+        await b.start()
+        try:
+            a.abort_poll = 60.0
+            assert a.listening and b.listening
+            lease = await a.try_lock("s1")
+            assert lease is not None
+            waiting = asyncio.create_task(a.wait_abort("s1"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await b.request_abort("s1")
+            await asyncio.wait_for(waiting, 10)
+            assert not await a.take_abort("s1")  # the wait took the request
+
+            # asked before the wait began: the notification is kept for it
+            await b.request_abort("s1")
+            await asyncio.sleep(0.5)
+            await asyncio.wait_for(a.wait_abort("s1"), 10)
+
+            # another namespace's abort of a session with the same id is not this one's
+            other = pg_shared.PgSharedState(a.db, a.namespace + "-other")
+            await other.start()
+            try:
+                waiting = asyncio.create_task(a.wait_abort("s1"))
+                await other.request_abort("s1")
+                await asyncio.sleep(0.5)
+                assert not waiting.done()
+                waiting.cancel()
+            finally:
+                await other.close()
+
+            # the presence connection is cut: back to reading the flag
+            async with (await a.db.pool()).connection() as conn:
+                await conn.execute("SELECT pg_terminate_backend(%s)", (a.presence[0],))
+            for _ in range(100):
+                if not a.listening:
+                    break
+                await asyncio.sleep(0.05)
+            assert not a.listening
+            assert "abort channel" in caplog.text
+            a.abort_poll = 0.05
+            await b.request_abort("s1")
+            await asyncio.wait_for(a.wait_abort("s1"), 10)
+            await lease.release()
+        finally:
+            await b.close()
