@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -178,6 +179,9 @@ class PgSharedState:
         self._listener: asyncio.Task[None] | None = None
         self._abort_waiters: dict[str, set[asyncio.Event]] = {}
         self._abort_hints: dict[str, None] = {}
+        # the namespace as a notification names it: a digest, short and of one length
+        # whatever the namespace (every worker on the database receives every notification)
+        self._channel_key = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
         """Sessions an abort notification named while nothing here waited for them (a turn
         that had taken its lock but not begun to wait yet): its wait reads the flag at once."""
 
@@ -219,7 +223,7 @@ class PgSharedState:
                     namespace, session = json.loads(note.payload)
                 except (ValueError, TypeError):
                     continue
-                if namespace != self.namespace or not isinstance(session, str):
+                if namespace != self._channel_key or not isinstance(session, str):
                     continue
                 waiters = self._abort_waiters.get(session)
                 if waiters:
@@ -237,6 +241,9 @@ class PgSharedState:
                 type(exc).__name__,
                 self.abort_poll,
             )
+            for waiters in self._abort_waiters.values():  # each running turn: to the poll now
+                for event in waiters:
+                    event.set()
 
     async def prune(self, older_than: float) -> int:
         """Remove the events of turns started more than ``older_than`` seconds ago."""
@@ -420,7 +427,7 @@ class PgSharedState:
             "WITH s AS (INSERT INTO memora_server_sessions (namespace, session_id, abort) "
             "VALUES (%s, %s, true) ON CONFLICT (namespace, session_id) DO UPDATE SET abort = true "
             "RETURNING 1) SELECT pg_notify(%s, %s) FROM s",
-            (self.namespace, session, ABORT_CHANNEL, json.dumps([self.namespace, session])),
+            (self.namespace, session, ABORT_CHANNEL, json.dumps([self._channel_key, session])),
         )
 
     async def wait_abort(self, session: str) -> None:
