@@ -294,18 +294,27 @@ class Hub:
             raise _no_session(session_id)
 
     async def agent(
-        self, project: str, session_id: str, *, create: bool = False, scope: str | None = None
+        self,
+        project: str,
+        session_id: str,
+        *,
+        create: bool = False,
+        scope: str | None = None,
+        lease: Lease | None = None,
     ) -> Agent:
         """The session's Agent, opened on first use — and opened again when another worker
         changed the session since (shared mode).  ``NOT_FOUND`` for a session that does not
-        exist unless ``create``, and for another ``scope``'s session."""
+        exist unless ``create``, and for another ``scope``'s session.  ``lease``: the session's
+        lock, held by the caller (what taking it read of the session is not read again)."""
         slot = self._slot(project, session_id)
         self._own_slot(slot, scope)
         async with slot.opening:
             shared = slot.project.shared
-            view: SessionView | None = None  # what the workers share of it, read once
+            # what the workers share of it, read once
+            view: SessionView | None = lease.view if lease is not None else None
             if slot.agent is not None and shared is not None and not slot.busy:
-                view = await shared.view(session_id)
+                if view is None:
+                    view = await shared.view(session_id)
                 if view.version != slot.version and not await self._reread(slot, view):
                     await self._close_agent(slot)
             self._own_slot(slot, scope)
@@ -456,7 +465,7 @@ class Hub:
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id, create=create, scope=scope)
+            agent = await self.agent(project, session_id, create=create, scope=scope, lease=lease)
             self._refuse_busy(slot)
             if agent.paused_turn is not None:
                 raise BusyError(
@@ -494,7 +503,7 @@ class Hub:
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id, scope=scope)
+            agent = await self.agent(project, session_id, scope=scope, lease=lease)
             paused = agent.paused_turn
             if paused is None:
                 raise MemoraError(
@@ -530,7 +539,7 @@ class Hub:
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            agent = await self.agent(project, session_id, scope=scope)
+            agent = await self.agent(project, session_id, scope=scope, lease=lease)
             if agent.paused_turn is not None:
                 raise BusyError(
                     f"session {session_id} waits for an {agent.paused_turn.kind}",

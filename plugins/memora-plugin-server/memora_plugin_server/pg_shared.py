@@ -85,11 +85,23 @@ EXISTS (SELECT 1 FROM pg_stat_activity a
 """
 
 
+def _view(row: tuple[Any, ...]) -> SessionView:
+    """A session's row (version, pause, role pack) as a :class:`SessionView`."""
+    version, pause, pack = row
+    return SessionView(
+        str(version or ""),
+        pause if isinstance(pause, dict) else None,
+        str(pack) if pack else None,
+    )
+
+
 class PgLease:
-    def __init__(self, state: PgSharedState, session: str) -> None:
+    def __init__(self, state: PgSharedState, session: str, view: SessionView | None) -> None:
         self._state = state
         self._session = session
         self._held = True
+        self.view = view
+        """The session's version, pause and role pack, read by the statement that took the lock."""
 
     async def release(self) -> None:
         if not self._held:
@@ -286,10 +298,11 @@ class PgSharedState:
             "INSERT INTO memora_server_sessions AS s (namespace, session_id, holder_pid, "
             "holder_start) VALUES (%s, %s, %s, %s) ON CONFLICT (namespace, session_id) DO UPDATE "
             "SET holder_pid = EXCLUDED.holder_pid, holder_start = EXCLUDED.holder_start, "
-            f"abort = false WHERE s.holder_pid IS NULL OR NOT {_ALIVE} RETURNING 1",
+            f"abort = false WHERE s.holder_pid IS NULL OR NOT {_ALIVE} "
+            "RETURNING s.version, s.pause, s.role_pack",
             (self.namespace, session, *self.presence),
         )
-        return PgLease(self, session) if rows else None
+        return PgLease(self, session, _view(rows[0])) if rows else None
 
     async def alive(self, session: str) -> bool:
         rows = await self._execute(
@@ -469,14 +482,7 @@ class PgSharedState:
             "WHERE namespace = %s AND session_id = %s",
             (self.namespace, session),
         )
-        if not rows:
-            return SessionView("", None, None)
-        version, pause, pack = rows[0]
-        return SessionView(
-            str(version or ""),
-            pause if isinstance(pause, dict) else None,
-            str(pack) if pack else None,
-        )
+        return _view(rows[0]) if rows else SessionView("", None, None)
 
     async def settle(self, session: str, pause: dict[str, Any] | None) -> str:
         """A turn ended: its pause saved (or cleared) and the version moved on, in one statement."""

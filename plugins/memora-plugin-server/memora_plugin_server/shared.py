@@ -47,7 +47,10 @@ _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 class Lease(Protocol):
-    """A session's lock, held for a turn."""
+    """A session's lock, held for a turn.  ``view``: the session's :class:`SessionView` when
+    taking the lock read it too (PostgreSQL: the same statement), else ``None``."""
+
+    view: SessionView | None
 
     async def release(self) -> None: ...
 
@@ -140,6 +143,8 @@ def _name(value: str) -> str:
 
 class FileLease:
     """The session's flock, held for a turn (``release()`` when it ends)."""
+
+    view: SessionView | None = None  # read on its own (three small files)
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd

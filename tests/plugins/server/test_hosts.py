@@ -213,10 +213,15 @@ async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) ->
         assert await state.view("s1") == (settled, {"state": {"turn": {"id": "t_2"}}}, "评审")
         cleared = await state.settle("s1", None)
         assert await state.view("s1") == (cleared, None, "评审") and cleared != settled
-        # an abort asked for between turns is dropped when the next turn takes the lock
+        # an abort asked for between turns is dropped when the next turn takes the lock, and
+        # the statement that takes it reads the session's view too (the hub does not again)
         await state.request_abort("s1")
         lease = await state.try_lock("s1")
         assert lease is not None and not await state.take_abort("s1")
+        assert lease.view == (cleared, None, "评审") == await state.view("s1")
+        fresh = await state.try_lock("s2")
+        assert fresh is not None and fresh.view == ("", None, None)
+        await fresh.release()
         await state.request_abort("s1")
         assert await state.take_abort("s1")
         await lease.release()
