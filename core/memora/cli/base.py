@@ -34,7 +34,15 @@ class _WarningFormatter(logging.Formatter):
 
         # a message may carry outside text (a plugin's or a server's error, a tool's output in
         # an exception): never its escape sequences on the terminal
-        return f"memora: {record.levelname.lower()}: {clean(record.getMessage())}"
+        message = record.getMessage()
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            # a logged exception's reason is the line's point ("persisting round r-1 failed"
+            # alone does not say a planted link was refused); the traceback stays out
+            reason = str(exc) or type(exc).__name__
+            if reason not in message:
+                message = f"{message}: {reason}"
+        return f"memora: {record.levelname.lower()}: {clean(message)}"
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
