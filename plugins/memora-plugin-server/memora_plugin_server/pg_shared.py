@@ -44,6 +44,7 @@ ABORT_CHECK_SECONDS = 5.0
 """While the abort channel is listened to, a running turn's flag is still read this often (a
 notification is sent once; this is the guard against one that was never sent or received)."""
 _HINTS_KEPT = 1024
+"""Abort notifications kept for turns not yet waiting (the oldest go first)."""
 FLUSH_SECONDS = 0.05
 """A turn's chunks are written at most this often (one INSERT for all that came meanwhile)."""
 KEPT_TURNS = 8
@@ -191,11 +192,11 @@ class PgSharedState:
         self._listener: asyncio.Task[None] | None = None
         self._abort_waiters: dict[str, set[asyncio.Event]] = {}
         self._abort_hints: dict[str, None] = {}
+        """Sessions an abort notification named while nothing here waited for them (a turn
+        that had taken its lock but not begun to wait yet): its wait reads the flag at once."""
         # the namespace as a notification names it: a digest, short and of one length
         # whatever the namespace (every worker on the database receives every notification)
         self._channel_key = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
-        """Sessions an abort notification named while nothing here waited for them (a turn
-        that had taken its lock but not begun to wait yet): its wait reads the flag at once."""
 
     async def _conn(self) -> Any:
         return (await self.db.pool()).connection()
@@ -410,7 +411,7 @@ class PgSharedState:
     # -- pauses, aborts, role packs, versions, created sessions ---------------------------------
 
     async def _set(self, session: str, column: str, value: Any) -> None:
-        assert column in {"pause", "role_pack", "version", "abort", "created"}
+        assert column in {"pause", "role_pack", "version", "created"}
         await self._execute(
             f"INSERT INTO memora_server_sessions (namespace, session_id, {column}) "
             f"VALUES (%s, %s, %s) ON CONFLICT (namespace, session_id) "
