@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "ArchiveFailed",
@@ -75,6 +75,9 @@ class ArchiveFailed(Event):
 
     session_id: str
     error: str
+    stage: Literal["round", "summary"] = "round"
+    """``round``: the round and its messages are not in the session's log (a later turn, or
+    ``memora run -c``, will not see them); ``summary``: the round is saved, its memory is not."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ async def test_a_failed_summary_is_an_event_and_close_waits(make_agent: Any) -> 
     assert chunks[-1].type == "done"
     await agent.close()  # waits for the summary task, which fails quietly
     assert failed and "summary model down" in failed[0].error
+    assert failed[0].stage == "summary"  # the round itself is saved: only its memory is missing
 
 
 async def test_a_short_round_is_stored_as_said_without_a_model_call(make_agent: Any) -> None:

@@ -134,6 +134,7 @@ async def test_a_failed_archive_is_an_event_and_the_turn_still_ends(make_agent: 
     chunks = await collect(agent.chat("hello"))
     assert chunks[-1].type == "done"
     assert len(failures) == 1 and "disk full" in failures[0].error
+    assert failures[0].stage == "round"
 
 
 async def test_archive_mode_manual_writes_no_summary(make_agent: Any) -> None:

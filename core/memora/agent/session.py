@@ -278,7 +278,9 @@ class LiveSession:
             self.round_ids.append(state.round_id)
         except Exception as exc:
             logger.exception("persisting round %s failed", state.round_id)
-            self.events.emit(ArchiveFailed(state.session_id, f"{type(exc).__name__}: {exc}"))
+            self.events.emit(
+                ArchiveFailed(state.session_id, f"{type(exc).__name__}: {exc}", "round")
+            )
         if summary is None:
             return
         tool_notes = [
@@ -315,7 +317,9 @@ class LiveSession:
             )
         except Exception as exc:
             logger.warning("round summary for %s failed: %s", state.round_id, exc)
-            self.events.emit(ArchiveFailed(state.session_id, f"round summary failed: {exc}"))
+            self.events.emit(
+                ArchiveFailed(state.session_id, f"round summary failed: {exc}", "summary")
+            )
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> None:
         """Work after the answer (summaries): ``idle()`` waits for it, ``close()`` finishes it."""

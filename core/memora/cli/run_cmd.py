@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
+from ..events import ArchiveFailed
 from ..security.atomic import atomic_write_text
 from ..security.terminal import clean
 from .approvals import (
@@ -109,6 +110,8 @@ async def _run(
         loop.add_signal_handler(signal.SIGINT, agent.abort)
     interactive = events == "text" and sys.stdin.isatty()
     always: set[str] = set()
+    unsaved: list[ArchiveFailed] = []  # a round the session's log did not take
+    agent.events.on(ArchiveFailed, lambda e: unsaved.append(e) if e.stage == "round" else None)
     code = EXIT_ERROR
     try:
         if saved is not None:
@@ -148,6 +151,14 @@ async def _run(
             break
     finally:
         await agent.close()
+    if unsaved and code == EXIT_DONE:
+        # the answer was printed, but `memora run -c` would not see it: a script must know
+        # (the error line above says why)
+        click.echo(
+            f"memora: error: the round is not in session {clean(unsaved[0].session_id)}'s log",
+            err=True,
+        )
+        code = EXIT_ERROR
     return code
 
 
