@@ -137,3 +137,38 @@ def test_show_and_history_say_who_changed_a_memory_and_when(tmp_path: Path) -> N
     assert "written: the model's summary, checked against the round" in summary.output
     assert "grounding: 0.88" in summary.output
     assert "current · from no session" in summary.output  # not "session None · round None"
+
+
+async def test_a_corrected_word_no_longer_names_or_finds_the_memory(tmp_path: Path) -> None:
+    """A round's memory is named after the request; when a person corrects a word of it, the
+    name follows (it is shown with the memory and searched with it), in English and Chinese;
+    a name the correction leaves true stays, and a host's own name wins."""
+    for storage in (InMemoryStorage(), open_sqlite_storage(tmp_path / "memory.db")):
+        manager = MemoryManager(storage, EventEmitter())
+        kayak = await manager.write(
+            NewMemory(
+                "User: My kayak is green, locker 4711\nAssistant: Noted.",
+                name="My kayak is green, locker 4711",
+                source="round_summary",
+            )
+        )
+        fixed = await manager.edit(
+            kayak.id, "User: My kayak is blue, locker 4712\nAssistant: Noted."
+        )
+        assert fixed.name == "My kayak is blue, locker 4712"
+        assert await manager.search("green") == [] and await manager.search("4711") == []
+        assert [h.record.id for h in await manager.search("blue kayak")] == [fixed.id]
+
+        boat = await manager.write(
+            NewMemory("User: 我的皮划艇是绿色的\nAssistant: 好的", name="我的皮划艇是绿色的")
+        )
+        blue = await manager.edit(boat.id, "User: 我的皮划艇是蓝色的\nAssistant: 好的")
+        assert blue.name == "我的皮划艇是蓝色的"
+        assert await manager.search("绿色") == []
+
+        # what the correction left true keeps its name; a host's name wins over both
+        kept = await manager.edit(blue.id, "User: 我的皮划艇是蓝色的，放在车库\nAssistant: 好的")
+        assert kept.name == "我的皮划艇是蓝色的"
+        named = await manager.edit(kept.id, "User: sold the kayak", name="kayak sold")
+        assert named.name == "kayak sold"
+        await storage.close()

@@ -31,6 +31,7 @@ __all__ = [
     "extractive_summary",
     "grounded",
     "grounding",
+    "name_after_edit",
     "short_name",
     "with_request",
 ]
@@ -185,6 +186,27 @@ def with_request(summary: str, user: str, *, label: str = "User") -> str:
     if wanted and wanted <= set(content_terms(summary)):
         return summary
     return f"{label}: {request}\n{summary}"
+
+
+def name_after_edit(name: str, old: str, new: str, *, label: str = "User", limit: int = 60) -> str:
+    """The name a memory keeps when a person rewrites its text from ``old`` to ``new``:
+    ``name``, unless the rewrite took out a content term or a number of it that ``old`` said
+    (the person corrected that word away) — then one taken from ``new``: its first line,
+    without a leading ``label:`` (memora's transcript label), cut by :func:`short_name`.  A
+    name is shown with the memory and searched with it: a corrected word must not keep naming
+    it, nor finding it.  A name that was never in the text (a topic: ``database``) stays."""
+    if not name.strip():
+        return name
+    kept = set(content_terms(new))
+    dropped = (set(content_terms(name)) & set(content_terms(old))) - kept
+    numbers = (_numbers(name) & _numbers(old)) - _numbers(new)
+    if not dropped and not numbers:
+        return name
+    first = next((line.strip() for line in new.splitlines() if line.strip()), "")
+    head, colon, rest = first.partition(":")
+    if colon and head.strip().lower() == label.lower() and rest.strip():
+        first = rest.strip()
+    return short_name(first, limit)
 
 
 def short_name(text: str, limit: int = 60) -> str:

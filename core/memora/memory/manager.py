@@ -16,7 +16,7 @@ from ..errors import ConflictError, InvalidInputError, NotAvailableError, NotFou
 from ..events import EventEmitter, MemoryAdded, MemoryRecalled
 from ..llm.provider import Provider
 from ..messages import Messages
-from .grounding import short_name
+from .grounding import name_after_edit, short_name
 from .periods import periods_first, query_periods
 from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
 from .storage import MemoryStorage, PinnedStorage, accepts_scopes
@@ -283,7 +283,9 @@ class MemoryManager:
     ) -> MemoryRecord:
         """A person's correction: a new memory with ``content`` supersedes ``memory_id``
         (the old one leaves recall; ``history`` keeps the chain), its ``meta["edited"]``
-        saying who and when."""
+        saying who and when.  Without ``name``, the old name stays unless the correction took
+        out a word of it the old text said; then it is taken from ``content``
+        (:func:`~memora.memory.grounding.name_after_edit`)."""
         old = await self._current(memory_id, "edit")
         if not content.strip():
             raise InvalidInputError("the edited memory is empty; to remove it, forget it")
@@ -293,7 +295,7 @@ class MemoryManager:
             NewMemory(
                 content=content,
                 source=old.source,
-                name=old.name if name is None else name,
+                name=name_after_edit(old.name, old.content, content) if name is None else name,
                 summary_type=old.summary_type,
                 session_id=old.session_id,
                 round_id=old.round_id,
