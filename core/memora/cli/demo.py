@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from ..memory.grounding import short_name
 from ..security.terminal import clean
 
 QUESTIONS = [
@@ -93,6 +94,7 @@ async def _conversation(base: Path, packs: Path | None) -> None:
         # memories this run wrote, so a second run's identical memories do not read as doubles
         session = agent.session_id
         newest = await agent.memory.list(limit=4 * len(QUESTIONS), include_superseded=False)
+        this_run = {r.content for r in newest if r.session_id == session}
         written = sum(1 for r in newest if r.session_id == session)
         earlier = snapshot.total - written
         click.secho(
@@ -101,8 +103,9 @@ async def _conversation(base: Path, packs: Path | None) -> None:
             + f" {snapshot.by_source}",
             bold=True,
         )
+        limit = 10  # what the model's memory_search returns at most
         for query in ("SQLite", "commit"):
-            hits = await agent.memory.search(query, limit=10)
+            hits = await agent.memory.search(query, limit=limit)
             click.secho(f"memory_search({query!r}) -> {len(hits)} hit(s)", fg="green")
             # the same text stored by several runs (the embedded model answers alike) is
             # shown once, saying which runs stored it
@@ -111,13 +114,16 @@ async def _conversation(base: Path, packs: Path | None) -> None:
                 kind_and_sessions = same.setdefault(h.record.content, (h.record.summary_type, []))
                 kind_and_sessions[1].append(h.record.session_id)
             for content, (kind, sessions) in list(same.items())[:2]:
-                mine = session in sessions
-                others = len(sessions) - mine
+                # after many runs the search's ten hits may all be earlier runs' copies of the
+                # text this run stored as well: the line stands for this run's too
+                mine = session in sessions or content in this_run
+                others = len(sessions) - (session in sessions)
+                at_least = "+" if len(hits) >= limit else ""  # the search stopped at its limit
                 if mine:
-                    runs = f"this run and {others} earlier" if others else "this run"
+                    runs = f"this run and {others}{at_least} earlier" if others else "this run"
                 else:
-                    runs = f"{others} earlier runs" if others > 1 else "an earlier run"
-                click.echo(f"  [{kind}, {runs}] {clean(content[:160])}")
+                    runs = f"{others}{at_least} earlier runs" if others > 1 else "an earlier run"
+                click.echo(f"  [{kind}, {runs}] {clean(short_name(content, 160))}")
     finally:
         await agent.close()
 
