@@ -13,7 +13,8 @@ A summary that fails is replaced by :func:`extractive_summary`: the user's reque
 answer's most informative sentences, ranked by the same terms — so the stored memory holds the
 words a later search for the round will use.  A summary that passes keeps the user's request
 with it (:func:`with_request`).  :func:`short_name` cuts a memory's name at a word boundary,
-CJK-aware.
+CJK-aware; :func:`name_after_edit` renames a memory whose name a person's correction made
+untrue.
 """
 
 from __future__ import annotations
