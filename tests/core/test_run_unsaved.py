@@ -3,7 +3,7 @@ answer is printed, but a script must know that `memora run -c` will not see it."
 
 from __future__ import annotations
 
-import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tests.core.test_chat_cli import Script, _env, say, server  # noqa: F401
@@ -23,11 +23,18 @@ def test_a_round_the_log_refused_is_exit_1_with_the_reason(
     script.answers.append(say("first answer"))
     first = _memora(env, *run, "hello", cwd=project)
     assert first.returncode == 0, first.stderr
-    # the session's folder becomes a link to a copy elsewhere: memora refuses to write through it
+    # the session's log moves to an earlier day's name, and a link to a file elsewhere is put
+    # where today's (and tomorrow's) log goes: memora reads the session without it and refuses
+    # to append through it
     folder = project / ".memora" / "data" / "sessions" / "s1"
+    (log,) = folder.glob("*.jsonl")
+    log.rename(folder / "2000-01-01.jsonl")
     elsewhere = tmp_path / "elsewhere"
-    shutil.move(folder, elsewhere)
-    folder.symlink_to(elsewhere, target_is_directory=True)
+    elsewhere.mkdir()
+    (elsewhere / "victim.txt").write_text("not memora's")
+    now = datetime.now(UTC)
+    for day in (now, now + timedelta(days=1)):
+        (folder / f"{day:%Y-%m-%d}.jsonl").symlink_to(elsewhere / "victim.txt")
     before = {p.name: p.read_bytes() for p in elsewhere.iterdir()}
     script.answers.append(say("second answer"))
     second = _memora(env, *run, "again", cwd=project)

@@ -125,6 +125,34 @@ async def test_a_link_planted_at_a_new_sessions_folder_is_refused(tmp_path: Path
     assert list(elsewhere.iterdir()) == []
 
 
+async def test_a_linked_session_is_not_read_and_no_cache_is_written_through_it(
+    tmp_path: Path,
+) -> None:
+    """A session folder that is a link (a cloned project's, to another project's session) is
+    not shown as this project's: reading it is refused, a listing skips it, and nothing —
+    not even the round-count cache — is written into the folder it points to."""
+    other = JsonlSessionStore(tmp_path / "other")
+    theirs = await other.create()
+    await other.append_round(theirs.id, RoundRecord("r0", "their secret", "a"))
+    target = tmp_path / "other" / "sessions" / theirs.id
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    store = JsonlSessionStore(tmp_path / "data")
+    mine = await store.create()
+    await store.append_round(mine.id, RoundRecord("r0", "mine", "a"))
+    (tmp_path / "data" / "sessions" / "planted").symlink_to(target)
+    for read in (store.get, store.rounds, store.messages, store.exists, store.load):
+        with pytest.raises(MemoraError, match="is a symbolic link"):
+            await read("planted")  # type: ignore[operator]
+    assert [i.id for i in await store.list()] == [mine.id]
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    # a link among a real session's logs is left unread: their round does not become ours
+    (their_log,) = target.glob("*.jsonl")
+    (tmp_path / "data" / "sessions" / mine.id / "1999-01-01.jsonl").symlink_to(their_log)
+    assert [r.user for r in await store.rounds(mine.id)] == ["mine"]
+    assert (await store.get(mine.id)).round_count == 1
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
 async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import stat
 import threading
 import time
 import uuid
@@ -45,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
@@ -262,7 +263,7 @@ def lines_until_round(
 def _session_line(log: Path) -> dict[str, Any]:
     """The ``session`` line a log starts with (its fields without ``kind``); for a log written
     without one, the file's times."""
-    with log.open("rb") as fh:
+    with _open_log(log) as fh:
         first = fh.readline()
     try:
         item = json.loads(first)
@@ -310,7 +311,7 @@ def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
     entry: dict[str, Any] = (
         {"size": 0, "rounds": 0, "first_user": None, "last_ended": 0.0} if fresh else dict(cached)  # type: ignore[arg-type]
     )
-    with path.open("rb") as fh:
+    with _open_log(path) as fh:
         fh.seek(entry["size"])
         data = fh.read()
     end = data.rfind(b"\n") + 1  # a torn last line is left for the next scan
@@ -374,6 +375,31 @@ class _SessionLock:
             self._held[self._key] = (lock, users - 1)
 
 
+_warned_links: set[str] = set()
+
+
+def _logs(folder: Path) -> builtins.list[Path]:
+    """A session's logs, oldest first.  A link among them (memora never makes one: planted, it
+    could show another project's conversation as this one's) is left unread, with one warning;
+    an append to it is refused (:func:`~memora.security.state.open_state_file`)."""
+    paths = []
+    for path in sorted(folder.glob("*.jsonl")):
+        if path.is_symlink():
+            if str(path) not in _warned_links:
+                _warned_links.add(str(path))
+                logger.warning(
+                    "%s is a symbolic link: not read (memora does not follow links)", path
+                )
+            continue
+        paths.append(path)
+    return paths
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """A log opened for reading, never through a link put there since it was listed."""
+    return os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC), "rb")
+
+
 def _read_logs(
     folder: Path, offsets: dict[str, int]
 ) -> tuple[builtins.list[dict[str, Any]], tuple[tuple[str, int], ...]] | None:
@@ -381,12 +407,12 @@ def _read_logs(
     and the bytes read of each; ``None`` when a log named in ``offsets`` is gone or shorter."""
     out: builtins.list[dict[str, Any]] = []
     sizes = []
-    paths = sorted(folder.glob("*.jsonl"))
+    paths = _logs(folder)
     if not set(offsets) <= {p.name for p in paths}:
         return None
     for path in paths:
         start = offsets.get(path.name, 0)
-        with path.open("rb") as fh:
+        with _open_log(path) as fh:
             if start:
                 if os.fstat(fh.fileno()).st_size < start:
                     return None
@@ -531,12 +557,19 @@ class JsonlSessionStore:
             )
         return self.root / session_id
 
-    @staticmethod
-    def _is_session(folder: Path) -> bool:
+    def _is_session(self, folder: Path) -> bool:
         # meta.json is written without fsync at creation; after a power loss a folder may hold
         # its fsynced log without it, and is still a session.  A session created and not yet
-        # written (asked on every read of it) has no folder: one stat says so.
-        if not os.path.isdir(folder):
+        # written (asked on every read of it) has no folder: one stat says so.  A link there
+        # (planted in a cloned project, say) is refused, not read: it could show another
+        # project's conversation as this one's.
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            check_state_path(folder / "meta.json", self.root.parent)  # raises, naming the link
+        if not stat.S_ISDIR(st.st_mode):
             return False
         return (folder / "meta.json").is_file() or any(folder.glob("*.jsonl"))
 
@@ -584,12 +617,14 @@ class JsonlSessionStore:
         return info
 
     def _meta_only(self, session_id: str, folder: Path) -> SessionInfo:
-        """meta.json (or, before it was written, the first log's ``session`` line)."""
+        """meta.json (or, before it was written, the first log's ``session`` line); a link
+        in the way is refused, as a write would refuse it."""
         path = folder / "meta.json"
+        check_state_path(path, self.root.parent)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            logs = sorted(folder.glob("*.jsonl"))
+            logs = _logs(folder)
             if not logs:
                 raise _no_session(session_id) from None
             data = _session_line(logs[0])
@@ -606,7 +641,7 @@ class JsonlSessionStore:
                 cached = {}
         except (OSError, ValueError):
             cached = {}
-        files = {p.name: _scan_log(p, cached.get(p.name)) for p in sorted(folder.glob("*.jsonl"))}
+        files = {p.name: _scan_log(p, cached.get(p.name)) for p in _logs(folder)}
         if files != cached:
             # a cache, derivable at any time: no fsync, and a failed write is harmless
             with contextlib.suppress(OSError):
@@ -727,14 +762,17 @@ class JsonlSessionStore:
             if not self.root.is_dir():
                 return infos
             for folder in self.root.iterdir():
-                if folder.name not in seen and self._is_session(folder):
-                    try:
-                        info = self._read_meta(folder.name)
-                    except MemoraError as exc:
-                        logger.warning("session %s skipped: %s", folder.name, exc)
+                if folder.name in seen:
+                    continue
+                try:
+                    if not self._is_session(folder):
                         continue
-                    if include_archived or not info.archived:
-                        infos.append(info)
+                    info = self._read_meta(folder.name)
+                except MemoraError as exc:
+                    logger.warning("session %s skipped: %s", folder.name, exc)
+                    continue
+                if include_archived or not info.archived:
+                    infos.append(info)
             infos.sort(key=lambda i: -i.updated_at)
             return infos
 
