@@ -233,6 +233,10 @@ class DoneChunk(_Chunk):
     output: Any = None
     """A typed turn's validated result, as JSON data (``agent.run(..., output_type=T)``
     returns it as a ``T``); ``None`` for a text turn."""
+    saved: bool = True
+    """``False`` when the round could not be written to the session's log (the answer above is
+    complete, but a later turn, ``memora run -c`` or another worker will not see this round);
+    the reason is logged and emitted as an ``ArchiveFailed`` event with ``stage="round"``."""
 
 
 class OutputPartialChunk(_Chunk):

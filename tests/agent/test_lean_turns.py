@@ -60,6 +60,7 @@ async def test_a_failed_summary_is_an_event_and_close_waits(make_agent: Any) -> 
     await agent.close()  # waits for the summary task, which fails quietly
     assert failed and "summary model down" in failed[0].error
     assert failed[0].stage == "summary"  # the round itself is saved: only its memory is missing
+    assert chunks[-1].saved is True
 
 
 async def test_a_short_round_is_stored_as_said_without_a_model_call(make_agent: Any) -> None:

@@ -135,6 +135,15 @@ async def test_a_failed_archive_is_an_event_and_the_turn_still_ends(make_agent: 
     assert chunks[-1].type == "done"
     assert len(failures) == 1 and "disk full" in failures[0].error
     assert failures[0].stage == "round"
+    assert chunks[-1].saved is False  # the client is told on the stream itself
+    assert chunks[-1].answer == "ok"  # the answer is complete all the same
+
+
+async def test_a_saved_round_says_so_on_done(make_agent: Any) -> None:
+    agent = await make_agent(ScriptedProvider(default=text("ok")))
+    chunks = await collect(agent.chat("hello"))
+    assert chunks[-1].type == "done" and chunks[-1].saved is True
+    assert [r.user for r in await agent.sessions.rounds()] == ["hello"]
 
 
 async def test_archive_mode_manual_writes_no_summary(make_agent: Any) -> None:

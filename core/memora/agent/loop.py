@@ -303,8 +303,13 @@ class TurnEngine:
                     continue
                 if isinstance(transition, Stop):
                     cause = getattr(transition.chunk, "message", None)
-                    await self._end(transition.status, summarise=transition.summarise, cause=cause)
-                    yield transition.chunk
+                    saved = await self._end(
+                        transition.status, summarise=transition.summarise, cause=cause
+                    )
+                    chunk = transition.chunk
+                    if not saved and isinstance(chunk, DoneChunk):
+                        chunk = chunk.model_copy(update={"saved": False})
+                    yield chunk
                 return  # Suspend (or a step that ended the turn itself)
         except asyncio.CancelledError:
             ours = deps.control.abort
@@ -349,9 +354,9 @@ class TurnEngine:
         summarise: bool = False,
         interrupted: bool = False,
         cause: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Close the turn: keep partial text, answer every open call, move the session state,
-        persist the round."""
+        persist the round (False when its log did not take it)."""
         record = self.record
         if interrupted:
             self._keep_partial()
@@ -365,7 +370,7 @@ class TurnEngine:
             session.fail(cause or "the turn failed", recovered=not interrupted)
         else:
             session.finish()
-        await self.deps.journal.persist(record, self.deps.summary if summarise else None)
+        return await self.deps.journal.persist(record, self.deps.summary if summarise else None)
 
     def _keep_partial(self, *, marker: bool = True) -> None:
         """An interrupted LLM call keeps its partial text in history (with the marker)."""

@@ -246,10 +246,10 @@ class LiveSession:
 
     # -- the journal -----------------------------------------------------------------------------
 
-    async def persist(self, state: TurnRecord, summary: SummaryPlan | None) -> None:
+    async def persist(self, state: TurnRecord, summary: SummaryPlan | None) -> bool:
         """Store the round and its messages (one append, before ``done``: a killed process
         loses at most the running turn); start the round summary in the background when
-        ``summary`` says how."""
+        ``summary`` says how.  False when the round could not be written (``done.saved``)."""
         self.busy = False
         self.turn = None
         plan_key = self._plan_key()
@@ -281,8 +281,11 @@ class LiveSession:
             self.events.emit(
                 ArchiveFailed(state.session_id, f"{type(exc).__name__}: {exc}", "round")
             )
+            saved = False
+        else:
+            saved = True
         if summary is None:
-            return
+            return saved
         tool_notes = [
             f"{e['name']}: {e.get('summary', '')}"
             for e in state.events
@@ -294,6 +297,7 @@ class LiveSession:
             self._write_summary(state, tool_notes, summary, self.memory),
             name=f"memora-round-summary-{state.round_id}",
         )
+        return saved
 
     async def _write_summary(
         self,

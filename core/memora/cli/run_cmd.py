@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
-from ..events import ArchiveFailed
 from ..security.atomic import atomic_write_text
 from ..security.terminal import clean
 from .approvals import (
@@ -76,7 +75,7 @@ async def _run(
     scope: str | None = None,
 ) -> int:
     from ..agent import Agent
-    from ..chunks import AgentChunk
+    from ..chunks import AgentChunk, DoneChunk
     from ..memory.sessions import new_session_id
 
     override = None if tools else {"act": {"toolMode": "block"}}
@@ -110,8 +109,7 @@ async def _run(
         loop.add_signal_handler(signal.SIGINT, agent.abort)
     interactive = events == "text" and sys.stdin.isatty()
     always: set[str] = set()
-    unsaved: list[ArchiveFailed] = []  # a round the session's log did not take
-    agent.events.on(ArchiveFailed, lambda e: unsaved.append(e) if e.stage == "round" else None)
+    unsaved = False  # a finished round the session's log did not take (done.saved)
     code = EXIT_ERROR
     try:
         if saved is not None:
@@ -127,8 +125,9 @@ async def _run(
                 _emit(chunk, events, typed=output is not None)
             if last is None:
                 break
-            if last.type == "done":
+            if isinstance(last, DoneChunk):
                 code = EXIT_DONE
+                unsaved = not last.saved
             elif last.type == "aborted":
                 code = EXIT_ABORTED
             elif last.type == "paused":
@@ -155,7 +154,7 @@ async def _run(
         # the answer was printed, but `memora run -c` would not see it: a script must know
         # (the error line above says why)
         click.echo(
-            f"memora: error: the round is not in session {clean(unsaved[0].session_id)}'s log",
+            f"memora: error: the round is not in session {clean(agent.session_id)}'s log",
             err=True,
         )
         code = EXIT_ERROR

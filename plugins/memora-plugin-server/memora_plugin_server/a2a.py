@@ -260,7 +260,7 @@ class MemoraExecutor(AgentExecutor):
                         name="answer",
                         last_chunk=True,
                     )
-                    await updater.complete()
+                    await _complete(updater, chunk)
                 case TextChunk(content=content) if content and not typed:
                     if held is not None:
                         await emit(held, last=False)
@@ -298,14 +298,14 @@ class MemoraExecutor(AgentExecutor):
                         append=False,
                         last_chunk=True,
                     )
-                    await updater.complete()
+                    await _complete(updater, chunk)
                 case DoneChunk(answer=answer):
                     if held is not None:
                         await emit(held, last=True)
                         held = None
                     elif not streamed and answer:
                         await emit(answer, last=True)
-                    await updater.complete()
+                    await _complete(updater, chunk)
                 case AbortedChunk(reason=reason):
                     await updater.cancel(updater.new_agent_message([Part(text=reason)]))
                 case ErrorChunk(message=message):
@@ -319,6 +319,25 @@ class MemoraExecutor(AgentExecutor):
             )
         if context.task_id and context.context_id:
             await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+UNSAVED = (
+    "The answer is complete, but this round could not be saved to the session's log: "
+    "later messages in this context will not see it."
+)
+
+
+async def _complete(updater: TaskUpdater, done: DoneChunk) -> None:
+    """``completed``; a round its session's log did not take (``done.saved`` false) says so in
+    the status message and ``metadata.saved: false``, as REST's ``done`` event does."""
+    if done.saved:
+        await updater.complete()
+    else:
+        await updater.update_status(
+            TaskState.TASK_STATE_COMPLETED,
+            message=updater.new_agent_message([Part(text=UNSAVED)]),
+            metadata={"saved": False},
+        )
 
 
 Guard = Callable[[Request, str, str], Awaitable[Response | None]]

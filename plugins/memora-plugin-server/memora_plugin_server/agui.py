@@ -7,7 +7,8 @@ question ends the run with an ``interrupt`` outcome; the next run answers it wit
 entries (``payload``: ``{"decision": "approve" | "deny", "args": {...}, "reason": "..."}`` for an
 approval, ``{"slot": "answer", ...}`` for questions; ``status: "cancelled"`` denies).
 ``forwardedProps.output_schema`` (a JSON schema) makes the run typed: its result is the
-validated output.
+validated output.  A run whose round could not be written to the session's log (REST's
+``done.saved`` false) sends a ``CUSTOM`` event ``memora.unsaved`` before ``RUN_FINISHED``.
 
 The turn runs in the hub like any other (one per session, a client that goes away does not stop
 it); only the encoding differs.  Every event is built with the package's own models.
@@ -22,6 +23,7 @@ from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     Interrupt,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
@@ -67,6 +69,8 @@ from .turns import TurnLog
 __all__ = ["AguiTranslator", "encode", "run"]
 
 QUESTIONS_PREFIX = "questions:"
+UNSAVED_EVENT = "memora.unsaved"
+"""The ``CUSTOM`` event before ``RUN_FINISHED`` when the round is not in the session's log."""
 
 
 def _last_user_text(run_input: RunAgentInput) -> str:
@@ -225,9 +229,12 @@ class AguiTranslator:
                 )
             case PausedChunk():
                 yield from self._finish(RunFinishedInterruptOutcome(interrupts=self._interrupts))
-            case DoneChunk(answer=answer, output=output):
+            case DoneChunk(answer=answer, output=output, saved=saved):
                 # a typed run's result is its validated output (JSON data), else the answer
                 result = output if output is not None else answer
+                if not saved:  # the answer is whole, but the thread's log does not hold it
+                    yield from self._close()
+                    yield CustomEvent(name=UNSAVED_EVENT, value={"saved": False})
                 yield from self._finish(RunFinishedSuccessOutcome(), result=result)
             case AbortedChunk():
                 yield from self._finish(RunFinishedCancelledOutcome())
