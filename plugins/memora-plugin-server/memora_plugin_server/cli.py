@@ -13,7 +13,13 @@ from typing import Any, Literal
 import click
 
 from memora.cli.approvals import approval_options
-from memora.cli.common import config_dir_option, find_project_root
+from memora.cli.common import (
+    agent_arguments,
+    config_dir_option,
+    find_project_root,
+    provider_options,
+)
+from memora.cli.run_cmd import choose_provider
 from memora.settings import user_config_dir
 
 from .config import (
@@ -63,6 +69,7 @@ logger = logging.getLogger("memora.server")
     help="Per worker, keep at most this many sessions' Agents open between requests; opening "
     "one more closes the least recently used idle ones (they reopen from the store).",
 )
+@provider_options
 @approval_options
 @config_dir_option
 def serve_cmd(
@@ -72,6 +79,9 @@ def serve_cmd(
     workers: int,
     idle_seconds: float,
     max_open_sessions: int,
+    provider: str | None,
+    base_url: str | None,
+    model: str | None,
     approvals: str | None,
     config_dir: Path | None,
 ) -> None:
@@ -101,6 +111,9 @@ def serve_cmd(
         "idle_seconds": idle_seconds,
         "max_open_sessions": max_open_sessions,
         "config_dir": str(config_dir) if config_dir is not None else None,
+        # --provider / --base-url (or MEMORA_BASE_URL) / --model, as `memora run` takes them:
+        # the user's choice, over every project's config
+        "agent": agent_arguments(**_chosen(provider, base_url, model)),
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
         # the workers draw on one rate-limit allowance, kept in a file named by the port
         "rate_file": str(user_dir / f"serve-{port}.rate") if workers > 1 else None,
@@ -139,13 +152,24 @@ SPEC_ENV = "MEMORA_SERVE_SPEC"
 """How ``memora serve --workers N`` hands its options to the worker processes."""
 
 
+def _chosen(provider: str | None, base_url: str | None, model: str | None) -> dict[str, Any]:
+    name, options = choose_provider(provider, base_url, model)
+    return {"provider": name, "provider_options": options}
+
+
+def _runtime_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """Each project's runtime options from the spec: the user folder and the chosen provider."""
+    options: dict[str, Any] = dict(spec.get("agent") or {})
+    if spec.get("config_dir"):
+        options["config_dir"] = Path(spec["config_dir"])
+    return options
+
+
 async def _check(spec: dict[str, Any]) -> None:
     from .app import project_names
     from .hub import Hub
 
-    options: dict[str, Any] = {}
-    if spec.get("config_dir"):
-        options["config_dir"] = Path(spec["config_dir"])
+    options = _runtime_options(spec)
     hub = Hub(
         project_names([Path(p) for p in spec["projects"]]),
         runtime_options=options,
@@ -160,9 +184,7 @@ async def _check(spec: dict[str, Any]) -> None:
 def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
     from .app import create_app
 
-    options: dict[str, Any] = {}
-    if spec.get("config_dir"):
-        options["config_dir"] = Path(spec["config_dir"])
+    options = _runtime_options(spec)
     user_dir = user_config_dir(options.get("config_dir"))
     if settings is None:
         settings = load_server_settings(user_dir)

@@ -69,15 +69,18 @@ class Served:
 
 
 @contextlib.contextmanager
-def _serving(tmp_path: Path, env: dict[str, str], probe: str) -> Iterator[tuple[Served, Path, int]]:
-    """`memora serve --workers 2` on project ``shop`` until ``probe`` answers; stopped after."""
+def _serving(
+    tmp_path: Path, env: dict[str, str], probe: str, *extra: str
+) -> Iterator[tuple[Served, Path, int]]:
+    """`memora serve --workers 2` (and ``extra``) on project ``shop`` until ``probe`` answers;
+    stopped after."""
     project = tmp_path / "shop"
     project.mkdir()
     port = _free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "memora", "serve", "--project", str(project), "--port", str(port),
-         "--workers", "2"],
+         "--workers", "2", *extra],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -233,3 +236,29 @@ def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Pa
         assert refused_early, answers
         rate_file = home / f"serve-{port}.rate"
         assert stat.S_IMODE(rate_file.stat().st_mode) == 0o600
+
+
+def test_the_endpoint_from_the_environment_reaches_every_worker(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`memora serve` takes the provider as `memora run` does: `MEMORA_BASE_URL` (or
+    `--base-url`) and `--model`, over a user config that names none; each worker uses it."""
+    url, script = server
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORA_")}
+    env["MEMORA_HOME"] = str(tmp_path / "home")  # no config.json: no provider configured
+    env["MEMORA_BASE_URL"] = url
+    env["MEMORA_API_KEY"] = "sk-test"
+    with _serving(tmp_path, env, "/ready", "--model", "served-model") as (srv, _, _):
+        answered: set[str] = set()
+        for n in range(40):  # new connections until both workers ran a turn
+            script.answers.append(say(f"answer {n}"))
+            sid = srv.request("POST", "/v1/projects/shop/sessions", json={}).json()["id"]
+            r = srv.request("POST", f"/v1/projects/shop/sessions/{sid}/turns", json={"text": "hi"})
+            chunks = [c for _, c in _events(iter(r.text.splitlines()))]
+            assert chunks[-1]["type"] == "done" and chunks[-1]["answer"] == f"answer {n}", chunks
+            answered.add(r.headers["x-memora-worker"])
+            if len(answered) == 2:
+                break
+        assert len(answered) == 2, answered
+        assert {body["model"] for body in script.requests} == {"served-model"}
