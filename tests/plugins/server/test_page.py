@@ -231,3 +231,25 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
         await page.locator("#memory-hits li.memory button.forget").click()
         await page.locator("#memory-hits li.status-line", has_text="forgotten").wait_for()
         assert await memory.search("ships") == []
+
+
+async def test_an_unsaved_round_says_so_in_the_browser(tmp_path: Path) -> None:
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([text("first answer"), text("second answer")])
+    async with serve(project, **scripted(tmp_path, provider)) as srv, browser_page(tmp_path) as page:
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")
+        await page.fill("#message", "hello")
+        await page.press("#message", "Enter")
+        await page.locator(".msg.assistant .md", has_text="first answer").wait_for()
+        assert await page.locator(".status-line.error").count() == 0
+        # the session's log can no longer be written: its folder becomes a link
+        (folder,) = (project / ".memora" / "data" / "sessions").iterdir()
+        elsewhere = tmp_path / "elsewhere"
+        shutil.move(folder, elsewhere)
+        folder.symlink_to(elsewhere, target_is_directory=True)
+        await page.fill("#message", "again")
+        await page.press("#message", "Enter")
+        await page.locator(".msg.assistant .md", has_text="second answer").wait_for()
+        warning = page.locator(".status-line.error", has_text="not saved")
+        await warning.wait_for(timeout=15_000)

@@ -225,6 +225,7 @@ class TurnView {
           this.answer = ""; this.md.replaceChildren(); this.result(c.output);
         } else if (c.answer && c.answer !== this.answer) { this.answer = c.answer; this.renderAnswer(); }
         if (c.usage) this.status(c.usage.input_tokens + " in · " + c.usage.output_tokens + " out");
+        if (c.saved === false) this.status("not saved: this round could not be written to the session's log (the server's log says why); a reload will not show it", "status-line error");
         break;
       case "aborted":
         this.status("stopped: " + c.reason, "status-line error");
