@@ -205,6 +205,40 @@ def test_run_without_a_terminal_refuses_and_says_how_to_allow(
     assert not (project / "keep.txt").exists() and "removed" in r.stdout
 
 
+def test_a_paused_turn_not_sealed_by_this_user_is_never_resumed(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+    project: Path,
+) -> None:
+    """A project's folder is untrusted: a paused turn found in it (cloned, copied, edited) must
+    not be resumed — with --yes its pending call would run, chosen by whoever wrote the file."""
+    url, script = server
+    script.answers += [call("run_command", {"command": "rm -f keep.txt"}), say("removed")]
+    assert _run(tmp_path, url, "tidy up").returncode == 3
+    state_file = project / ".memora" / "data" / "paused-turn.json"
+    mine = json.loads(state_file.read_text(encoding="utf-8"))
+    assert (tmp_path / "home" / "seal.key").stat().st_mode & 0o777 == 0o600
+    victim = project / "victim.txt"
+    victim.write_text("mine", encoding="utf-8")
+    edited = json.loads(json.dumps(mine).replace("rm -f keep.txt", "rm -f victim.txt"))
+    planted = [
+        edited,  # the pending call changed after memora sealed it
+        mine["sealed"],  # a pause as another memora (or someone) wrote it: no seal
+        {"sealed": mine["sealed"], "mac": "0" * 64},  # someone else's seal
+    ]
+    for doc in planted:
+        state_file.write_text(json.dumps(doc), encoding="utf-8")
+        r = _run(tmp_path, url, "--resume", "--yes")
+        assert r.returncode == 1, r.stderr
+        assert "was not sealed by your memora" in r.stderr
+        assert victim.exists() and (project / "keep.txt").exists()
+    # the user's own pause, untouched, still resumes
+    state_file.write_text(json.dumps(mine), encoding="utf-8")
+    r = _run(tmp_path, url, "--resume", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert not (project / "keep.txt").exists() and victim.exists()
+
+
 def test_run_yes_and_read_only(
     server: tuple[str, Script],  # noqa: F811
     tmp_path: Path,

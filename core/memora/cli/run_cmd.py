@@ -14,6 +14,8 @@ import click
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_text
+from ..security.seal import seal, unseal, user_key
+from ..security.state import user_config_dir
 from ..security.terminal import clean
 from .approvals import (
     agent_mode,
@@ -83,7 +85,8 @@ async def _run(
         provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
     )
     state_file = data_dir / PAUSED_FILE
-    saved = _read_paused(state_file) if resume else None
+    user_dir = user_config_dir(config_dir)  # its key seals a pause (made when first needed)
+    saved = _read_paused(state_file, user_key(user_dir)) if resume else None
     agent = Agent(
         project_path=project,
         data_dir=data_dir,
@@ -136,7 +139,7 @@ async def _run(
                     code = EXIT_PAUSED
                     paused = agent.paused_turn
                     if paused is not None:  # private to the user, never half-written
-                        state = json.dumps(paused.to_json(), ensure_ascii=False)
+                        state = json.dumps(seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False)
                         atomic_write_text(state_file, state)
                         os.chmod(state_file, 0o600)  # an older file's mode is not kept
                     click.echo(
@@ -164,9 +167,12 @@ async def _run(
 PAUSED_FILE = "paused-turn.json"
 
 
-def _read_paused(state_file: Path) -> dict[str, Any]:
+def _read_paused(state_file: Path, key: bytes) -> dict[str, Any]:
+    """The paused turn this user's `memora run` left in ``state_file``; one found in a
+    project's folder without this user's seal (cloned, copied, edited) is refused: resuming
+    it with --yes would run a call that someone else chose."""
     try:
-        data = json.loads(state_file.read_text(encoding="utf-8"))
+        doc = json.loads(state_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MemoraError(
             ErrorCode.NOT_FOUND,
@@ -177,6 +183,15 @@ def _read_paused(state_file: Path) -> dict[str, Any]:
         raise MemoraError(
             ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn: {exc}"
         ) from exc
+    data = unseal(doc, key)
+    if data is None:
+        raise MemoraError(
+            ErrorCode.INVALID_INPUT,
+            f"{state_file} was not sealed by your memora (a paused turn from another user or "
+            "machine, a copied or cloned project, or a file changed since is never resumed): "
+            "remove it and run the turn again",
+            context={"path": str(state_file)},
+        )
     if not isinstance(data, dict):
         raise MemoraError(ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn")
     return data
