@@ -738,7 +738,8 @@ def _shared_state(project: Project) -> SharedState:
         found = for_store(project.runtime.session_store)
         if found is not None:
             return found
-    return FileSharedState(Path(project.runtime.options.data_dir) / "server")
+    options = project.runtime.options
+    return FileSharedState(Path(options.data_dir) / "server", options.config_dir)
 
 
 def pause_doc(paused: PausedTurn) -> dict[str, Any]:

@@ -7,7 +7,9 @@
   batches, every ``FLUSH_SECONDS``), then ``END``: a client following the turn through another
   worker reads them from there;
 - ``pauses/<session>.json`` — a paused turn (``agent.pause_state()`` and what the API shows of
-  it), so whichever worker gets the approval or the answer resumes it;
+  it), so whichever worker gets the approval or the answer resumes it; sealed with the user's
+  key (:mod:`memora.security.seal`), so a pause planted in a project's folder (a cloned
+  repository) is ignored, never shown for approval or resumed;
 - ``aborts/<session>`` — an abort asked of another worker's turn;
 - ``versions/<session>``, ``role-packs/<session>`` — when a worker last changed the session
   (another worker's open Agent of it is opened again) and the role pack chosen for it;
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import time
@@ -33,8 +36,13 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from memora.security.atomic import atomic_write_bytes
+from memora.security.seal import seal, unseal, user_key
+from memora.security.state import user_config_dir
 
 __all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn", "one_by_one"]
+
+logger = logging.getLogger("memora.server")
+_warned: set[str] = set()
 
 END = b"END\n"
 KEPT_TURNS = 8
@@ -207,9 +215,16 @@ class FileSharedState:
 
     abort_poll = 0.2
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, user_dir: Path | None = None) -> None:
         self.root = root
+        self._user_dir = user_config_dir(user_dir)  # its key seals the pauses
+        self._key: bytes | None = None
         self._mkdirs()
+
+    def _sealing_key(self) -> bytes:
+        if self._key is None:
+            self._key = user_key(self._user_dir)
+        return self._key
 
     async def start(self) -> None:
         await self.prune(TURN_EVENTS_KEPT_SECONDS)
@@ -353,13 +368,20 @@ class FileSharedState:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             return
-        data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+        data = json.dumps(seal(value, self._sealing_key()), ensure_ascii=False).encode("utf-8")
         await asyncio.to_thread(_write_private, path, data)  # fsynced: not on the event loop
 
     async def pause(self, session: str) -> dict[str, Any] | None:
+        path = self.root / "pauses" / f"{_name(session)}.json"
         try:
-            value = json.loads((self.root / "pauses" / f"{_name(session)}.json").read_bytes())
+            doc = json.loads(path.read_bytes())
         except (FileNotFoundError, ValueError):
+            return None
+        value = unseal(doc, self._sealing_key())
+        if value is None:
+            if str(path) not in _warned:
+                _warned.add(str(path))
+                logger.warning("%s was not sealed by this user's memora: ignored", path)
             return None
         return value if isinstance(value, dict) else None
 

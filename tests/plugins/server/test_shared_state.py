@@ -5,6 +5,7 @@ its holder, names that could leave the folder refused, private files."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import subprocess
@@ -137,6 +138,31 @@ async def test_a_session_made_before_its_first_turn_is_read_alone(tmp_path: Path
     path = tmp_path / "created" / "s2.json"
     path.write_text("[1, 2]")  # not an object: not a session
     assert await state.created_session("s2") is None and await state.created() == {}
+
+
+async def test_a_pause_planted_in_the_project_is_ignored(tmp_path: Path) -> None:
+    """The pauses live in the project's folder, which a cloned repository brings: one this
+    user's memora did not seal is never shown for approval or resumed."""
+    mine = FileSharedState(tmp_path / "server", tmp_path / "me")
+    pause = {"state": {"turn": {"id": "t_1"}}, "doc": {"kind": "approval", "name": "run_command"}}
+    await mine.set_pause("s1", pause)
+    assert await mine.pause("s1") == pause
+    path = tmp_path / "server" / "pauses" / "s1.json"
+    sealed = json.loads(path.read_bytes())
+    # as another user wrote it (another key), unsealed, or with its call changed
+    theirs = FileSharedState(tmp_path / "other-server", tmp_path / "someone-else")
+    assert await theirs.pause("s1") is None
+    await theirs.set_pause("s1", pause)
+    planted = [
+        json.loads((tmp_path / "other-server" / "pauses" / "s1.json").read_bytes()),
+        pause,
+        json.loads(json.dumps(sealed).replace("run_command", "write_file")),
+    ]
+    for doc in planted:
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        assert await mine.pause("s1") is None
+    path.write_text(json.dumps(sealed), encoding="utf-8")
+    assert await mine.pause("s1") == pause
 
 
 async def test_a_session_view_is_version_pause_and_role_pack_at_once(tmp_path: Path) -> None:
