@@ -139,7 +139,9 @@ async def _run(
                     code = EXIT_PAUSED
                     paused = agent.paused_turn
                     if paused is not None:  # private to the user, never half-written
-                        state = json.dumps(seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False)
+                        state = json.dumps(
+                            seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False
+                        )
                         atomic_write_text(state_file, state)
                         os.chmod(state_file, 0o600)  # an older file's mode is not kept
                     click.echo(

@@ -236,7 +236,10 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
 async def test_an_unsaved_round_says_so_in_the_browser(tmp_path: Path) -> None:
     project = project_dir(tmp_path)
     provider = ScriptedProvider([text("first answer"), text("second answer")])
-    async with serve(project, **scripted(tmp_path, provider)) as srv, browser_page(tmp_path) as page:
+    async with (
+        serve(project, **scripted(tmp_path, provider)) as srv,
+        browser_page(tmp_path) as page,
+    ):
         await page.goto(srv.url + "/")
         await page.wait_for_selector("#sessions li.active")
         await page.fill("#message", "hello")
