@@ -298,7 +298,9 @@ def provider_options(fn: F) -> F:
     """--provider, --base-url and --model."""
     fn = click.option("--model", default=None, help="Model name (or GGUF path for llamacpp).")(fn)
     fn = click.option(
-        "--base-url", default=None, help="OpenAI-compatible endpoint (implies --provider openai)."
+        "--base-url",
+        default=None,
+        help="OpenAI-compatible endpoint (implies --provider openai; default: $MEMORA_BASE_URL).",
     )(fn)
     return click.option(
         "--provider",
