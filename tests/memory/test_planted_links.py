@@ -9,7 +9,9 @@ import pytest
 from memora import Agent
 from memora.errors import MemoraError
 from memora.memory import JsonlSessionStore, RoundRecord
+from memora.memory.simple_backends import JsonFileStorage
 from memora.memory.sqlite_store import SqliteStorage
+from memora.memory.types import NewMemory
 from memora.security.lock import ProjectLock
 from memora.security.state import check_state_path
 from memora.testing import ScriptedProvider
@@ -151,6 +153,18 @@ async def test_a_linked_session_is_not_read_and_no_cache_is_written_through_it(
     assert [r.user for r in await store.rounds(mine.id)] == ["mine"]
     assert (await store.get(mine.id)).round_count == 1
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
+async def test_a_json_memory_file_link_is_refused_not_read(tmp_path: Path) -> None:
+    theirs = JsonFileStorage(tmp_path / "other" / "memories.json")
+    await theirs.add(NewMemory(source="summary", name="their secret", content="their secret"))
+    before = (tmp_path / "other" / "memories.json").read_bytes()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "memories.json").symlink_to(tmp_path / "other" / "memories.json")
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        JsonFileStorage(data / "memories.json")
+    assert (tmp_path / "other" / "memories.json").read_bytes() == before
 
 
 async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes
+from ..security.state import check_state_path
 from .storage import check_new, clamp_limit, score_records, tokens_of, update_changes
 from .types import MemoryRecord, NewMemory, ScoredMemory, check_source
 from .vectors import VectorRows, embed_text
@@ -368,7 +369,7 @@ class JsonFileStorage(InMemoryStorage):
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)  # a link is seen as one (and refused by _load)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -377,6 +378,9 @@ class JsonFileStorage(InMemoryStorage):
         stamp = self._file_stamp()
         if stamp is None or stamp == self._stamp:
             return
+        # a link there (a cloned project's, to another project's memories) is refused, not
+        # read: its memories would be recalled as this project's
+        check_state_path(self.path, self.path.parent)
         try:
             doc = json.loads(self.path.read_text(encoding="utf-8"))
             items = doc["memories"] if isinstance(doc, dict) else doc
