@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,10 @@ from memora.memory.simple_backends import JsonFileStorage
 from memora.memory.sqlite_store import SqliteStorage
 from memora.memory.types import NewMemory
 from memora.security.lock import ProjectLock
+from memora.security.paths import PathGuard
 from memora.security.state import check_state_path
 from memora.testing import ScriptedProvider
+from memora.tools.works import WorksRegistry
 
 
 @pytest.fixture
@@ -165,6 +169,36 @@ async def test_a_json_memory_file_link_is_refused_not_read(tmp_path: Path) -> No
     with pytest.raises(MemoraError, match="is a symbolic link"):
         JsonFileStorage(data / "memories.json")
     assert (tmp_path / "other" / "memories.json").read_bytes() == before
+
+
+async def test_nothing_planted_in_a_session_can_stall_a_read(tmp_path: Path) -> None:
+    """A FIFO among the logs would block the read for a writer that never comes, and a cache
+    linked to /dev/zero would never end: both are left unread."""
+    store = JsonlSessionStore(tmp_path / "data")
+    s = await store.create()
+    await store.append_round(s.id, RoundRecord("r0", "mine", "a"))
+    folder = tmp_path / "data" / "sessions" / s.id
+    os.mkfifo(folder / "1999-01-01.jsonl")
+    index = folder / "index.json"
+    index.unlink(missing_ok=True)
+    index.symlink_to("/dev/zero")
+    info = await asyncio.wait_for(store.get(s.id), 10)
+    assert info.round_count == 1
+    rounds = await asyncio.wait_for(store.rounds(s.id), 10)
+    assert [r.user for r in rounds] == ["mine"]
+
+
+def test_a_planted_works_file_is_refused(tmp_path: Path, victim: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "works.json").symlink_to(victim)
+    with pytest.raises(MemoraError, match="is a symbolic link"):
+        WorksRegistry(data, PathGuard(tmp_path))
+    (data / "works.json").unlink()
+    os.mkfifo(data / "works.json")
+    with pytest.raises(MemoraError, match="is not a regular file"):
+        WorksRegistry(data, PathGuard(tmp_path))
+    assert _untouched(victim)
 
 
 async def test_database_link_is_refused(tmp_path: Path, victim: Path) -> None:

@@ -380,16 +380,20 @@ _warned_links: set[str] = set()
 
 def _logs(folder: Path) -> builtins.list[Path]:
     """A session's logs, oldest first.  A link among them (memora never makes one: planted, it
-    could show another project's conversation as this one's) is left unread, with one warning;
+    could show another project's conversation as this one's) or a FIFO (a read would wait for
+    a writer) is left unread, with one warning;
     an append to it is refused (:func:`~memora.security.state.open_state_file`)."""
     paths = []
     for path in sorted(folder.glob("*.jsonl")):
-        if path.is_symlink():
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):  # a link, or a FIFO that would block the read
             if str(path) not in _warned_links:
                 _warned_links.add(str(path))
-                logger.warning(
-                    "%s is a symbolic link: not read (memora does not follow links)", path
-                )
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                logger.warning("%s is %s: not read (memora does not follow links)", path, what)
             continue
         paths.append(path)
     return paths
@@ -636,10 +640,11 @@ class JsonlSessionStore:
     def _derived(self, folder: Path) -> tuple[int, str | None, float]:
         index_path = folder / _INDEX
         try:
+            check_state_path(index_path, folder)  # a link (to /dev/zero, say) is no cache
             cached = json.loads(index_path.read_text(encoding="utf-8"))
             if not isinstance(cached, dict):
                 cached = {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, MemoraError):
             cached = {}
         files = {p.name: _scan_log(p, cached.get(p.name)) for p in _logs(folder)}
         if files != cached:

@@ -18,6 +18,7 @@ from ..memory.manager import MemoryManager
 from ..memory.types import NewMemory
 from ..security.atomic import atomic_write_text
 from ..security.paths import PathGuard
+from ..security.state import check_state_path
 from .files import decode_text
 
 __all__ = ["WorkInfo", "WorksRegistry"]
@@ -58,7 +59,9 @@ class WorksRegistry:
         self._guard = guard
         self._memory = memory
         self._works: dict[str, WorkInfo] = {}
-        if self._file.exists():
+        if os.path.lexists(self._file):
+            # a link or a FIFO planted there (a cloned project) is refused, not read
+            check_state_path(self._file, self._file.parent)
             try:
                 for item in json.loads(self._file.read_text(encoding="utf-8")):
                     self._works[item["id"]] = WorkInfo(**item)
