@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,30 @@ def test_chat_on_the_embedded_model(tmp_path: Path) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_chat_says_when_a_round_was_not_saved(server: tuple[str, Script], tmp_path: Path) -> None:
+    url, script = server
+    project = tmp_path / "proj"
+    project.mkdir()
+    child = _chat(project, url, _env(tmp_path))
+    script.answers.append(say("first answer"))
+    child.sendline("hello")
+    child.expect("first answer")
+    child.expect(r"\d+ in · \d+ out")
+    # today's log moves aside and a link takes its place: the next append is refused
+    (folder,) = (project / ".memora" / "data" / "sessions").iterdir()
+    (log,) = folder.glob("*.jsonl")
+    log.rename(folder / "2000-01-01.jsonl")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not memora's", encoding="utf-8")
+    now = datetime.now(UTC)
+    for day in (now, now + timedelta(days=1)):
+        (folder / f"{day:%Y-%m-%d}.jsonl").symlink_to(victim)
+    script.answers.append(say("second answer"))
+    child.sendline("again")
+    child.expect("second answer")
+    child.expect("not saved: this round could not be written")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    assert victim.read_text(encoding="utf-8") == "not memora's"

@@ -326,6 +326,11 @@ class _StreamView:
         self.settle()
         if chunk.type == "aborted":
             self.footer.append(f"[yellow]stopped: {safe(chunk.reason)}[/yellow]")
+        elif chunk.type == "done" and not chunk.saved:
+            self.footer.append(
+                "[red]not saved: this round could not be written to the session's log (the "
+                "error above says why); the next turn and /resume will not see it[/red]"
+            )
         u = chunk.usage
         if u is not None and (u.llm_calls or u.input_tokens or u.output_tokens):
             self.footer.append(
