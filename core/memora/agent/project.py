@@ -132,7 +132,7 @@ class ProjectResources:
     async def open(self) -> Self:
         """Assemble plugins, take the project lock, open the stores (idempotent)."""
         from ..plugins import create_plugin_manager
-        from ..security.state import ensure_state_dir, warn_if_shared
+        from ..security.state import ensure_state_dir, keep_out_of_git, warn_if_shared
 
         if self._open:
             return self
@@ -156,8 +156,11 @@ class ProjectResources:
         # resolving would follow the very links this is about)
         absolute = Path(os.path.abspath(data_dir))  # noqa: ASYNC240 - no I/O, start-up only
         root = Path(os.path.abspath(project))  # noqa: ASYNC240
-        ensure_state_dir(absolute, root if absolute.is_relative_to(root) else absolute.parent)
+        inside = absolute.is_relative_to(root)
+        ensure_state_dir(absolute, root if inside else absolute.parent)
         warn_if_shared(absolute)  # a folder an older memora (or the umask) left readable
+        if inside:  # committing the project must not publish its conversations
+            keep_out_of_git(absolute)
         lock = self._create_lock(project, data_dir)
         await maybe_await(lock.acquire())
         try:

@@ -30,6 +30,7 @@ __all__ = [
     "PRIVATE_FILE",
     "check_state_path",
     "ensure_state_dir",
+    "keep_out_of_git",
     "open_state_file",
     "private_file",
     "user_config_dir",
@@ -169,6 +170,30 @@ def open_state_file(path: Path, flags: int, root: Path, mode: int = PRIVATE_FILE
         os.close(fd)
         raise _refuse(Path(path), "is not a regular file")
     return fd
+
+
+GITIGNORE = (
+    "# made by memora: its conversations, memories and paused turns stay out of commits\n"
+    "# (edit or empty this file to decide otherwise; memora leaves an existing one alone)\n"
+    "*\n"
+)
+
+
+def keep_out_of_git(folder: Path) -> bool:
+    """Put a ``.gitignore`` of ``*`` in ``folder`` (memora's data folder inside a project), as
+    pytest's and ruff's caches do, unless one is there: a person who commits the project does
+    not publish their conversations with it.  Never follows a link; True when it wrote one."""
+    path = os.path.join(folder, ".gitignore")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    except OSError as exc:  # a read-only project, say: memora still works
+        log.debug("no .gitignore in %s: %s", folder, exc)
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(GITIGNORE)
+    return True
 
 
 def user_config_dir(config_dir: str | Path | None = None) -> Path:
