@@ -47,6 +47,10 @@ async def test_a_project_commit_leaves_the_conversations_out(tmp_path: Path) -> 
     listed = _git(project, "status", "--porcelain", "--untracked-files=all")
     assert "app.py" in listed
     assert ".memora/data" not in listed  # ...and not offered to a commit
+    assert ".memora/.lock" not in listed  # nor the lock (who held it, on which host)
+    (project / ".memora" / "config.json").write_text("{}", encoding="utf-8")
+    listed = _git(project, "status", "--porcelain", "--untracked-files=all")
+    assert ".memora/config.json" in listed  # the project's config is still committable
     assert (data / ".gitignore").stat().st_mode & 0o777 == 0o600
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ErrorCode, MemoraError
-from .state import ensure_state_dir, open_state_file
+from .state import ensure_state_dir, keep_out_of_git, open_state_file
 
 __all__ = ["ProjectLock", "describe_time"]
 
@@ -103,6 +103,8 @@ class ProjectLock:
             return
         project = self.path.parent.parent
         ensure_state_dir(self.path.parent, project)
+        # .memora/ holds the project's config and role packs (committed) and this lock (not)
+        keep_out_of_git(self.path.parent, ("/" + self.path.name,))
         fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT, project)
         fh = os.fdopen(fd, "r+b")  # kept open while the lock is held
         try:

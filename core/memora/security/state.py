@@ -172,17 +172,16 @@ def open_state_file(path: Path, flags: int, root: Path, mode: int = PRIVATE_FILE
     return fd
 
 
-GITIGNORE = (
-    "# made by memora: its conversations, memories and paused turns stay out of commits\n"
+GITIGNORE_HEADER = (
+    "# made by memora: its conversations, memories, paused turns and lock stay out of commits\n"
     "# (edit or empty this file to decide otherwise; memora leaves an existing one alone)\n"
-    "*\n"
 )
 
 
-def keep_out_of_git(folder: Path) -> bool:
-    """Put a ``.gitignore`` of ``*`` in ``folder`` (memora's data folder inside a project), as
-    pytest's and ruff's caches do, unless one is there: a person who commits the project does
-    not publish their conversations with it.  Never follows a link; True when it wrote one."""
+def keep_out_of_git(folder: Path, entries: tuple[str, ...] = ("*",)) -> bool:
+    """Put a ``.gitignore`` of ``entries`` (all of it by default) in ``folder``, as pytest's and
+    ruff's caches do, unless one is there: a person who commits the project does not publish
+    their conversations with it.  Never follows a link; True when it wrote one."""
     path = os.path.join(folder, ".gitignore")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
@@ -192,7 +191,7 @@ def keep_out_of_git(folder: Path) -> bool:
         log.debug("no .gitignore in %s: %s", folder, exc)
         return False
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(GITIGNORE)
+        fh.write(GITIGNORE_HEADER + "".join(f"{e}\n" for e in entries))
     return True
 
 
