@@ -21,7 +21,7 @@ from ..events import EventEmitter, RolePackSwitched
 from ..messages import Messages
 from .skills import Skill, merge_skills, scan_skills
 from .strategy import EffectiveStrategy, resolve_strategy
-from .text import clamp_traits, parse_front_matter, parse_rules
+from .text import clamp_traits, inside, parse_front_matter, parse_rules
 from .validator import LIMITS, Issue, Report, validate
 
 __all__ = ["BUILTIN_FALLBACK", "RolePack", "RolePackManager", "RolePackMeta"]
@@ -70,6 +70,8 @@ class RolePackMeta:
 
 
 def _read_manifest(folder: Path) -> dict[str, Any]:
+    if not inside(folder, folder / "manifest.json"):
+        return {}
     try:
         data = json.loads((folder / "manifest.json").read_bytes().decode("utf-8-sig"))
     except (OSError, ValueError):
@@ -135,14 +137,14 @@ class RolePack:
     @cached_property
     def persona(self) -> str:
         path = self.folder / "persona.md"
-        if not path.is_file():
+        if not inside(self.folder, path):
             return ""
         return parse_front_matter(path.read_text(encoding="utf-8")).body.strip()
 
     @cached_property
     def traits(self) -> dict[str, float]:
         path = self.folder / "persona.md"
-        if not path.is_file():
+        if not inside(self.folder, path):
             return {}
         fm = parse_front_matter(path.read_text(encoding="utf-8"))
         return clamp_traits(fm.data.get("traits"))[0]
@@ -150,7 +152,7 @@ class RolePack:
     @cached_property
     def rules(self) -> list[str]:
         path = self.folder / "rules.md"
-        if not path.is_file():
+        if not inside(self.folder, path):
             return []
         return parse_rules(path.read_text(encoding="utf-8"))
 
@@ -165,7 +167,7 @@ class RolePack:
                     for e in entries
                     if isinstance(e, dict) and isinstance(e.get("file"), str)
                 ]
-            self._skills = scan_skills(self.folder / "skills", "pack", whitelist)
+            self._skills = scan_skills(self.folder / "skills", "pack", whitelist, self.folder)
         return self._skills
 
     def meta(self, active: bool) -> RolePackMeta:
@@ -315,7 +317,7 @@ def _pack_folders(root: Path) -> list[tuple[str, Path]]:
         return []
     out = []
     for folder in sorted(root.iterdir()):
-        if not (folder / "manifest.json").is_file():
+        if not inside(folder, folder / "manifest.json"):
             continue
         name = _read_manifest(folder).get("name")
         out.append((name if isinstance(name, str) and name.strip() else folder.name, folder))

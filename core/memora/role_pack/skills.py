@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolError, ToolErrorCode
-from .text import KEBAB_NAME, FrontMatter, parse_front_matter
+from .text import KEBAB_NAME, FrontMatter, inside, parse_front_matter
 
 __all__ = ["Skill", "SkillSource", "merge_skills", "read_front_matter_head", "scan_skills"]
 
@@ -124,9 +124,14 @@ def _front_matter(path: Path) -> FrontMatter:
 
 
 def scan_skills(
-    directory: Path, source: SkillSource, whitelist: Iterable[str] | None = None
+    directory: Path,
+    source: SkillSource,
+    whitelist: Iterable[str] | None = None,
+    root: Path | None = None,
 ) -> dict[str, Skill]:
-    """Skills under ``directory`` (L1 only).  Invalid skills are skipped with a warning."""
+    """Skills under ``directory`` (L1 only).  Invalid skills are skipped with a warning, and so
+    is a skill file whose links lead outside ``root`` (default: ``directory``; a pack's own
+    folder for a pack's skills)."""
     skills: dict[str, Skill] = {}
     if not directory.is_dir():
         return skills
@@ -140,11 +145,11 @@ def scan_skills(
             continue
         if entry.is_dir():
             path, expected = entry / "SKILL.md", entry.name
-            if not path.is_file():
-                continue
-        elif entry.is_file() and entry.suffix == ".md":
+        elif entry.suffix == ".md":
             path, expected = entry, entry.stem
         else:
+            continue
+        if not inside(root or directory, path):  # missing, or a link out of its folder
             continue
         if allowed is not None and expected not in allowed:
             continue

@@ -5,10 +5,38 @@ One extractor (:func:`extract_skill_references`) serves both directions of the r
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import unicodedata
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+_log = logging.getLogger("memora.role_pack")
+_warned: set[str] = set()
+
+
+def inside(root: Path, path: Path) -> bool:
+    """True when ``path`` is a regular file that stays inside ``root`` once links are followed.
+
+    A role pack is text a project (a cloned repository) may bring: a ``persona.md`` or a skill
+    that is a link to ``~/.ssh/id_rsa`` would put that file in the prompt sent to the model.
+    Links inside the pack are fine; one that leaves it is not read (one warning names it)."""
+    try:
+        real = os.path.realpath(path)
+        top = os.path.realpath(root)
+    except (OSError, ValueError):
+        return False
+    if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+        if str(path) not in _warned:
+            _warned.add(str(path))
+            _log.warning(
+                "%s leads outside %s: not read (a role pack reads its own files)", path, root
+            )
+        return False
+    return os.path.isfile(real)
+
 
 __all__ = [
     "KEBAB_NAME",

@@ -180,9 +180,16 @@ def find_red_lines(text: str) -> list[str]:
 _MAX_TEXT_BYTES = 4 * 1024 * 1024
 
 
-def _read_text(path: Path, report: Report, rel: str) -> str | None:
+def _read_text(path: Path, report: Report, rel: str, root: Path) -> str | None:
     """A pack's text file, or None with an error in ``report``.  Opened without blocking and
-    read only when it is a regular file: a FIFO planted as a skill would hang the reader."""
+    read only when it is a regular file: a FIFO planted as a skill would hang the reader.  A
+    link that leads outside the pack (``root``) is an error, as the loader does not read it."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if not real.startswith(top.rstrip(os.sep) + os.sep):
+        report.error(
+            rel, "is a link that leads outside the role pack; a pack reads only its own files"
+        )
+        return None
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -476,7 +483,7 @@ def _check_content(folder: Path, report: Report, companion: bool) -> None:
         path = folder / fname
         if not path.is_file():
             continue
-        text = _read_text(path, report, fname)
+        text = _read_text(path, report, fname, folder)
         if text is None:
             continue
         if fname == "persona.md":
@@ -508,7 +515,7 @@ def _check_content(folder: Path, report: Report, companion: bool) -> None:
                 skill_file, expected, rel = entry, entry.stem, f"skills/{entry.name}"
             else:
                 continue
-            text = _read_text(skill_file, report, rel)
+            text = _read_text(skill_file, report, rel, folder)
             if text is None:
                 continue
             check_skill_text(text, expected, rel, report)
@@ -597,7 +604,7 @@ def check_references(folder: str | Path, extra_skills: set[str] | None = None) -
         for fname in ("persona.md", "rules.md"):
             path = folder / fname
             if path.is_file():
-                text = _read_text(path, report, fname)
+                text = _read_text(path, report, fname, folder)
                 if text is not None:
                     for ref in extract_skill_references(text):
                         refs.setdefault(ref, []).append(fname)
