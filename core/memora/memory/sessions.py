@@ -50,7 +50,7 @@ from typing import Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
-from ..security.state import check_state_path, ensure_state_dir, open_state_file
+from ..security.state import check_state_path, ensure_state_dir, open_state_file, warn_once
 
 __all__ = [
     "InMemorySessionStore",
@@ -375,9 +375,6 @@ class _SessionLock:
             self._held[self._key] = (lock, users - 1)
 
 
-_warned_links: set[str] = set()
-
-
 def _logs(folder: Path) -> builtins.list[Path]:
     """A session's logs, oldest first.  A link among them (memora never makes one: planted, it
     could show another project's conversation as this one's) or a FIFO (a read would wait for
@@ -390,10 +387,8 @@ def _logs(folder: Path) -> builtins.list[Path]:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(mode):  # a link, or a FIFO that would block the read
-            if str(path) not in _warned_links:
-                _warned_links.add(str(path))
-                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-                logger.warning("%s is %s: not read (memora does not follow links)", path, what)
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            warn_once(logger, path, "%s is %s: not read (memora does not follow links)", path, what)
             continue
         paths.append(path)
     return paths

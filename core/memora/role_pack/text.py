@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..security.paths import stays_within
+from ..security.state import warn_once
+
 _log = logging.getLogger("memora.role_pack")
-_warned: set[str] = set()
 
 
 def inside(root: Path, path: Path) -> bool:
@@ -23,19 +25,16 @@ def inside(root: Path, path: Path) -> bool:
     A role pack is text a project (a cloned repository) may bring: a ``persona.md`` or a skill
     that is a link to ``~/.ssh/id_rsa`` would put that file in the prompt sent to the model.
     Links inside the pack are fine; one that leaves it is not read (one warning names it)."""
-    try:
-        real = os.path.realpath(path)
-        top = os.path.realpath(root)
-    except (OSError, ValueError):
+    if not stays_within(path, root):
+        warn_once(
+            _log,
+            path,
+            "%s leads outside %s: not read (a role pack reads its own files)",
+            path,
+            root,
+        )
         return False
-    if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
-        if str(path) not in _warned:
-            _warned.add(str(path))
-            _log.warning(
-                "%s leads outside %s: not read (a role pack reads its own files)", path, root
-            )
-        return False
-    return os.path.isfile(real)
+    return os.path.isfile(path)
 
 
 __all__ = [

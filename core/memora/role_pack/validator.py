@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capabilities import CAPABILITY_PATTERN
+from ..security.paths import stays_within
 from .strategy_keys import STAGES, keys_by_stage
 from .text import KEBAB_NAME, clamp_traits, extract_skill_references, parse_front_matter
 
@@ -184,8 +185,7 @@ def _read_text(path: Path, report: Report, rel: str, root: Path) -> str | None:
     """A pack's text file, or None with an error in ``report``.  Opened without blocking and
     read only when it is a regular file: a FIFO planted as a skill would hang the reader.  A
     link that leads outside the pack (``root``) is an error, as the loader does not read it."""
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    if not real.startswith(top.rstrip(os.sep) + os.sep):
+    if not stays_within(path, root):
         report.error(
             rel, "is a link that leads outside the role pack; a pack reads only its own files"
         )

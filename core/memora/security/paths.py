@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import ToolError, ToolErrorCode
 
-__all__ = ["PathGuard"]
+__all__ = ["PathGuard", "stays_within"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -71,6 +71,15 @@ def _within(path: str, root: str) -> bool:
     try:
         return os.path.commonpath([path, root]) == root
     except ValueError:  # different drives
+        return False
+
+
+def stays_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """True when ``path``, its links followed, is ``root`` or inside it (``root``'s links
+    followed too): a file a project brought that is a link out of its folder is not."""
+    try:
+        return _within(os.path.realpath(path), os.path.realpath(root))
+    except (OSError, ValueError):
         return False
 
 

@@ -35,11 +35,12 @@ __all__ = [
     "private_file",
     "user_config_dir",
     "warn_if_shared",
+    "warn_once",
 ]
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
 log = logging.getLogger("memora")
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -141,17 +142,25 @@ def warn_if_shared(path: Path) -> bool:
         return False
     if not mode & 0o077:
         return False
-    key = str(path)
+    warn_once(
+        log,
+        path,
+        "%s is readable by other users (mode %04o): it holds this project's conversations "
+        "and memory; make it private with: chmod -R go-rwx %s",
+        path,
+        mode,
+        path,
+    )
+    return True
+
+
+def warn_once(logger: logging.Logger, about: object, message: str, *args: object) -> None:
+    """``logger.warning(message, *args)`` the first time this process says ``message`` about
+    ``about`` (a path): a file read on every request is named once, not on every read."""
+    key = (message, str(about))
     if key not in _warned:
         _warned.add(key)
-        log.warning(
-            "%s is readable by other users (mode %04o): it holds this project's conversations "
-            "and memory; make it private with: chmod -R go-rwx %s",
-            path,
-            mode,
-            path,
-        )
-    return True
+        logger.warning(message, *args)
 
 
 def open_state_file(path: Path, flags: int, root: Path, mode: int = PRIVATE_FILE) -> int:

@@ -37,12 +37,11 @@ from typing import Any, NamedTuple, Protocol
 
 from memora.security.atomic import atomic_write_bytes
 from memora.security.seal import seal, unseal, user_key
-from memora.security.state import user_config_dir
+from memora.security.state import user_config_dir, warn_once
 
 __all__ = ["FileSharedState", "Lease", "SharedState", "TurnWriter", "lost_turn", "one_by_one"]
 
 logger = logging.getLogger("memora.server")
-_warned: set[str] = set()
 
 END = b"END\n"
 KEPT_TURNS = 8
@@ -379,9 +378,7 @@ class FileSharedState:
             return None
         value = unseal(doc, self._sealing_key())
         if value is None:
-            if str(path) not in _warned:
-                _warned.add(str(path))
-                logger.warning("%s was not sealed by this user's memora: ignored", path)
+            warn_once(logger, path, "%s was not sealed by this user's memora: ignored", path)
             return None
         return value if isinstance(value, dict) else None
 
