@@ -13,7 +13,7 @@ import httpx2
 
 from memora.llm import ProviderError
 
-from .provider import HTTPEndpoint, default_base_url, endpoint_client
+from .provider import HTTPEndpoint, default_base_url, endpoint_client, endpoint_url
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -69,6 +69,7 @@ class OpenAIEmbedder(HTTPEndpoint):
             read_timeout=timeout,
             transport=transport,
         )
+        self._url = endpoint_url(self._client, "/embeddings")  # merged once, not per request
 
     @property
     def name(self) -> str:
@@ -96,7 +97,7 @@ class OpenAIEmbedder(HTTPEndpoint):
             body["input_type"] = "query" if kind == "query" else "passage"
         try:
             async with self._client.stream(
-                "POST", "/embeddings", content=json.dumps(body, ensure_ascii=False).encode()
+                "POST", self._url, content=json.dumps(body, ensure_ascii=False).encode()
             ) as response:
                 if response.status_code >= 400:
                     raise await self._http_error(response)

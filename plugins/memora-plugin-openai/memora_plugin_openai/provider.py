@@ -319,6 +319,11 @@ def default_base_url(base_url: str | None) -> str:
     )
 
 
+def endpoint_url(client: httpx2.AsyncClient, path: str) -> httpx2.URL:
+    """``path`` under ``client``'s base URL, as the client itself would merge it per request."""
+    return client.build_request("GET", path).url
+
+
 def endpoint_client(
     base_url: str,
     *,
@@ -409,6 +414,10 @@ class OpenAIProvider(HTTPEndpoint):
             http2=http2,
             transport=transport,
         )
+        # the endpoint's absolute URL, merged with base_url once: httpx2 parses and merges a
+        # relative path on every request (~80 µs of CPU each on the benchmark machine, more
+        # than the rest of building the request)
+        self._chat_url = endpoint_url(self._client, "/chat/completions")
         self._history: OrderedDict[str, _HistoryEntry] = OrderedDict()
         self._tools_cache: tuple[tuple[int, ...], str] | None = None
         self.structured_output = True
@@ -561,7 +570,7 @@ class OpenAIProvider(HTTPEndpoint):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.total_timeout
         try:
-            async with self._client.stream("POST", "/chat/completions", content=body) as response:
+            async with self._client.stream("POST", self._chat_url, content=body) as response:
                 if response.status_code >= 400:
                     raise await self._http_error(response)
                 self._check_stream_response(response)
@@ -710,7 +719,7 @@ class OpenAIProvider(HTTPEndpoint):
         """A non-streamed request."""
         body = self.encode(request, stream=False)
         try:
-            async with self._client.stream("POST", "/chat/completions", content=body) as response:
+            async with self._client.stream("POST", self._chat_url, content=body) as response:
                 if response.status_code >= 400:
                     raise await self._http_error(response)
                 raw, more = await self._read_capped(response, self.max_response_bytes)
