@@ -785,3 +785,34 @@ async def test_a_stream_ended_by_finish_reason_without_done_is_done(
     items = await collect(provider)
     assert TextDelta("all here") in items and FinishDelta("stop") in items
     assert time.monotonic() - started < 3.5  # the 1 s stall timeout was not what ended it
+
+
+@pytest.mark.parametrize("suffix", ["/gateway/v1", "/gateway/v1/"])
+async def test_requests_go_under_the_base_url(server: FaultServer, suffix: str) -> None:
+    """The endpoint URL is merged with base_url once (not per request): every request still
+    goes to the path under base_url's own path, streamed or not, chat or embeddings."""
+    from memora_plugin_openai import OpenAIEmbedder
+
+    base = f"http://127.0.0.1:{server.port}{suffix}"
+    server.script = [
+        stream_scenario(TEXT_EVENTS),
+        stream_scenario(TEXT_EVENTS),
+        json_scenario({"choices": [{"index": 0, "message": {"content": "ok"}}]}),
+        json_scenario({"data": [{"index": 0, "embedding": [0.6, 0.8]}]}),
+    ]
+    p = OpenAIProvider(model="m", base_url=base, stall_timeout=1.0, connect_timeout=2.0)
+    e = OpenAIEmbedder(model="e", base_url=base)
+    try:
+        await collect(p)
+        await collect(p)
+        assert (await p.complete(REQ)).text == "ok"
+        assert await e.embed(["hello"], kind="document") == [[0.6, 0.8]]
+    finally:
+        await p.aclose()
+        await e.aclose()
+    assert [r["line"] for r in server.requests] == [
+        "POST /gateway/v1/chat/completions HTTP/1.1",
+        "POST /gateway/v1/chat/completions HTTP/1.1",
+        "POST /gateway/v1/chat/completions HTTP/1.1",
+        "POST /gateway/v1/embeddings HTTP/1.1",
+    ]
