@@ -56,12 +56,13 @@ from ..chunks import (
     ToolProgressChunk,
     ToolResultChunk,
     ToolStartChunk,
+    text_chunk,
 )
 from ..errors import ErrorCode, ToolErrorCode, is_retryable
 from ..llm.assemble import ToolCallAssembler
 from ..llm.provider import ProviderError
 from ..llm.retry import RetryNotice, RetryPolicy, stream_with_retries
-from ..llm.types import LLMRequest, Message, ToolCallDelta, clean_delta
+from ..llm.types import LLMRequest, Message, ToolCallDelta, clean_delta, clean_text
 from ..services import _ROUND
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
@@ -632,24 +633,24 @@ class TurnEngine:
                 try:
                     async for raw in stream_with_retries(provider, request, policy):
                         watch.last = now()
-                        delta = clean_delta(raw)  # no lone surrogate enters the turn
-                        kind = delta.kind
+                        kind = raw.kind
                         if kind == "text":
-                            piece = delta.text  # type: ignore[union-attr]
+                            # no lone surrogate enters the turn (clean_delta's check, inline:
+                            # most text is ASCII, one flag read a token)
+                            piece = raw.text  # type: ignore[union-attr]
+                            if not piece.isascii():
+                                piece = clean_text(piece)
                             parts.append(piece)
                             if not seen_tool:
                                 streamed.append(piece)
-                                if speaker is None:
-                                    yield TextChunk(content=piece, stage=stage, round_id=rid)
-                                else:
-                                    yield TextChunk(
-                                        content=piece, stage=stage, speaker=speaker, round_id=rid
-                                    )
+                                yield text_chunk(piece, stage, rid, speaker)
                                 if partial is not None:
                                     grown = partial_chunk(partial, parts, rid)
                                     if grown is not None:
                                         yield grown
-                        elif kind == "reasoning":
+                            continue
+                        delta = clean_delta(raw)  # no lone surrogate enters the turn
+                        if kind == "reasoning":
                             thought = delta.text  # type: ignore[union-attr]
                             reasoning.append(thought)
                             yield ThoughtChunk(content=thought, step_index=step_index, round_id=rid)
