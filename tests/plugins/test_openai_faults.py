@@ -14,7 +14,7 @@ from memora.llm import LLMRequest, Message, ProviderError
 from memora.llm.assemble import ToolCallAssembler
 from memora.llm.retry import RetryNotice, RetryPolicy, stream_with_retries
 from memora.llm.types import FinishDelta, ReasoningDelta, TextDelta, ToolCallDelta, UsageDelta
-from memora_plugin_openai import OpenAIProvider, SSEDecoder
+from memora_plugin_openai import OpenAIEmbedder, OpenAIProvider, SSEDecoder
 
 from .fault_server import (
     STREAM_HEAD,
@@ -791,8 +791,6 @@ async def test_a_stream_ended_by_finish_reason_without_done_is_done(
 async def test_requests_go_under_the_base_url(server: FaultServer, suffix: str) -> None:
     """The endpoint URL is merged with base_url once (not per request): every request still
     goes to the path under base_url's own path, streamed or not, chat or embeddings."""
-    from memora_plugin_openai import OpenAIEmbedder
-
     base = f"http://127.0.0.1:{server.port}{suffix}"
     server.script = [
         stream_scenario(TEXT_EVENTS),
