@@ -89,6 +89,9 @@ def recall(ranked: list[str], wanted: set[str], k: int) -> float:
 SESSION_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
 """Session weights the cross-validation chooses from (see :mod:`memora.memory.ranking`)."""
 
+PASSAGE_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+"""Best-sentence weights the cross-validation chooses from (``with_best_passage``)."""
+
 
 def written_at(date: str, i: int) -> float:
     """When a memory of a session dated ``date`` ("1:56 pm on 8 May, 2023") was written, as a
@@ -144,12 +147,18 @@ async def memora_rankings(
     root: Path,
     dsn: str | None = None,
 ) -> tuple[dict[Any, list[list[str]]], list[float]]:
-    """Rankings as a host searches (``agent.memory.search``, the default session weight) under
-    ``"default"``, and for SQLite one per weight of :data:`SESSION_GRID` (re-ranked from one
-    keyword pool per question, by the function the search uses); the host path's latencies."""
+    """Rankings as a host searches (``agent.memory.search``, the default weights) under
+    ``"default"``, and for SQLite one per weight of :data:`SESSION_GRID` and one per
+    best-sentence weight of :data:`PASSAGE_GRID` (``("passage", w)``), re-ranked from one
+    keyword pool per question by the functions the search uses; the host path's latencies."""
     from memora.memory import MemoryManager
     from memora.memory.periods import periods_first, query_periods
-    from memora.memory.ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
+    from memora.memory.ranking import (
+        DEFAULT_SESSION_WEIGHT,
+        rank_keyword_pool,
+        session_pool,
+        with_session_context,
+    )
 
     store = await open_store(backend, docs, root, dsn)
     try:
@@ -166,14 +175,24 @@ async def memora_rankings(
                 pool = await store.search_by_keyword(question, limit=session_pool(max(KS)))
                 periods = query_periods(question)
                 for weight in SESSION_GRID:
-                    ranked = with_session_context(pool, weight, len(pool))
+                    ranked = rank_keyword_pool(pool, question, weight, len(pool))
                     ranked = periods_first(ranked, periods, max(KS))
                     out[weight].append([h.record.id for h in ranked])
+                for weight in PASSAGE_GRID:
+                    ranked = rank_keyword_pool(
+                        pool, question, DEFAULT_SESSION_WEIGHT, len(pool), passage_weight=weight
+                    )
+                    ranked = periods_first(ranked, periods, max(KS))
+                    out["passage", weight].append([h.record.id for h in ranked])
                 out["no dates"].append(
                     [
                         h.record.id
-                        for h in with_session_context(pool, DEFAULT_SESSION_WEIGHT, max(KS))
+                        for h in rank_keyword_pool(pool, question, DEFAULT_SESSION_WEIGHT, max(KS))
                     ]
+                )
+                alone = with_session_context(pool, DEFAULT_SESSION_WEIGHT, len(pool))
+                out["no best sentence"].append(
+                    [h.record.id for h in periods_first(alone, periods, max(KS))]
                 )
         return out, took
     finally:
@@ -234,8 +253,8 @@ async def semantic_rankings(
     the documents."""
     from memora.memory import MemoryManager
     from memora.memory.periods import periods_first, query_periods
-    from memora.memory.ranking import session_pool, with_session_context
-    from memora.memory.vectors import SemanticSearch, fuse, normalize
+    from memora.memory.ranking import rank_keyword_pool, session_pool, with_session_context
+    from memora.memory.vectors import DEFAULT_SEMANTIC_WEIGHT, SemanticSearch, fuse, normalize
 
     store: Any = await open_store("sqlite", docs, root, None)
     try:
@@ -252,8 +271,19 @@ async def semantic_rankings(
         pool = max(semantic.pool, 2 * max(KS))  # as SemanticSearch draws them
         for question in questions:
             drawn = await store.search_by_keyword(question, limit=session_pool(max(KS)))
-            kw = with_session_context(drawn, semantic.session_weight, pool)
+            kw = rank_keyword_pool(drawn, question, semantic.session_weight, pool)
             vs = await store.search_by_vector(semantic.space, query_vectors[question], limit=pool)
+            alone = with_session_context(drawn, semantic.session_weight, pool)
+            out["memora + e5, default weight, no best sentence"].append(
+                [
+                    h.record.id
+                    for h in periods_first(
+                        fuse(alone, vs, DEFAULT_SEMANTIC_WEIGHT, pool),
+                        query_periods(question),
+                        max(KS),
+                    )
+                ]
+            )
             out["e5-small alone (cosine)"].append([h.record.id for h in vs[: max(KS)]])
             out["memora + e5, unweighed RRF"].append(
                 rrf([h.record.id for h in kw], [h.record.id for h in vs])[: max(KS)]
@@ -520,6 +550,9 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
         lambda: defaultdict(list)
     )
     per_conv: dict[str, list[dict[Any, list[tuple[int, list[str], set[str]]]]]] = defaultdict(list)
+    per_passage: dict[str, list[dict[Any, list[tuple[int, list[str], set[str]]]]]] = defaultdict(
+        list
+    )
     latency: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -543,7 +576,20 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
                             for w in SESSION_GRID
                         }
                         per_conv[unit].append(conv)
-                        results[unit]["memora · sqlite, each memory alone"] += conv[0.0]
+                        per_passage[unit].append(
+                            {
+                                w: [
+                                    (q["category"], r, targets(unit, q["evidence"]))
+                                    for q, r in zip(qa, ranked["passage", w], strict=True)
+                                ]
+                                for w in PASSAGE_GRID
+                            }
+                        )
+                        results[unit]["memora · sqlite, no session context"] += conv[0.0]
+                        results[unit]["memora · sqlite, no best sentence"] += [
+                            (q["category"], r, targets(unit, q["evidence"]))
+                            for q, r in zip(qa, ranked["no best sentence"], strict=True)
+                        ]
                         results[unit]["memora · sqlite, dates not read"] += [
                             (q["category"], r, targets(unit, q["evidence"]))
                             for q, r in zip(qa, ranked["no dates"], strict=True)
@@ -563,6 +609,10 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
     print(f"LoCoMo dev half: {len(samples)} conversations, {n} questions with evidence")
     held, picks, folds = cross_validated(per_conv["turns"], "turns")
     results["turns"]["memora · sqlite, weight held out"] = held
+    passage_picks = {}
+    for unit in ("turns", "sessions"):
+        held_p, passage_picks[unit], _ = cross_validated(per_passage[unit], unit)
+        results[unit]["memora · sqlite, sentence weight held out"] = held_p
     for unit, label in (("turns", "dialog turns"), ("sessions", "session summaries")):
         rows = {
             name: {k: 100 * statistics.fmean(recall(r, w, k) for _, r, w in got) for k in KS}
@@ -587,6 +637,10 @@ async def _run(samples: list[dict[str, Any]], backends: list[str], dsn: str | No
                 "  two-stage: the turn search (as above), each hit's session in the order they "
                 "come; the summaries alone are the paper's setting"
             )
+        print(
+            "  held out: the best-sentence weight chosen on the other four conversations from "
+            f"{list(PASSAGE_GRID)}; chosen per fold: {passage_picks[unit]}"
+        )
         dated = [bool(query_periods(q)) for q in questions_of(samples)]
         cut = min(PAPER[unit])
         before, after = (

@@ -94,6 +94,7 @@ def test_every_key_a_project_may_set_is_on_the_enumerated_allow_list() -> None:
         "max_context_tokens",
         "max_iterations",
         "max_tokens",
+        "passage_weight",
         "resident_tools",
         "retry_attempts",
         "retry_base_delay",

@@ -90,7 +90,9 @@ async def test_the_host_search_ranks_rounds_with_their_session(tmp_path: Path) -
     await store.add_many(_rounds())
     try:
         question = "When did Melanie run the charity race?"
-        alone = await MemoryManager(store, session_weight=0).search(question, limit=10)
+        alone = await MemoryManager(store, session_weight=0, passage_weight=0).search(
+            question, limit=10
+        )
         ranked = await MemoryManager(store).search(question, limit=10)
         assert {h.record.id for h in ranked} == {h.record.id for h in alone}
         # each round alone: the short sign-up line with "charity race" first
@@ -164,7 +166,10 @@ async def test_semantic_recall_fuses_the_keyword_ranking_with_session_context(
     try:
         question = "When did Melanie run the charity race?"
         for weight, first in ((0.0, ["gala"]), (DEFAULT_SESSION_WEIGHT, ["race-day"] * 2)):
-            semantic = SemanticSearch(_FlatEmbedder(), store, session_weight=weight)
+            # the keyword side's own order, each memory alone (no best sentence either) at 0
+            semantic = SemanticSearch(
+                _FlatEmbedder(), store, session_weight=weight, passage_weight=weight
+            )
             await semantic.fill()
             hits = await MemoryManager(store, semantic=semantic).search(question, limit=10)
             assert [h.record.session_id for h in hits[: len(first)]] == first, weight

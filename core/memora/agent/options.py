@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..checks import ApprovalMode
 from ..errors import InvalidConfigError
-from ..memory.ranking import DEFAULT_SESSION_WEIGHT
+from ..memory.ranking import DEFAULT_SESSION_WEIGHT, PASSAGE_WEIGHT
 from ..memory.types import check_scope
 from ..memory.vectors import DEFAULT_SEMANTIC_WEIGHT
 from ..messages import Messages
@@ -121,6 +121,10 @@ class AgentOptions(BaseModel):
     """How much the session a memory came from counts when keyword search ranks it (0: each
     memory alone); see :mod:`memora.memory.ranking` and docs/memory.md for what it measured
     on LoCoMo."""
+    passage_weight: float = Field(default=PASSAGE_WEIGHT, ge=0.0, le=4.0)
+    """How much a memory's best-matching sentence counts next to the whole memory when keyword
+    search ranks it (0: the whole memory only); see :func:`memora.memory.ranking.
+    with_best_passage` and docs/memory.md for what it measured on LoCoMo."""
     session_store: Any = "jsonl"
     """A session store name or object.  Unless set here or in the config (``"session_store"``),
     the store named like the storage backend is used when one exists, else ``jsonl``."""

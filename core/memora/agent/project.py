@@ -257,6 +257,7 @@ class ProjectResources:
             self.events,
             semantic=self._semantic(storage),
             session_weight=self.options.session_weight,
+            passage_weight=self.options.passage_weight,
         )
         self.memory.embed_pending()  # memories written before, or while the embedder was down
         self.services = LazyServices(self._service_sources())
@@ -294,6 +295,7 @@ class ProjectResources:
             storage,
             weight=self.options.semantic_weight,
             session_weight=self.options.session_weight,
+            passage_weight=self.options.passage_weight,
         )
 
     def _service_sources(self) -> dict[str, Any]:

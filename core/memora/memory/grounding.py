@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .keywords import _STOP_EN, _STOP_ZH, _normalise, _scan, _stem
+from .keywords import _STOP_EN, _STOP_ZH, _scan, _stem, normalise
 
 __all__ = [
     "MIN_GROUNDING",
@@ -95,7 +95,7 @@ def content_terms(text: str) -> list[str]:
 
 
 def _numbers(text: str) -> set[str]:
-    return {n.rstrip(".,") for n in _NUMBER.findall(_normalise(text))}
+    return {n.rstrip(".,") for n in _NUMBER.findall(normalise(text))}
 
 
 def grounding(summary: str, round_text: str) -> float:

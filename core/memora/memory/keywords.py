@@ -21,18 +21,21 @@ from typing import Any
 from .periods import MONTH_NAMES as _MONTH_NAMES, query_periods
 
 __all__ = [
+    "CJK_RANGES",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
     "QueryTerm",
+    "cjk_tokens",
     "extract_keywords",
     "index_tokens",
+    "normalise",
     "query_terms",
 ]
 
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 
-_CJK = (
+CJK_RANGES = (
     "\u3040-\u30ff"  # hiragana, katakana
     "\u3400-\u4dbf"  # CJK ext A
     "\u4e00-\u9fff"  # CJK unified
@@ -40,12 +43,13 @@ _CJK = (
     "\uac00-\ud7af"  # hangul
     "\U00020000-\U0002ffff"
 )
+"""The scripts tokenised as CJK (bigrams), as the inside of a regular-expression class."""
 
 
 @functools.cache
 def _token_re() -> re.Pattern[str]:
     # compiled on first use: the character classes cost ~4 ms to compile at import
-    return re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")
+    return re.compile(rf"([{CJK_RANGES}]+)|([^\W{CJK_RANGES}]+)")
 
 
 _STOP_EN = frozenset(
@@ -168,14 +172,15 @@ _STOP_ZH = frozenset(
 )
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
+    """``text`` as the tokenizer reads it: NFKC, lowercase."""
     return unicodedata.normalize("NFKC", text).lower()
 
 
 def _scan(text: str) -> list[tuple[str, str]]:
     """``(cjk_run, word)`` pairs; words are trimmed of ``_`` and dropped when nothing is left."""
     out = []
-    for cjk, word in _token_re().findall(_normalise(text)):
+    for cjk, word in _token_re().findall(normalise(text)):
         if word:
             word = word.strip("_")
             if not word:
@@ -184,7 +189,8 @@ def _scan(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _bigrams(run: str) -> list[str]:
+def cjk_tokens(run: str) -> list[str]:
+    """The index tokens of a run of CJK characters: its bigrams and its last character."""
     if len(run) == 1:
         return [run]
     grams = [run[i : i + 2] for i in range(len(run) - 1)]
@@ -204,7 +210,7 @@ def index_tokens(text: str) -> list[str]:
     out: list[str] = []
     for cjk, word in _scan(text):
         if cjk:
-            out.extend(_bigrams(cjk))
+            out.extend(cjk_tokens(cjk))
         elif word:
             out.append(word)
     return out
@@ -302,7 +308,7 @@ def extract_keywords(text: str, limit: int = 10) -> list[str]:
     counts: Counter[str] = Counter()
     first: dict[str, int] = {}
     pos = 0
-    norm = _normalise(text)
+    norm = normalise(text)
     for cjk, word in _scan(text):
         if word:
             if len(word) >= 2 and word not in _STOP_EN and not word.isdigit():

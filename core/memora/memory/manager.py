@@ -18,7 +18,12 @@ from ..llm.provider import Provider
 from ..messages import Messages
 from .grounding import name_after_edit, short_name
 from .periods import periods_first, query_periods
-from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
+from .ranking import (
+    DEFAULT_SESSION_WEIGHT,
+    PASSAGE_WEIGHT,
+    rank_keyword_pool,
+    session_pool,
+)
 from .storage import MemoryStorage, PinnedStorage, accepts_scopes
 from .summary import round_memory
 from .types import (
@@ -93,6 +98,7 @@ class MemoryManager:
         semantic: SemanticSearch | None = None,
         scope: str | None = None,
         session_weight: float = DEFAULT_SESSION_WEIGHT,
+        passage_weight: float = PASSAGE_WEIGHT,
     ) -> None:
         self.storage = storage
         self.events = events or EventEmitter()
@@ -104,6 +110,10 @@ class MemoryManager:
         """How much a memory's session counts in keyword ranking (see
         :mod:`memora.memory.ranking`; 0: each memory alone).  With semantic recall, the
         :class:`SemanticSearch`'s own ``session_weight`` applies."""
+        self.passage_weight = float(passage_weight)
+        """How much a memory's best sentence counts in keyword ranking (see
+        :func:`memora.memory.ranking.with_best_passage`; 0: the whole memory only).  With
+        semantic recall, the :class:`SemanticSearch`'s own ``passage_weight`` applies."""
         self._scopes: tuple[str, ...] | None = visible_scopes(self.scope)
         self._root = self  # the view that owns the background embedding
         self._scoped_store = accepts_scopes(storage)
@@ -205,8 +215,9 @@ class MemoryManager:
             )
         else:
             periods = query_periods(query)
-            widen = (self.session_weight > 0 or periods) and limit > 0
-            pool = session_pool(limit) if widen else limit
+            # a pool of candidates to rank (best sentence, session, dates) before the first
+            # ``limit`` are kept
+            pool = session_pool(limit) if limit > 0 else limit
             hits = await self.storage.search_by_keyword(
                 query,
                 source=source,
@@ -214,7 +225,9 @@ class MemoryManager:
                 round_ids=round_ids,
                 **scoped,
             )
-            hits = with_session_context(hits, self.session_weight, pool)
+            hits = rank_keyword_pool(
+                hits, query, self.session_weight, pool, passage_weight=self.passage_weight
+            )
             hits = periods_first(hits, periods, limit)
         self.events.emit(MemoryRecalled(query, len(hits)))
         return hits

@@ -31,7 +31,12 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .periods import periods_first, query_periods
-from .ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
+from .ranking import (
+    DEFAULT_SESSION_WEIGHT,
+    PASSAGE_WEIGHT,
+    rank_keyword_pool,
+    session_pool,
+)
 from .storage import ReadOnlyMemoryStorage
 from .types import MemoryRecord, ScoredMemory
 
@@ -332,6 +337,7 @@ class SemanticSearch:
         pool: int = 50,
         query_timeout: float = 10.0,
         session_weight: float = DEFAULT_SESSION_WEIGHT,
+        passage_weight: float = PASSAGE_WEIGHT,
     ) -> None:
         if not isinstance(storage, VectorStorage):
             raise TypeError(
@@ -346,6 +352,9 @@ class SemanticSearch:
         self.session_weight = float(session_weight)
         """How much a memory's session counts in the keyword ranking before fusion (see
         :mod:`memora.memory.ranking`)."""
+        self.passage_weight = float(passage_weight)
+        """How much a memory's best sentence counts in the keyword ranking before fusion (see
+        :func:`memora.memory.ranking.with_best_passage`)."""
         self._warned = False
         self._filling: asyncio.Lock | None = None
 
@@ -451,7 +460,13 @@ class SemanticSearch:
         )
         try:
             vector = await self._query_vector(query)
-            keyword = with_session_context(await keyword_task, self.session_weight, pool)
+            keyword = rank_keyword_pool(
+                await keyword_task,
+                query,
+                self.session_weight,
+                pool,
+                passage_weight=self.passage_weight,
+            )
         finally:
             if not keyword_task.done():  # cancelled while embedding the query
                 keyword_task.cancel()

@@ -29,6 +29,7 @@ CONFIG_OPTIONS: frozenset[str] = frozenset(
         "retry_attempts",
         "retry_base_delay",
         "summary_verbatim_tokens",
+        "passage_weight",
         "semantic_weight",
         "session_weight",
     }

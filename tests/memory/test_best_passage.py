@@ -1,0 +1,143 @@
+"""Passage-level evidence in keyword ranking (memora.memory.ranking.with_best_passage): a memory is
+scored by itself and by its sentence that matches the question best, in every search path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from memora import ProjectRuntime
+from memora.memory import MemoryManager, MemoryRecord, NewMemory, ScoredMemory
+from memora.memory.ranking import PASSAGE_WEIGHT, rank_keyword_pool, with_best_passage
+from memora.memory.sqlite_store import open_sqlite_storage
+from memora.testing import ScriptedProvider
+
+
+def _hit(ident: str, content: str, score: float, session: str | None = None) -> ScoredMemory:
+    record = MemoryRecord(
+        id=ident, content=content, source="round_summary", name="", created_at=0.0,
+        updated_at=0.0, session_id=session,
+    )  # fmt: skip
+    return ScoredMemory(record, score)
+
+
+SCATTERED = (
+    "Caroline talked about her week. She went to a pottery class. Later she mentioned a "
+    "career fair. Writing came up at the end."
+)
+TOGETHER = "Melanie cooked dinner. Caroline said she wants a career in writing. They laughed."
+
+
+def test_the_memory_that_answers_in_one_sentence_comes_first() -> None:
+    question = "Would Caroline pursue writing as a career?"
+    hits = [_hit("scattered", SCATTERED, 5.0), _hit("together", TOGETHER, 4.0)]
+    ranked = with_best_passage(hits, question)
+    assert [h.record.id for h in ranked] == ["together", "scattered"]
+    # the combined score: own / best own + weight * best sentence / best of the pool's
+    assert ranked[0].score == pytest.approx(4.0 / 5.0 + PASSAGE_WEIGHT * 1.0)
+    assert 1.0 < ranked[1].score < 1.0 + PASSAGE_WEIGHT
+    # weight 0: the pool as it came
+    assert [h.record.id for h in with_best_passage(hits, question, 0.0)] == [
+        "scattered",
+        "together",
+    ]
+
+
+def test_a_pool_it_cannot_read_comes_back_as_it_was() -> None:
+    hits = [_hit("a", "nothing here", 3.0), _hit("b", "nor here", 2.0)]
+    assert with_best_passage(hits, "zebra") == hits  # no sentence holds a query term
+    assert with_best_passage(hits, "   ") == hits  # no query term at all
+    assert with_best_passage([], "zebra") == []
+    assert with_best_passage(hits[:1], "nothing") == hits[:1]
+
+
+def test_stems_match_as_prefixes_and_ties_keep_the_order() -> None:
+    # "painting" searches paint*: "painted" counts in the sentence as the backends count it
+    hits = [
+        _hit("spread", "She painted. Then a long walk. A sunset later.", 2.0),
+        _hit("one", "A sunset she painted on the walk home.", 2.0),
+    ]
+    ranked = with_best_passage(hits, "painting the sunset on a walk")
+    assert [h.record.id for h in ranked] == ["one", "spread"]
+    same = [_hit("x", "paint it.", 1.0), _hit("y", "paint it.", 1.0)]
+    assert [h.record.id for h in with_best_passage(same, "paint")] == ["x", "y"]
+
+
+def test_chinese_sentences_and_phrases() -> None:
+    # 。 ends a sentence; a phrase matches as its bigrams in a row
+    spread = "我们讨论了长期计划。后来说到记忆的问题。最后谈了系统。"
+    together = "今天天气很好。长期记忆系统需要可靠的存储。"
+    hits = [_hit("spread", spread, 3.0), _hit("together", together, 2.5)]
+    ranked = with_best_passage(hits, "长期记忆系统")
+    assert [h.record.id for h in ranked] == ["together", "spread"]
+    # "长期" and "记忆" apart are not the phrase "长期记忆"
+    apart = [_hit("apart", "长期的计划。记忆很好。", 3.0), _hit("phrase", "长期记忆。", 1.0)]
+    assert [h.record.id for h in with_best_passage(apart, "长期记忆")] == ["phrase", "apart"]
+
+
+def test_session_context_applies_after_the_best_sentence() -> None:
+    hits = [
+        _hit("lone", SCATTERED, 5.0, "s1"),
+        _hit("answer", TOGETHER, 4.0, "s2"),
+        _hit("same-day", "Caroline brought her writing notebook.", 3.0, "s2"),
+    ]
+    question = "Would Caroline pursue writing as a career?"
+    ranked = rank_keyword_pool(hits, question, 1.0, 2)
+    assert [h.record.id for h in ranked] == ["answer", "same-day"]
+    alone = rank_keyword_pool(hits, question, 0.0, 3, passage_weight=0.0)
+    assert [h.record.id for h in alone] == ["lone", "answer", "same-day"]
+
+
+async def test_the_host_search_reads_the_best_sentence(tmp_path: Path) -> None:
+    store = open_sqlite_storage(tmp_path / "m.db")
+    await store.add_many(
+        [
+            # the question's words often, but never together: the whole-memory score prefers it
+            NewMemory(
+                "Caroline met friends. Caroline went to a career fair. The career fair was busy. "
+                "Writing came up. Writing again later.",
+                id="scattered",
+                session_id="week",
+            ),
+            NewMemory(
+                "Caroline wants a career in writing, she told Melanie over a long dinner with "
+                "the kids, the neighbours and their two dogs in the garden.",
+                id="together",
+                session_id="dinner",
+            ),
+        ]
+    )
+    try:
+        question = "Would Caroline pursue writing as a career?"
+        whole = await MemoryManager(store, passage_weight=0).search(question, limit=2)
+        ranked = await MemoryManager(store).search(question, limit=2)
+        assert [h.record.id for h in whole] == ["scattered", "together"]
+        assert [h.record.id for h in ranked] == ["together", "scattered"]
+    finally:
+        await store.close()
+
+
+def _runtime(tmp_path: Path, **options: Any) -> ProjectRuntime:
+    return ProjectRuntime(
+        project_path=tmp_path / "project",
+        data_dir=tmp_path / "data",
+        provider=ScriptedProvider([]),
+        config_dir=tmp_path / "config",
+        storage="memory",
+        load_entrypoints=False,
+        **options,
+    )
+
+
+async def test_passage_weight_is_an_option_with_a_range(tmp_path: Path) -> None:
+    (tmp_path / "project").mkdir()
+    async with _runtime(tmp_path) as runtime:
+        assert runtime.memory.passage_weight == PASSAGE_WEIGHT
+    async with _runtime(tmp_path, passage_weight=0) as runtime:
+        assert runtime.memory.passage_weight == 0
+    for bad in (-1, 5):
+        with pytest.raises(ValidationError, match="passage_weight"):
+            _runtime(tmp_path, passage_weight=bad)
