@@ -125,7 +125,7 @@ async def run(n: int, folder: Path) -> None:
             own = await store.search_by_keyword(q, scopes=("",))
             unscoped.append(time.perf_counter() - t)
             assert [h.record.id for h in own] == [r[0] for r in rows]
-            # the model's memory_search (8 hits) through agent.memory: session context ranks
+            # the model's memory_search (8 hits) through agent.memory: best sentence and session rank
             # a pool of 100; next to the store's own top 8
             t = time.perf_counter()
             await store.search_by_keyword(q, limit=8, scopes=("",))
@@ -176,7 +176,7 @@ async def run(n: int, folder: Path) -> None:
     print(
         f"  agent.memory.search, 8 hits p50 {pct(host, 0.5) * 1e3:7.3f} ms vs the store's top 8 "
         f"{pct(host_floor, 0.5) * 1e3:7.3f} ms: {statistics.median(host) / statistics.median(host_floor):5.2f}x"
-        "   (session context ranks a pool of 100)"
+        "   (best sentence and session context rank a pool of 100)"
     )
     print(
         f"  ratio LIKE / memora (p50)      {statistics.median(like) / statistics.median(mem):6.1f}x"

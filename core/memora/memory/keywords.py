@@ -25,7 +25,6 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
     "QueryTerm",
-    "cjk_tokens",
     "extract_keywords",
     "index_tokens",
     "normalise",
@@ -189,7 +188,7 @@ def _scan(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def cjk_tokens(run: str) -> list[str]:
+def _bigrams(run: str) -> list[str]:
     """The index tokens of a run of CJK characters: its bigrams and its last character."""
     if len(run) == 1:
         return [run]
@@ -210,7 +209,7 @@ def index_tokens(text: str) -> list[str]:
     out: list[str] = []
     for cjk, word in _scan(text):
         if cjk:
-            out.extend(cjk_tokens(cjk))
+            out.extend(_bigrams(cjk))
         elif word:
             out.append(word)
     return out

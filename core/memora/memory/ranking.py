@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from .keywords import CJK_RANGES, QueryTerm, cjk_tokens, normalise, query_terms
+from .keywords import CJK_RANGES, QueryTerm, normalise, query_terms
 from .types import ScoredMemory
 
 __all__ = [
@@ -107,89 +107,98 @@ _K1 = 1.2
 """BM25's term-frequency saturation, as FTS5's ``bm25()`` uses."""
 
 _ENDS = frozenset(".!?\n。！？；")
-"""The tokens of :func:`_pieces` that end a sentence (no word token is punctuation)."""
+"""What ends a sentence: ``.``, ``!`` or ``?`` before a space, ``。！？；``, a line break."""
 
 _ASCII_PIECES = re.compile(r"[a-z0-9]+(?:_+[a-z0-9]+)*|[.!?](?=\s)|\n")
-"""Lowercased ASCII text as words (as :func:`memora.memory.keywords.index_tokens` reads them)
-and the ends of sentences: ``.``, ``!`` or ``?`` before a space, a line break."""
+"""Lowercased ASCII text as its words (as :func:`memora.memory.keywords.index_tokens` reads
+them) and the ends of its sentences."""
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；\n]")
 
 
 @functools.cache
-def _pieces_re() -> re.Pattern[str]:
+def _words_re() -> re.Pattern[str]:
     # compiled on first use, as the tokenizer's own pattern (its character classes are slow
-    # to compile)
-    return re.compile(rf"([{CJK_RANGES}]+)|([^\W{CJK_RANGES}]+)|([.!?](?=\s)|[。！？；]|\n)")
+    # to compile): the words of a text, as the tokenizer reads them (CJK runs left out)
+    return re.compile(rf"[^\W{CJK_RANGES}]+")
 
 
-def _pieces(text: str) -> list[str]:
-    """``text``'s index tokens in order (words, CJK bigrams), with the punctuation or line break
-    that ends a sentence (:data:`_ENDS`) where one ends."""
-    if text.isascii():
-        return _ASCII_PIECES.findall(text.lower())
-    out: list[str] = []
-    for cjk, word, end in _pieces_re().findall(normalise(text)):
-        if cjk:
-            out.extend(cjk_tokens(cjk))
-        elif word:
-            word = word.strip("_")
-            if word:
-                out.append(word)
-        else:
-            out.append(end)
-    return out
+@functools.cache
+def _cjk_re() -> re.Pattern[str]:
+    return re.compile(rf"[{CJK_RANGES}]+")
 
 
 class _Matcher:
-    """Which query terms (by index) a token matches, memoised for one search: a word matches
-    itself, a stem or a single CJK character matches as a prefix, a CJK phrase by its first
-    bigram (the rest is checked in place)."""
+    """The query's terms as a search reads a memory: words by token (memoised for the search; a
+    stem matches as a prefix), CJK terms by their text in a run of CJK characters (a phrase is
+    its bigrams in a row and a single character a prefix, so each occurrence of the text in
+    the run is one match, as the backends count them)."""
 
-    __slots__ = ("exact", "memo", "prefix_of", "prefixes")
+    __slots__ = ("cjk", "exact", "memo", "prefix_of", "prefixes")
 
     def __init__(self, terms: Sequence[QueryTerm]) -> None:
         self.exact: dict[str, tuple[int, ...]] = {}
         self.prefix_of: list[tuple[str, int]] = []
+        self.cjk: list[tuple[str, int]] = []
         for j, term in enumerate(terms):
-            if term.prefix:
+            if _cjk_re().fullmatch(term.text):
+                self.cjk.append((term.text, j))
+            elif term.prefix:
                 self.prefix_of.append((term.tokens[0], j))
             else:
                 self.exact[term.tokens[0]] = (*self.exact.get(term.tokens[0], ()), j)
         self.prefixes = tuple(p for p, _ in self.prefix_of)
         self.memo: dict[str, tuple[int, ...]] = {}
 
-    def __call__(self, token: str) -> tuple[int, ...]:
-        matched = self.exact.get(token, ())
-        if self.prefixes and token.startswith(self.prefixes):
-            matched += tuple(j for p, j in self.prefix_of if token.startswith(p))
-        self.memo[token] = matched
+    def word(self, token: str) -> tuple[int, ...]:
+        matched = self.memo.get(token)
+        if matched is None:
+            matched = self.exact.get(token, ())
+            if self.prefixes and token.startswith(self.prefixes):
+                matched += tuple(j for p, j in self.prefix_of if token.startswith(p))
+            self.memo[token] = matched
         return matched
 
-
-def _sentence_counts(
-    pieces: list[str], terms: Sequence[QueryTerm], match: _Matcher, phrases: bool
-) -> list[dict[int, int]]:
-    """The query terms' counts (by index) in each sentence of ``pieces`` that holds any."""
-    sentences: list[dict[int, int]] = []
-    counts: dict[int, int] = {}
-    memo = match.memo
-    for i, token in enumerate(pieces):
-        if token in _ENDS:
-            if counts:
-                sentences.append(counts)
-                counts = {}
-            continue
-        matched = memo.get(token)
-        if matched is None:
-            matched = match(token)
-        for j in matched:
-            if phrases:
-                phrase = terms[j].tokens
-                if len(phrase) > 1 and tuple(pieces[i : i + len(phrase)]) != phrase:
+    def sentences(self, text: str) -> list[dict[int, int]]:
+        """The query terms' counts (by index) in each sentence of ``text`` that holds any."""
+        sentences: list[dict[int, int]] = []
+        counts: dict[int, int] = {}
+        memo = self.memo
+        if text.isascii():
+            for token in _ASCII_PIECES.findall(text.lower()):
+                if token in _ENDS:
+                    if counts:
+                        sentences.append(counts)
+                        counts = {}
                     continue
-            counts[j] = counts.get(j, 0) + 1
-    if counts:
-        sentences.append(counts)
-    return sentences
+                matched = memo.get(token)
+                if matched is None:
+                    matched = self.word(token)
+                for j in matched:
+                    counts[j] = counts.get(j, 0) + 1
+        else:
+            words = _words_re() if self.exact or self.prefixes else None
+            for sentence in _SENTENCE_END.split(normalise(text)):
+                for phrase, j in self.cjk:
+                    found = sentence.count(phrase)
+                    if found:
+                        counts[j] = found
+                if words is not None:
+                    for word in words.findall(sentence):
+                        matched = memo.get(word)
+                        if matched is None:
+                            token = word.strip("_")
+                            matched = self.word(token) if token else ()
+                            memo[word] = matched
+                        for j in matched:
+                            counts[j] = counts.get(j, 0) + 1
+                if counts:
+                    sentences.append(counts)
+                    counts = {}
+        if counts:
+            sentences.append(counts)
+        return sentences
 
 
 def with_best_passage(
@@ -201,9 +210,9 @@ def with_best_passage(
 
     where ``p(m)`` is the BM25 score, without length normalisation, of the sentence of ``m``
     that matches the query best (each term's idf over the pool).  A whole memory's score
-    rewards the query's words anywhere in it; a long memory — a round's summary, a session's —
-    that answers in one sentence is then ranked below a memory that mentions the same words in
-    passing.  This is passage-level evidence (Callan, SIGIR 1994): a document scored by itself
+    rewards the query's words anywhere in it, so without this a long memory — a round's
+    summary, a session's — that answers in one sentence ranks below one that mentions the same
+    words in passing, here and there.  This is passage-level evidence (Callan, SIGIR 1994): a document scored by itself
     and its best passage.  It reads the memories' text the backend already returned, so every
     backend, a third-party one included, ranks the same way.  Ties keep the given order; a pool
     in which no sentence holds a query term comes back as it was."""
@@ -213,11 +222,7 @@ def with_best_passage(
     if not terms:
         return list(hits)
     match = _Matcher(terms)
-    phrases = any(len(term.tokens) > 1 for term in terms)
-    per_memory = [
-        _sentence_counts(_pieces(hit.record.content[:PASSAGE_CHARS]), terms, match, phrases)
-        for hit in hits
-    ]
+    per_memory = [match.sentences(hit.record.content[:PASSAGE_CHARS]) for hit in hits]
     df = [0] * len(terms)
     for sentences in per_memory:
         for j in {j for counts in sentences for j in counts}:
