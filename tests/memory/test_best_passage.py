@@ -141,3 +141,18 @@ async def test_passage_weight_is_an_option_with_a_range(tmp_path: Path) -> None:
     for bad in (-1, 5):
         with pytest.raises(ValidationError, match="passage_weight"):
             _runtime(tmp_path, passage_weight=bad)
+
+
+def test_words_are_whole_words_as_the_index_reads_them() -> None:
+    # "sql" is a short word, matched as itself: not inside "mysql", "a_sql" or "sqlite"
+    inside = _hit("inside", "We use mysql. The a_sql module. An sqlite file.", 2.0)
+    itself = _hit("itself", "Plain sql here.", 1.0)
+    assert [h.record.id for h in with_best_passage([inside, itself], "sql")] == [
+        "itself",
+        "inside",
+    ]
+    # Chinese text with English words in it: both kinds of term count in one sentence
+    mixed = _hit("mixed", "今天很忙。我们用SQLite存储长期记忆。", 1.0)
+    apart = _hit("apart", "SQLite很好。长期记忆很重要。", 1.5)
+    ranked = with_best_passage([apart, mixed], "sqlite 长期记忆")
+    assert [h.record.id for h in ranked] == ["mixed", "apart"]

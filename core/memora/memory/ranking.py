@@ -106,15 +106,25 @@ search reads a pool of up to a few hundred memories; a memory may hold a million
 _K1 = 1.2
 """BM25's term-frequency saturation, as FTS5's ``bm25()`` uses."""
 
-_ENDS = frozenset(".!?\n。！？；")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；\n]")
 """What ends a sentence: ``.``, ``!`` or ``?`` before a space, ``。！？；``, a line break."""
 
-_ASCII_PIECES = re.compile(r"[a-z0-9]+(?:_+[a-z0-9]+)*|[.!?](?=\s)|\n")
-"""Lowercased ASCII text as its words (as :func:`memora.memory.keywords.index_tokens` reads
-them) and the ends of its sentences."""
+_ASCII_ENDS = frozenset(".!?\n")
+
+_ASCII_TOKEN = r"[a-z0-9]*(?:_+[a-z0-9]+)*"
+"""The rest of a lowercased ASCII word, as :func:`memora.memory.keywords.index_tokens` reads
+it (letters, digits, ``_`` inside)."""
 
 
-_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；\n]")
+@functools.lru_cache(maxsize=256)
+def _ascii_words_re(starts: tuple[str, ...]) -> re.Pattern[str]:
+    """The words of lowercased ASCII text that start with one of ``starts``, whole, as the
+    tokenizer splits them (a word inside another — ``sql`` in ``mysql`` or ``a_sql`` — is not
+    one), and the ends of its sentences (:data:`_ASCII_ENDS`): the regular expression skips
+    the other words, so they cost no Python.  (A word the tokenizer reads after a leading
+    ``_``, as ``init`` in ``__init``, is not seen.)"""
+    alternatives = "|".join(re.escape(x) for x in sorted(set(starts), key=len, reverse=True))
+    return re.compile(rf"(?<![a-z0-9_])(?:{alternatives}){_ASCII_TOKEN}|[.!?](?=\s)|\n")
 
 
 @functools.cache
@@ -135,7 +145,7 @@ class _Matcher:
     its bigrams in a row and a single character a prefix, so each occurrence of the text in
     the run is one match, as the backends count them)."""
 
-    __slots__ = ("cjk", "exact", "memo", "prefix_of", "prefixes")
+    __slots__ = ("ascii_words", "cjk", "exact", "memo", "prefix_of", "prefixes")
 
     def __init__(self, terms: Sequence[QueryTerm]) -> None:
         self.exact: dict[str, tuple[int, ...]] = {}
@@ -150,6 +160,8 @@ class _Matcher:
                 self.exact[term.tokens[0]] = (*self.exact.get(term.tokens[0], ()), j)
         self.prefixes = tuple(p for p, _ in self.prefix_of)
         self.memo: dict[str, tuple[int, ...]] = {}
+        starts = tuple(w for w in (*self.exact, *self.prefixes) if w.isascii())
+        self.ascii_words = _ascii_words_re(starts) if starts else None
 
     def word(self, token: str) -> tuple[int, ...]:
         matched = self.memo.get(token)
@@ -163,41 +175,48 @@ class _Matcher:
     def sentences(self, text: str) -> list[dict[int, int]]:
         """The query terms' counts (by index) in each sentence of ``text`` that holds any."""
         sentences: list[dict[int, int]] = []
-        counts: dict[int, int] = {}
-        memo = self.memo
-        if text.isascii():
-            for token in _ASCII_PIECES.findall(text.lower()):
-                if token in _ENDS:
+        ascii_text = text.isascii()
+        ascii_words = self.ascii_words
+        if ascii_text:  # no CJK term can match: the words that may, and the sentences' ends
+            if ascii_words is None:
+                return sentences
+            counts: dict[int, int] = {}
+            for word in ascii_words.findall(text.lower()):
+                if word in _ASCII_ENDS:
                     if counts:
                         sentences.append(counts)
                         counts = {}
                     continue
-                matched = memo.get(token)
-                if matched is None:
-                    matched = self.word(token)
-                for j in matched:
+                for j in self.word(word):
                     counts[j] = counts.get(j, 0) + 1
-        else:
-            words = _words_re() if self.exact or self.prefixes else None
-            for sentence in _SENTENCE_END.split(normalise(text)):
-                for phrase, j in self.cjk:
-                    found = sentence.count(phrase)
-                    if found:
-                        counts[j] = found
-                if words is not None:
-                    for word in words.findall(sentence):
-                        matched = memo.get(word)
-                        if matched is None:
-                            token = word.strip("_")
-                            matched = self.word(token) if token else ()
-                            memo[word] = matched
-                        for j in matched:
-                            counts[j] = counts.get(j, 0) + 1
-                if counts:
-                    sentences.append(counts)
-                    counts = {}
-        if counts:
-            sentences.append(counts)
+            if counts:
+                sentences.append(counts)
+            return sentences
+        words = _words_re() if self.exact or self.prefixes else None
+        for sentence in _SENTENCE_END.split(normalise(text)):
+            counts = {}
+            for phrase, j in self.cjk:
+                found = sentence.count(phrase)
+                if found:
+                    counts[j] = found
+            if sentence.isascii():  # (a sentence's own end was split off)
+                if ascii_words is not None:
+                    for word in ascii_words.findall(sentence):
+                        if word not in _ASCII_ENDS:
+                            for j in self.word(word):
+                                counts[j] = counts.get(j, 0) + 1
+            elif words is not None:
+                memo = self.memo
+                for word in words.findall(sentence):
+                    matched = memo.get(word)
+                    if matched is None:
+                        token = word.strip("_")
+                        matched = self.word(token) if token else ()
+                        memo[word] = matched
+                    for j in matched:
+                        counts[j] = counts.get(j, 0) + 1
+            if counts:
+                sentences.append(counts)
         return sentences
 
 
