@@ -3,13 +3,17 @@ scored by itself and by its sentence that matches the question best, in every se
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from pydantic import ValidationError
 
-from memora import ProjectRuntime
+from memora import Agent, ProjectRuntime
+from memora.cli.main import build_cli
 from memora.memory import MemoryManager, MemoryRecord, NewMemory, ScoredMemory
 from memora.memory.ranking import PASSAGE_WEIGHT, rank_keyword_pool, with_best_passage
 from memora.memory.sqlite_store import open_sqlite_storage
@@ -91,24 +95,25 @@ def test_session_context_applies_after_the_best_sentence() -> None:
     assert [h.record.id for h in alone] == ["lone", "answer", "same-day"]
 
 
+_HOST_MEMORIES = (
+    # the question's words often, but never together: the whole-memory score prefers it
+    (
+        "scattered",
+        "Caroline met friends. Caroline went to a career fair. The career fair was busy. "
+        "Writing came up. Writing again later.",
+    ),
+    (
+        "together",
+        "Caroline wants a career in writing, she told Melanie over a long dinner with the kids, "
+        "the neighbours and their two dogs in the garden.",
+    ),
+)
+
+
 async def test_the_host_search_reads_the_best_sentence(tmp_path: Path) -> None:
     store = open_sqlite_storage(tmp_path / "m.db")
     await store.add_many(
-        [
-            # the question's words often, but never together: the whole-memory score prefers it
-            NewMemory(
-                "Caroline met friends. Caroline went to a career fair. The career fair was busy. "
-                "Writing came up. Writing again later.",
-                id="scattered",
-                session_id="week",
-            ),
-            NewMemory(
-                "Caroline wants a career in writing, she told Melanie over a long dinner with "
-                "the kids, the neighbours and their two dogs in the garden.",
-                id="together",
-                session_id="dinner",
-            ),
-        ]
+        [NewMemory(content, id=ident, session_id=ident) for ident, content in _HOST_MEMORIES]
     )
     try:
         question = "Would Caroline pursue writing as a career?"
@@ -156,3 +161,39 @@ def test_words_are_whole_words_as_the_index_reads_them() -> None:
     apart = _hit("apart", "SQLite很好。长期记忆很重要。", 1.5)
     ranked = with_best_passage([apart, mixed], "sqlite 长期记忆")
     assert [h.record.id for h in ranked] == ["mixed", "apart"]
+
+
+def test_memory_search_at_the_terminal_ranks_with_the_configs_weight(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+
+    async def seed() -> None:
+        async with Agent(
+            project_path=project,
+            data_dir=project / ".memora" / "data",
+            provider=ScriptedProvider([]),
+            load_entrypoints=False,
+        ) as agent:
+            for ident, content in _HOST_MEMORIES:
+                await agent.memory.write(NewMemory(content, id=ident, session_id=ident))
+
+    asyncio.run(seed())
+    question = "Would Caroline pursue writing as a career?"
+
+    def search() -> tuple[int, str]:
+        result = CliRunner().invoke(
+            build_cli(), ["memory", "search", question, "--json", "--project", str(project)]
+        )
+        return result.exit_code, result.output
+
+    code, out = search()
+    assert code == 0, out
+    assert [r["id"] for r in json.loads(out)["results"]] == ["together", "scattered"]
+    config = project / ".memora" / "config.json"
+    config.write_text(json.dumps({"options": {"passage_weight": 0}}))
+    code, out = search()
+    assert code == 0, out
+    assert [r["id"] for r in json.loads(out)["results"]] == ["scattered", "together"]
+    config.write_text(json.dumps({"options": {"passage_weight": 9}}))
+    code, out = search()
+    assert code != 0 and "options.passage_weight" in out and "0 to 4" in out

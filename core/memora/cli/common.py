@@ -157,11 +157,34 @@ class StorageTarget:
         """``--all-scopes``: every scope's (the project owner's view)."""
 
     def memory(self, store: Any) -> Any:
-        """``store`` as this command's scope sees it (a :class:`MemoryManager` view)."""
+        """``store`` as this command's scope sees it (a :class:`MemoryManager` view), ranking
+        searches with the config's ``session_weight`` and ``passage_weight`` as an Agent
+        would."""
         from ..memory.manager import MemoryManager
 
-        manager = MemoryManager(store)
+        session_weight, passage_weight = self.ranking_weights()
+        manager = MemoryManager(store, session_weight=session_weight, passage_weight=passage_weight)
         return manager.all_scopes() if self.all_scopes else manager.for_scope(self.scope)
+
+    def ranking_weights(self) -> tuple[float, float]:
+        """The config's ``options.session_weight`` and ``options.passage_weight`` (the defaults
+        where unset), checked as the Agent checks them."""
+        from ..errors import InvalidConfigError
+        from ..memory.ranking import DEFAULT_SESSION_WEIGHT, PASSAGE_WEIGHT
+
+        options = self.settings().config.options
+        weights = {"session_weight": DEFAULT_SESSION_WEIGHT, "passage_weight": PASSAGE_WEIGHT}
+        for key in weights:
+            if key not in options:
+                continue
+            value = options[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 4:
+                raise InvalidConfigError(
+                    f"options.{key} is {value!r}; a number from 0 to 4 is legal",
+                    context={"key": f"options.{key}"},
+                )
+            weights[key] = float(value)
+        return weights["session_weight"], weights["passage_weight"]
 
     def sees_session(self, info: Any) -> bool:
         """Whether the session ``info`` is this command's scope's."""

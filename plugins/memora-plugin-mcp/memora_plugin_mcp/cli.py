@@ -45,6 +45,7 @@ def serve_cmd(
         raise NotFoundError(
             f"no memora data in {target.data_dir}; pass --data-dir, or run memora in the project first"
         )
+    session_weight, passage_weight = target.ranking_weights()
 
     @contextlib.asynccontextmanager
     async def open_memory() -> AsyncIterator[Any]:
@@ -53,7 +54,13 @@ def serve_cmd(
         packs = RolePackManager(user_config_dir(config_dir), project_path=target.project)
         try:
             yield MemoryServer(
-                ReadOnlyView(storage_obj), sessions, packs, target.project, scope=scope
+                ReadOnlyView(storage_obj),
+                sessions,
+                packs,
+                target.project,
+                scope=scope,
+                session_weight=session_weight,
+                passage_weight=passage_weight,
             )
         finally:
             for closer in (storage_obj, sessions):

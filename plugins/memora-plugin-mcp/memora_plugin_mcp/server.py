@@ -23,6 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from memora import __version__
 from memora.errors import NotFoundError
 from memora.memory.manager import MemoryManager
+from memora.memory.ranking import DEFAULT_SESSION_WEIGHT, PASSAGE_WEIGHT
 from memora.memory.storage import ReadOnlyView
 
 __all__ = ["MemoryServer", "build_server"]
@@ -40,11 +41,18 @@ class MemoryServer:
     project: Path
     scope: str | None = None
     """Whose memory and sessions the tools read (``None``: the project's unscoped)."""
+    session_weight: float = DEFAULT_SESSION_WEIGHT
+    passage_weight: float = PASSAGE_WEIGHT
+    """How searches rank (the config's options, as an Agent ranks; see memora.memory.ranking)."""
 
     def __post_init__(self) -> None:
         # reads only, through the view of the scope: every query carries its filter
         # a manager that is only ever asked to read: its write methods would find no writes
-        self.memory = MemoryManager(self.storage).for_scope(self.scope)  # type: ignore[arg-type]
+        self.memory = MemoryManager(
+            self.storage,  # type: ignore[arg-type]
+            session_weight=self.session_weight,
+            passage_weight=self.passage_weight,
+        ).for_scope(self.scope)
 
     async def _sessions(self) -> list[Any]:
         return [
