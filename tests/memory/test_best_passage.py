@@ -6,18 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from memora import Agent, ProjectRuntime
+from memora import Agent
 from memora.cli.main import build_cli
 from memora.memory import MemoryManager, MemoryRecord, NewMemory, ScoredMemory
 from memora.memory.ranking import PASSAGE_WEIGHT, rank_keyword_pool, with_best_passage
 from memora.memory.sqlite_store import open_sqlite_storage
 from memora.testing import ScriptedProvider
+from tests.memory.test_session_context import _runtime
 
 
 def _hit(ident: str, content: str, score: float, session: str | None = None) -> ScoredMemory:
@@ -123,18 +123,6 @@ async def test_the_host_search_reads_the_best_sentence(tmp_path: Path) -> None:
         assert [h.record.id for h in ranked] == ["together", "scattered"]
     finally:
         await store.close()
-
-
-def _runtime(tmp_path: Path, **options: Any) -> ProjectRuntime:
-    return ProjectRuntime(
-        project_path=tmp_path / "project",
-        data_dir=tmp_path / "data",
-        provider=ScriptedProvider([]),
-        config_dir=tmp_path / "config",
-        storage="memory",
-        load_entrypoints=False,
-        **options,
-    )
 
 
 async def test_passage_weight_is_an_option_with_a_range(tmp_path: Path) -> None:
