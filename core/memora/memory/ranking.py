@@ -95,9 +95,10 @@ def with_session_context(
 
 PASSAGE_WEIGHT = 1.0
 """How much a memory's best sentence counts next to the whole memory's score (see
-:func:`with_best_passage`): equally.  Leave-one-conversation-out on LoCoMo's dev half chose 1.0 in
-every fold from 0.5, 1, 1.5, 2 and 3 (keywords fused with e5; keywords alone, 1.0 in three folds
-of five and 3.0 in two)."""
+:func:`with_best_passage`): equally.  Leave-one-conversation-out on LoCoMo's dev half, from 0,
+0.5, 1, 1.5, 2 and 3: keywords fused with e5, over both units, 1.0 in every fold; keywords
+alone, summaries 1.0 in four folds of five, dialog turns 3.0 in every fold, where 1 to 3 are
+within 0.4 of each other at every cut-off (bench/bench_recall.py prints the folds)."""
 
 PASSAGE_CHARS = 4000
 """The first characters of a memory that :func:`with_best_passage` reads for its sentences (a
@@ -110,6 +111,7 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；\n]")
 """What ends a sentence: ``.``, ``!`` or ``?`` before a space, ``。！？；``, a line break."""
 
 _ASCII_ENDS = frozenset(".!?\n")
+"""What :func:`_ascii_words_re` gives for the end of a sentence (no word is punctuation)."""
 
 _ASCII_TOKEN = r"[a-z0-9]*(?:_+[a-z0-9]+)*"
 """The rest of a lowercased ASCII word, as :func:`memora.memory.keywords.index_tokens` reads
@@ -231,10 +233,11 @@ def with_best_passage(
     that matches the query best (each term's idf over the pool).  A whole memory's score
     rewards the query's words anywhere in it, so without this a long memory — a round's
     summary, a session's — that answers in one sentence ranks below one that mentions the same
-    words in passing, here and there.  This is passage-level evidence (Callan, SIGIR 1994): a document scored by itself
-    and its best passage.  It reads the memories' text the backend already returned, so every
-    backend, a third-party one included, ranks the same way.  Ties keep the given order; a pool
-    in which no sentence holds a query term comes back as it was."""
+    words in passing, here and there.  This is passage-level evidence (Callan, SIGIR 1994): a
+    document scored by itself and its best passage.  It reads the memories' text the backend
+    already returned, so every backend, a third-party one included, ranks the same way.  Ties
+    keep the given order; a pool in which no sentence holds a query term comes back as it
+    was."""
     if weight <= 0 or len(hits) < 2:
         return list(hits)
     terms = query_terms(query)
