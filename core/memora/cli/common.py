@@ -7,7 +7,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import click
 
@@ -168,23 +168,30 @@ class StorageTarget:
 
     def ranking_weights(self) -> tuple[float, float]:
         """The config's ``options.session_weight`` and ``options.passage_weight`` (the defaults
-        where unset), checked as the Agent checks them."""
+        where unset), checked by the Agent option's own field (one rule for both)."""
+        from pydantic import TypeAdapter, ValidationError
+
+        from ..agent.options import AgentOptions
         from ..errors import InvalidConfigError
-        from ..memory.ranking import DEFAULT_SESSION_WEIGHT, PASSAGE_WEIGHT
 
         options = self.settings().config.options
-        weights = {"session_weight": DEFAULT_SESSION_WEIGHT, "passage_weight": PASSAGE_WEIGHT}
-        for key in weights:
+        weights: list[float] = []
+        for key in ("session_weight", "passage_weight"):
+            field = AgentOptions.model_fields[key]
             if key not in options:
+                weights.append(float(field.default))
                 continue
-            value = options[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 4:
+            try:
+                weights.append(TypeAdapter(Annotated[float, field]).validate_python(options[key]))
+            except ValidationError as exc:
+                low = next(m.ge for m in field.metadata if hasattr(m, "ge"))
+                high = next(m.le for m in field.metadata if hasattr(m, "le"))
                 raise InvalidConfigError(
-                    f"options.{key} is {value!r}; a number from 0 to 4 is legal",
+                    f"options.{key} is {options[key]!r}: {exc.errors()[0]['msg']}; a number "
+                    f"from {low:g} to {high:g} is legal",
                     context={"key": f"options.{key}"},
-                )
-            weights[key] = float(value)
-        return weights["session_weight"], weights["passage_weight"]
+                ) from None
+        return weights[0], weights[1]
 
     def sees_session(self, info: Any) -> bool:
         """Whether the session ``info`` is this command's scope's."""
