@@ -30,6 +30,7 @@ from .config import (
     revoke_token,
     settings_path,
 )
+from .listen import balances_connections, reserve
 from .process import owning_process
 
 logger = logging.getLogger("memora.server")
@@ -136,16 +137,44 @@ def serve_cmd(
         return
     # each worker process builds its own app from the same spec (uvicorn imports the factory)
     os.environ[SPEC_ENV] = json.dumps(spec)
-    uvicorn.run(
-        f"{__name__}:worker_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        proxy_headers=False,
-        http=DeadlineH11Protocol,
-    )
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_level": "info",
+        "proxy_headers": False,
+        "http": DeadlineH11Protocol,
+    }
+    if not balances_connections():
+        uvicorn.run(f"{__name__}:worker_app", **options)
+        return
+    _run_workers(uvicorn.Config(f"{__name__}:worker_app", **options))
+
+
+def _run_workers(config: Any) -> None:
+    """uvicorn's worker supervisor, each worker listening on its own ``SO_REUSEPORT`` socket
+    (:mod:`.listen`: the kernel spreads the connections over the workers)."""
+    import inspect
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    try:
+        sock = reserve(config.host, config.port, config.backlog)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+        ) from exc
+    with sock:
+        try:
+            supervisor: Any = Multiprocess  # its signature differs across uvicorn's versions
+            if "target" in inspect.signature(Multiprocess).parameters:  # older: given the target
+                supervisor(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+            else:
+                supervisor(config, sockets=[sock]).run()
+        except KeyboardInterrupt:
+            pass
 
 
 SPEC_ENV = "MEMORA_SERVE_SPEC"
