@@ -170,6 +170,97 @@ async def read_turn(
     return time.perf_counter() - t, done
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection spoken by hand: the client of the workers rows.
+
+    httpx2 reading a turn's events line by line costs the client about as much CPU as the server
+    spends on the turn, and on a machine whose cores the client shares with the servers that CPU
+    is taken from the second worker.  This client sends prebuilt requests and counts `done`
+    events in the raw body, a tenth of the cost, so the rows measure the servers.  A
+    conversation keeps its connection, as a browser tab or an SDK client does: the worker that
+    accepted it runs the session's turns."""
+
+    def __init__(self, base: str) -> None:
+        host, _, port = base.removeprefix("http://").partition(":")
+        self.host, self.port = host, int(port)
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+        """POST ``body``; the whole response body (de-chunked).  Raises unless the answer is
+        200 or 201."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n{extra}\r\n".encode()
+            + body
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        lower = head.lower()
+        data = bytearray()
+        if b"transfer-encoding: chunked" in lower:
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await self.reader.readuntil(b"\r\n")  # no trailers: the blank line
+                    break
+                data += await self.reader.readexactly(size + 2)
+                del data[-2:]
+        else:
+            length = int(lower.split(b"content-length:")[1].split(b"\r\n")[0])
+            data += await self.reader.readexactly(length)
+        if status not in (200, 201):
+            raise RuntimeError(f"{path}: {status} {bytes(data)[:500]!r}")
+        if b"connection: close" in lower:
+            await self.close()
+        return bytes(data)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+            self.reader = self.writer = None
+
+
+async def drive_raw(
+    base: str, *, memora: bool, users: bool = False
+) -> tuple[list[float], list[int], float, list[str]]:
+    """:func:`drive` with :class:`RawConnection`, one per conversation."""
+
+    async def conversation(i: int) -> tuple[list[float], list[int], str]:
+        conn = RawConnection(base)
+        headers = user_of(i, users)
+        try:
+            if memora:
+                made = await conn.post("/v1/projects/proj/sessions", b"{}", headers)
+                sid = json.loads(made)["id"]
+                path = f"/v1/projects/proj/sessions/{sid}/turns"
+            else:
+                sid, path = "", "/turn"
+            walls, dones = [], []
+            for n in range(TURNS):
+                body = json.dumps({"text": f"conversation {i} turn {n} steps=0"}).encode()
+                t = time.perf_counter()
+                events = await conn.post(path, body, headers)
+                walls.append(time.perf_counter() - t)
+                dones.append(events.replace(b" ", b"").count(b'"type":"done"'))
+            return walls, dones, sid
+        finally:
+            await conn.close()
+
+    t = time.perf_counter()
+    results = await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
+    elapsed = time.perf_counter() - t
+    walls = [w for r in results for w in r[0]]
+    dones = [d for r in results for d in r[1]]
+    return walls, dones, elapsed, [r[2] for r in results]
+
+
 def user_of(i: int, users: bool) -> dict[str, str]:
     """The header of conversation ``i`` acting as its own user (``users``), else none."""
     return {"X-Memora-User": f"user-{i}"} if users else {}
@@ -218,13 +309,16 @@ async def count_rounds(base: str, sessions: list[str], *, users: bool = False) -
 
 
 def measure(
-    label: str, base: str, pids: list[int], *, memora: bool, users: bool = False
+    label: str, base: str, pids: list[int], *, memora: bool, users: bool = False, raw: bool = False
 ) -> dict[str, float]:
-    """One pass of the conversations; raises on a lost or duplicated turn."""
+    """One pass of the conversations (``raw``: through :class:`RawConnection`); raises on a lost
+    or duplicated turn."""
     before = cpu_seconds(pids)
     client_before = time.process_time()
     busy_before, all_before = machine_busy()
-    walls, dones, elapsed, sessions = asyncio.run(drive(base, memora=memora, users=users))
+    walls, dones, elapsed, sessions = asyncio.run(
+        (drive_raw if raw else drive)(base, memora=memora, users=users)
+    )
     cpu = cpu_seconds(pids) - before
     client = time.process_time() - client_before
     busy_after, all_after = machine_busy()
@@ -249,17 +343,23 @@ def measure(
 
 
 def compare(
-    servers: list[tuple[str, str, list[int], bool]], users: frozenset[str] = frozenset()
+    servers: list[tuple[str, str, list[int], bool]],
+    users: frozenset[str] = frozenset(),
+    *,
+    raw: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Each server warmed up, then ROUNDS passes taking turns (machine noise hits all alike);
     the medians per server are printed and returned.  The servers labelled in ``users`` are
-    driven with each conversation acting as its own user (``X-Memora-User``)."""
+    driven with each conversation acting as its own user (``X-Memora-User``); ``raw``: by the
+    hand-spoken client (:class:`RawConnection`)."""
     for label, base, _, memora in servers:
-        asyncio.run(drive(base, memora=memora, users=label in users))
+        asyncio.run((drive_raw if raw else drive)(base, memora=memora, users=label in users))
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in servers}
     for _ in range(ROUNDS):
         for label, base, pids, memora in servers:
-            rows[label].append(measure(label, base, pids, memora=memora, users=label in users))
+            rows[label].append(
+                measure(label, base, pids, memora=memora, users=label in users, raw=raw)
+            )
     out = {}
     for label, samples in rows.items():
         row = {k: statistics.median(r[k] for r in samples) for k in samples[0]}
@@ -407,11 +507,13 @@ def main() -> None:
         args, base2 = serve(tmp / "two", env, 2)
         pid2 = stack.enter_context(process(args, env, tmp / "serve-two.log", base2 + "/ready"))
         two_label = "memora serve (2 workers, SQLite)"
+        print("  the workers rows: the hand-spoken client, a keep-alive connection a conversation")
         rows = compare(
             [
                 (one_label, base, process_tree(pid), True),
                 (two_label, base2, process_tree(pid2), True),
-            ]
+            ],
+            raw=True,
         )
         workers_line("SQLite", rows[one_label], rows[two_label])
         landing(upstream, tmp / "landing")
@@ -434,7 +536,7 @@ def main() -> None:
             pid = stack.enter_context(process(args, env, log, url + "/ready"))
             label = f"memora serve ({workers} worker{'s' * (workers > 1)}, PostgreSQL)"
             pg.append((label, url, process_tree(pid), True))
-        rows = compare([(bare_label, proxy, [proxy_pid], False), *pg])
+        rows = compare([(bare_label, proxy, [proxy_pid], False), *pg], raw=True)
         one_pg, two_pg = rows[pg[0][0]], rows[pg[1][0]]
         print(
             f"  2 workers on PostgreSQL / bare: CPU per turn {two_pg['cpu'] / rows[bare_label]['cpu']:.2f}x, "
@@ -508,13 +610,19 @@ def landing(upstream: str, root: Path) -> None:
 
 def workers_line(storage: str, one: dict[str, float], two: dict[str, float]) -> None:
     """Turns a second of two workers over one's (goal >= 1.6x), and what bounds it here: the
-    client and the scripted provider share the machine's cores with the server, so when one
-    worker already keeps the machine busy a second one has no core to add."""
+    client, the scripted provider (and PostgreSQL) share the machine's cores with the servers,
+    so what they take of each turn is not there for a second worker.  Printed with it: the
+    machine's CPU a turn besides the servers', and the most two workers could give over what one
+    gave if they kept every core busy at the CPU a turn measured."""
+    cores = os.cpu_count() or 1
+    rest = [max(r["busy"] * cores / r["turns/s"] * 1e3 - r["cpu"], 0.0) for r in (one, two)]
+    ceiling = cores * 1e3 / (two["cpu"] + rest[1]) / one["turns/s"]
     print(
         f"  2 workers / 1 worker on {storage}: {two['turns/s'] / one['turns/s']:.2f}x turns/s "
         f"(goal >= 1.6x), server CPU per turn {two['cpu'] / one['cpu']:.2f}x; the machine "
-        f"({os.cpu_count()} cores, client and provider included) was {100 * one['busy']:.0f}% "
-        f"busy with one worker, {100 * two['busy']:.0f}% with two"
+        f"({cores} cores) was {100 * one['busy']:.0f}% busy with one worker, "
+        f"{100 * two['busy']:.0f}% with two; the rest of the machine (client, provider, "
+        f"database) took {rest[1]:.2f} ms a turn, so these cores allow at most {ceiling:.2f}x"
     )
 
 
