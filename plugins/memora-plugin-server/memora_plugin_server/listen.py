@@ -10,9 +10,9 @@ listens on a socket of its own in one ``SO_REUSEPORT`` group, and the kernel han
 connection to one of them by a hash of its addresses — as nginx's ``reuseport`` and gunicorn's
 ``reuse_port`` do.
 
-The supervisor keeps a socket bound to the address and not listening (it reserves the port and
-makes a port taken by another program an error at start; a socket that does not listen is given
-no connections).  What it passes to each worker it starts — and to each it restarts — is
+The supervisor keeps a socket bound to the address and not listening (it reserves the port; a
+socket that does not listen is given no connections), after checking that nothing listens there
+yet — another ``memora serve --workers`` of the same user would otherwise be let into the group.  What it passes to each worker it starts — and to each it restarts — is
 :class:`ReusePortSocket`, which pickles as "listen on this address": the worker opens its own
 socket there.  Where ``SO_REUSEPORT`` does not spread connections (macOS, the BSDs: they give
 them all to one socket) memora keeps uvicorn's shared socket.
@@ -83,8 +83,18 @@ class ReusePortSocket(socket.socket):
 
 
 def reserve(host: str, port: int, backlog: int) -> ReusePortSocket:
-    """Bind (not listen) the supervisor's socket; ``OSError`` when the address is taken by a
-    program that did not ask to share it, or cannot be had."""
+    """Bind (not listen) the supervisor's socket; ``OSError`` when the address cannot be had.
+
+    Any socket listening there refuses it — another ``memora serve --workers`` too: first a
+    socket that does not ask to share the port is bound and let go (``SO_REUSEADDR`` alone fails
+    while anything listens on the address, and passes over connections of an earlier run waiting
+    out their close), and only then the sharing one; without that step a second server of the
+    same user would join the first's group and the kernel would split the connections between
+    two servers."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        port = probe.getsockname()[1]  # port 0: the one the system chose
     sock = _reuseport_socket(host, ReusePortSocket)
     assert isinstance(sock, ReusePortSocket)
     try:

@@ -321,6 +321,17 @@ def test_a_burst_of_connections_is_spread_over_the_workers(
                 break
             time.sleep(0.05)
         assert len(srv.workers - {killed}) == 2, srv.workers
+        # a second `memora serve --workers 2` of the same user on the same port is refused: it
+        # would join the first's SO_REUSEPORT group and the kernel would split the connections
+        second = tmp_path / "second"
+        second.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "memora", "serve", "--project", str(second),
+             "--port", str(port), "--workers", "2"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
 
 
 def test_a_port_taken_is_one_clear_line(tmp_path: Path) -> None:
