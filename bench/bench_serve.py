@@ -34,7 +34,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,19 @@ async def read_turn(
     return time.perf_counter() - t, done
 
 
+async def run_conversations(
+    conversation: Callable[[int], Awaitable[tuple[list[float], list[int], str]]],
+) -> tuple[list[float], list[int], float, list[str]]:
+    """CONVERSATIONS conversations at once: every turn's wall time and `done` count, the
+    seconds they took together, and their sessions."""
+    t = time.perf_counter()
+    results = await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
+    elapsed = time.perf_counter() - t
+    walls = [w for r in results for w in r[0]]
+    dones = [d for r in results for d in r[1]]
+    return walls, dones, elapsed, [r[2] for r in results]
+
+
 class RawConnection:
     """One keep-alive HTTP/1.1 connection spoken by hand: the client of the workers rows.
 
@@ -253,12 +266,7 @@ async def drive_raw(
         finally:
             await conn.close()
 
-    t = time.perf_counter()
-    results = await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
-    elapsed = time.perf_counter() - t
-    walls = [w for r in results for w in r[0]]
-    dones = [d for r in results for d in r[1]]
-    return walls, dones, elapsed, [r[2] for r in results]
+    return await run_conversations(conversation)
 
 
 def user_of(i: int, users: bool) -> dict[str, str]:
@@ -291,12 +299,7 @@ async def drive(
                 dones.append(done)
             return walls, dones, sid
 
-        t = time.perf_counter()
-        results = await asyncio.gather(*(conversation(i) for i in range(CONVERSATIONS)))
-        elapsed = time.perf_counter() - t
-    walls = [w for r in results for w in r[0]]
-    dones = [d for r in results for d in r[1]]
-    return walls, dones, elapsed, [r[2] for r in results]
+        return await run_conversations(conversation)
 
 
 async def count_rounds(base: str, sessions: list[str], *, users: bool = False) -> list[int]:
