@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pydantic import ValidationError
 
 from memora import Agent
 from memora.cli.main import build_cli
@@ -17,7 +16,6 @@ from memora.memory import MemoryManager, MemoryRecord, NewMemory, ScoredMemory
 from memora.memory.ranking import PASSAGE_WEIGHT, rank_keyword_pool, with_best_passage
 from memora.memory.sqlite_store import open_sqlite_storage
 from memora.testing import ScriptedProvider
-from tests.memory.test_session_context import _runtime
 
 
 def _hit(ident: str, content: str, score: float, session: str | None = None) -> ScoredMemory:
@@ -123,17 +121,6 @@ async def test_the_host_search_reads_the_best_sentence(tmp_path: Path) -> None:
         assert [h.record.id for h in ranked] == ["together", "scattered"]
     finally:
         await store.close()
-
-
-async def test_passage_weight_is_an_option_with_a_range(tmp_path: Path) -> None:
-    (tmp_path / "project").mkdir()
-    async with _runtime(tmp_path) as runtime:
-        assert runtime.memory.passage_weight == PASSAGE_WEIGHT
-    async with _runtime(tmp_path, passage_weight=0) as runtime:
-        assert runtime.memory.passage_weight == 0
-    for bad in (-1, 5):
-        with pytest.raises(ValidationError, match="passage_weight"):
-            _runtime(tmp_path, passage_weight=bad)
 
 
 def test_words_are_whole_words_as_the_index_reads_them() -> None:

@@ -12,7 +12,12 @@ from pydantic import ValidationError
 
 from memora import ProjectRuntime
 from memora.memory import MemoryManager, MemoryRecord, NewMemory, ScoredMemory
-from memora.memory.ranking import DEFAULT_SESSION_WEIGHT, session_pool, with_session_context
+from memora.memory.ranking import (
+    DEFAULT_SESSION_WEIGHT,
+    PASSAGE_WEIGHT,
+    session_pool,
+    with_session_context,
+)
 from memora.memory.sqlite_store import open_sqlite_storage
 from memora.memory.vectors import SemanticSearch
 from memora.testing import ScriptedProvider
@@ -135,14 +140,21 @@ def _runtime(tmp_path: Path, **options: Any) -> ProjectRuntime:
     )
 
 
-async def test_session_weight_is_an_option_with_a_range(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "default"),
+    [("session_weight", DEFAULT_SESSION_WEIGHT), ("passage_weight", PASSAGE_WEIGHT)],
+)
+async def test_ranking_weights_are_options_with_a_range(
+    tmp_path: Path, option: str, default: float
+) -> None:
     (tmp_path / "project").mkdir()
     async with _runtime(tmp_path) as runtime:
-        assert runtime.memory.session_weight == DEFAULT_SESSION_WEIGHT
-    async with _runtime(tmp_path, session_weight=0) as runtime:
-        assert runtime.memory.session_weight == 0
-    with pytest.raises(ValidationError, match="session_weight"):
-        _runtime(tmp_path, session_weight=9)
+        assert getattr(runtime.memory, option) == default
+    async with _runtime(tmp_path, **{option: 0}) as runtime:
+        assert getattr(runtime.memory, option) == 0
+    for bad in (-1, 5, 9):
+        with pytest.raises(ValidationError, match=option):
+            _runtime(tmp_path, **{option: bad})
 
 
 class _FlatEmbedder:
