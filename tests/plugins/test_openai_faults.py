@@ -814,3 +814,47 @@ async def test_requests_go_under_the_base_url(server: FaultServer, suffix: str) 
         "POST /gateway/v1/chat/completions HTTP/1.1",
         "POST /gateway/v1/embeddings HTTP/1.1",
     ]
+
+
+async def test_idle_connections_the_server_closed_are_not_reused(
+    server: FaultServer, provider: OpenAIProvider
+) -> None:
+    """An endpoint that closes keep-alive connections between requests (its idle timeout, a
+    proxy's restart): the pool must see each close and connect afresh, never send the next
+    request on a dead connection.  The provider checks idle connections its own cheaper way
+    (``memora_plugin_openai.pool``), so this pins that the check still tells."""
+    answer = stream_scenario(TEXT_EVENTS)
+
+    async def answer_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes
+    ) -> None:
+        await answer(reader, writer, body)
+        await asyncio.sleep(0.05)  # after the client has read the whole answer
+        writer.close()
+
+    server.script = [answer_then_close]
+    for accepted in (4, 8):
+        outs = await asyncio.gather(*(collect(provider) for _ in range(4)))
+        assert all(any(isinstance(d, FinishDelta) for d in out) for out in outs)
+        for _ in range(200):  # the server has closed every connection (idle in the pool)
+            if server.open_connections == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert server.open_connections == 0
+        assert server.accepted == accepted
+    assert len(server.requests) == 8
+
+
+def test_the_cheaper_idle_check_reaches_the_pool_of_a_default_client() -> None:
+    """``pool.install`` finds the pool of httpx2's default transport (a future httpx2 laid out
+    otherwise fails here, where the provider would only quietly lose the saving), and leaves a
+    host's own transport alone."""
+    import httpx2
+
+    from memora_plugin_openai import pool
+
+    client = httpx2.AsyncClient()
+    assert pool.install(client) is True
+    assert pool.install(client) is False  # once
+    mocked = httpx2.AsyncClient(transport=httpx2.MockTransport(lambda r: httpx2.Response(200)))
+    assert pool.install(mocked) is False

@@ -31,6 +31,7 @@ from memora.llm.types import (
 )
 from memora.settings.secrets import stored_key
 
+from . import pool
 from .sse import SSEDecoder, SSELineTooLong
 
 __all__ = ["Completion", "OpenAIProvider", "encode_message"]
@@ -358,7 +359,7 @@ def endpoint_client(
     if key:
         hdrs["Authorization"] = f"Bearer {key}"
     hdrs.update(headers or {})
-    return httpx2.AsyncClient(
+    client = httpx2.AsyncClient(
         base_url=base_url,
         headers=hdrs,
         timeout=httpx2.Timeout(
@@ -368,6 +369,9 @@ def endpoint_client(
         transport=transport,
         trust_env=False,
     )
+    if transport is None:
+        pool.install(client)  # idle connections checked for less CPU (see .pool)
+    return client
 
 
 class OpenAIProvider(HTTPEndpoint):
