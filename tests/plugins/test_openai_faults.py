@@ -858,3 +858,17 @@ def test_the_cheaper_idle_check_reaches_the_pool_of_a_default_client() -> None:
     assert pool.install(client) is False  # once
     mocked = httpx2.AsyncClient(transport=httpx2.MockTransport(lambda r: httpx2.Response(200)))
     assert pool.install(mocked) is False
+
+
+async def test_a_stream_that_shows_no_socket_is_asked_as_before() -> None:
+    """The cheaper check needs the socket; a backend that shows none (a test double, another
+    library's transport) answers for itself, so its idle connections are not all dropped as
+    "readable" on every request."""
+    import httpcore2
+
+    from memora_plugin_openai.pool import CheapReadable
+
+    backend = CheapReadable(httpcore2.AsyncMockBackend([b""]))
+    stream = await backend.connect_tcp("127.0.0.1", 1)
+    assert stream.get_extra_info("socket") is None
+    assert not stream.get_extra_info("is_readable")

@@ -3,9 +3,9 @@
 Before it gives a request a connection, httpcore2's pool asks every idle connection whether
 the server closed it: is its socket readable?  With anyio (the backend under asyncio), each
 such question builds the stream's whole attribute table — a ``getpeername`` system call and a
-dozen closures — to find the socket.  A server answering 100 conversations holds up to 100
-idle connections to its model endpoint and asks twice per request, which made it 8% of
-``memora serve``'s event-loop time in ``bench_serve``.
+dozen closures — to find the socket.  A server answering 100 conversations keeps up to 20 idle
+connections to its model endpoint (httpx2's default) and asks twice per request: 8% of the
+samples of ``memora serve``'s event-loop thread in a py-spy profile of ``bench_serve``'s load.
 
 :class:`CheapReadable` wraps the pool's network backend: each stream finds its socket once,
 then asks ``poll`` directly — the same question, with the same answer (a socket that is gone
@@ -71,6 +71,8 @@ class _Stream(httpcore2.AsyncNetworkStream):
         if info == "is_readable":
             if self._socket is None:
                 self._socket = self._inner.get_extra_info("socket")
+                if self._socket is None:  # a backend that shows no socket: ask it, as before
+                    return self._inner.get_extra_info("is_readable")
             return _readable(self._socket)
         return self._inner.get_extra_info(info)
 
