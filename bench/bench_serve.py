@@ -505,6 +505,7 @@ def main() -> None:
             f"  memora / bare proxy sending memora's request ({len(last['tools'])} tools): CPU "
             f"per turn {rows[one_label]['cpu'] / rows[same_label]['cpu']:.2f}x"
         )
+        where_it_goes(upstream, tmp, stack, (bare_label, proxy, [proxy_pid], False), base, pid)
         # workers that add up: the same project served by two processes, next to one
         env = memora_env(tmp / "two", upstream, {})
         args, base2 = serve(tmp / "two", env, 2)
@@ -546,6 +547,42 @@ def main() -> None:
             f"p50 {two_pg['p50'] - rows[bare_label]['p50']:+.1f} ms; no turn lost or duplicated"
         )
         workers_line("PostgreSQL", one_pg, two_pg)
+
+
+def where_it_goes(
+    upstream: str,
+    tmp: Path,
+    stack: ExitStack,
+    bare: tuple[str, str, list[int], bool],
+    base: str,
+    pid: int,
+) -> None:
+    """Item 1's gap taken apart: the same load on servers that each leave out one of the two
+    durable writes of a turn (the session's JSONL append, the round's memory row), next to the
+    proxy and the documented defaults, passes in turn."""
+    one_label = "memora serve (1 worker, SQLite)"
+    variants = {
+        "  ... sessions in memory": {"session_store": "memory"},
+        "  ... no round memory": {"options": {"archive_mode": "manual"}},
+        "  ... neither": {"session_store": "memory", "options": {"archive_mode": "manual"}},
+    }
+    servers = [bare, (one_label, base, process_tree(pid), True)]
+    for label, config in variants.items():
+        root = tmp / label.strip(" .").replace(" ", "-")
+        env = memora_env(root, upstream, config)
+        args, url = serve(root, env, 1)
+        vpid = stack.enter_context(process(args, env, root / "serve.log", url + "/ready"))
+        servers.append((label, url, process_tree(vpid), True))
+    print("  where memora's CPU a turn goes: the same server leaving out a durable write")
+    rows = compare(servers)
+    proxy, full = rows[bare[0]]["cpu"], rows[one_label]["cpu"]
+    labels = list(variants)
+    log, memory, neither = (rows[label]["cpu"] for label in labels)
+    print(
+        f"  the session's log (JSONL append + fsync on a worker thread) {full - log:.2f} ms a "
+        f"turn, the round's memory row (SQLite) {full - memory:.2f} ms; memora with neither "
+        f"{neither / proxy:.2f}x the proxy's CPU a turn, with both {full / proxy:.2f}x"
+    )
 
 
 async def landing_pass(upstream: str, root: Path, alternate: bool) -> float:
