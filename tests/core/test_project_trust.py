@@ -56,6 +56,8 @@ EXPECTED_PLUGIN_RULES: dict[str, dict[str, Any]] = {
         "stall_timeout": AtMost(60.0),
         "total_timeout": AtMost(900.0),
         "max_response_bytes": AtMost(32 * 1024 * 1024),
+        "max_connections": AtMost(1000),
+        "max_keepalive_connections": AtMost(100),
     },
     "llamacpp": {
         "n_ctx": AtMost(4096),

@@ -27,7 +27,8 @@ class FaultServer:
         self.port = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        # a backlog for a burst of connections (a test opens over 100 at once)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=512)
         self.port = self._server.sockets[0].getsockname()[1]
 
     @property

@@ -872,3 +872,54 @@ async def test_a_stream_that_shows_no_socket_is_asked_as_before() -> None:
     stream = await backend.connect_tcp("127.0.0.1", 1)
     assert stream.get_extra_info("socket") is None
     assert not stream.get_extra_info("is_readable")
+
+
+SLOW_EVENTS = [sse_chunk({"content": "x"}) for _ in range(6)] + [sse_chunk(finish="stop")]
+
+
+def slow_stream(seconds: float) -> Scenario:
+    """An answer streamed over about ``seconds``, one event at a time."""
+    return stream_scenario(SLOW_EVENTS, split=len(SLOW_EVENTS[0]), delay=seconds / len(SLOW_EVENTS))
+
+
+async def test_more_turns_at_once_than_httpx2s_default_pool_all_stream(
+    server: FaultServer,
+) -> None:
+    """A server's concurrent turns share their project's provider.  With httpx2's default pool
+    (100 connections) the 101st concurrent request waited for a free connection and failed
+    after ``connect_timeout`` when the streams ahead of it ran longer; 110 now all stream."""
+    server.script = [slow_stream(1.5)]
+    provider = OpenAIProvider(model="m", base_url=server.url, connect_timeout=0.5)
+    try:
+        outs = await asyncio.gather(
+            *(collect(provider) for _ in range(110)), return_exceptions=True
+        )
+    finally:
+        await provider.aclose()
+    failed = [o for o in outs if isinstance(o, BaseException)]
+    assert not failed, failed[:1]
+    assert server.accepted == 110
+
+
+async def test_a_full_pool_says_which_option_to_raise(server: FaultServer) -> None:
+    server.script = [slow_stream(1.5)]
+    provider = OpenAIProvider(
+        model="m", base_url=server.url, connect_timeout=0.3, max_connections=2
+    )
+    try:
+        outs = await asyncio.gather(*(collect(provider) for _ in range(3)), return_exceptions=True)
+    finally:
+        await provider.aclose()
+    errors = [o for o in outs if isinstance(o, ProviderError)]
+    assert len(errors) == 1 and errors[0].category == "timeout" and errors[0].retryable
+    assert "all 2 are in use" in str(errors[0]) and "max_connections" in str(errors[0])
+    assert "connecting" not in str(errors[0])  # not mistaken for an unreachable server
+
+
+@pytest.mark.parametrize(
+    "option", [{"max_connections": 0}, {"max_keepalive_connections": -1}, {"max_connections": "9"}]
+)
+def test_pool_sizes_are_whole_numbers_of_at_least_one(option: dict[str, object]) -> None:
+    (name,) = option
+    with pytest.raises(ValueError, match=f"{name} must be a whole number of at least 1"):
+        OpenAIProvider(model="m", base_url="http://127.0.0.1:9/v1", **option)  # type: ignore[arg-type]

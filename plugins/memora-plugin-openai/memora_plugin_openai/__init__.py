@@ -5,7 +5,8 @@ Options (``config["providers"][name]`` or ``memora run --provider openai --base-
 ``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
 ``api_key_name`` (a key stored with ``memora keys set``; user config only), ``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
 ``http2``, ``extra_body``, ``total_timeout`` (seconds for a whole answer, default 900),
-``max_response_bytes`` (default 32 MiB).
+``max_response_bytes`` (default 32 MiB), ``max_connections`` (requests in flight at once,
+default 1000), ``max_keepalive_connections`` (idle connections kept, default 100).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ _OPTIONS = {
     "extra_body",
     "total_timeout",
     "max_response_bytes",
+    "max_connections",
+    "max_keepalive_connections",
 }
 
 PROJECT = {
@@ -55,6 +58,8 @@ PROJECT = {
     "stall_timeout": AtMost(60.0),
     "total_timeout": AtMost(900.0),
     "max_response_bytes": AtMost(32 * 1024 * 1024),
+    "max_connections": AtMost(1000),
+    "max_keepalive_connections": AtMost(100),
 }
 """What a project's config may set (``base_url``, ``api_key_env``, ``api_key_name`` and
 ``headers`` choose where requests and keys go: user side only; ``extra_body`` is sent to the provider: a request)."""

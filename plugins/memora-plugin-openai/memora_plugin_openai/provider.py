@@ -235,12 +235,32 @@ class Completion:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
+MAX_CONNECTIONS = 1000
+"""Requests one provider has in flight at once, by default: a server's concurrent turns share
+its project's provider, and httpx2's own default (100) made the 101st concurrent turn wait for
+a connection, and fail after ``connect_timeout`` when the streams ahead of it ran longer (the
+OpenAI Python SDK's default is the same 1000)."""
+
+MAX_KEEPALIVE = 100
+"""Idle connections kept for the next requests, by default (httpx2's is 20: under 100
+concurrent turns, most requests opened a new connection, a TLS handshake each on a hosted
+API)."""
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
 class HTTPEndpoint:
     """What the chat provider and the embedder share: capped reads and classified errors of
     one OpenAI-compatible server (``base_url``, ``model``)."""
 
     base_url: str
     model: str
+    max_connections: int = MAX_CONNECTIONS
+    _connect_timeout: float = 10.0
 
     async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
         """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
@@ -287,12 +307,15 @@ class HTTPEndpoint:
         )
 
     def _transport_error(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, httpx2.TimeoutException):
-            kind = (
-                "connect"
-                if isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
-                else "stall"
+        if isinstance(exc, httpx2.PoolTimeout):
+            return ProviderError(
+                f"no free connection to {self.base_url} within {self._connect_timeout:g} s: "
+                f"all {self.max_connections} are in use (the provider's max_connections)",
+                category="timeout",
+                retryable=True,
             )
+        if isinstance(exc, httpx2.TimeoutException):
+            kind = "connect" if isinstance(exc, httpx2.ConnectTimeout) else "stall"
             what = "connecting to" if kind == "connect" else "waiting for tokens from"
             return ProviderError(
                 f"timed out {what} {self.base_url}", category="timeout", retryable=True
@@ -336,12 +359,16 @@ def endpoint_client(
     read_timeout: float,
     http2: bool = False,
     transport: httpx2.AsyncBaseTransport | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    max_keepalive_connections: int = MAX_KEEPALIVE,
 ) -> httpx2.AsyncClient:
     """An httpx2 client for ``base_url``: the key from the environment (``api_key_env``), else
     the key the user stored as ``api_key_name`` (``memora keys set``; a user-side option only),
     else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``; no proxy from the environment, an
     uncompressed answer (a compressed one could expand without bound); ``read_timeout`` is the
-    longest silence while reading an answer."""
+    longest silence while reading an answer.  ``max_connections``: the most requests in flight
+    at once (a server's concurrent turns share one provider); ``max_keepalive_connections``:
+    the idle connections kept for the next requests."""
     if api_key_env:
         key = os.environ.get(api_key_env)
     elif api_key_name:
@@ -368,6 +395,12 @@ def endpoint_client(
         http2=http2,
         transport=transport,
         trust_env=False,
+        limits=httpx2.Limits(
+            max_connections=_positive("max_connections", max_connections),
+            max_keepalive_connections=_positive(
+                "max_keepalive_connections", max_keepalive_connections
+            ),
+        ),
     )
     if transport is None:
         pool.install(client)  # idle connections checked for less CPU (see .pool)
@@ -400,8 +433,11 @@ class OpenAIProvider(HTTPEndpoint):
         transport: httpx2.AsyncBaseTransport | None = None,
         total_timeout: float = 900.0,
         max_response_bytes: int = 32 * 1024 * 1024,
+        max_connections: int = MAX_CONNECTIONS,
+        max_keepalive_connections: int = MAX_KEEPALIVE,
     ) -> None:
         self.model = model
+        self.max_connections = _positive("max_connections", max_connections)
         self.total_timeout = float(total_timeout)
         self.max_response_bytes = int(max_response_bytes)
         self.base_url = default_base_url(base_url)
@@ -417,7 +453,10 @@ class OpenAIProvider(HTTPEndpoint):
             read_timeout=stall_timeout,
             http2=http2,
             transport=transport,
+            max_connections=max_connections,
+            max_keepalive_connections=max_keepalive_connections,
         )
+        self._connect_timeout = connect_timeout
         # the endpoint's absolute URL, merged with base_url once: httpx2 parses and merges a
         # relative path on every request (~80 µs of CPU each on the benchmark machine, more
         # than the rest of building the request)
