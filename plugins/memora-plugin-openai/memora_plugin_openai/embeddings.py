@@ -69,7 +69,6 @@ class OpenAIEmbedder(HTTPEndpoint):
             read_timeout=timeout,
             transport=transport,
         )
-        self._connect_timeout = connect_timeout
         self._url = endpoint_url(self._client, "/embeddings")  # merged once, not per request
 
     @property

@@ -260,7 +260,7 @@ class HTTPEndpoint:
     base_url: str
     model: str
     max_connections: int = MAX_CONNECTIONS
-    _connect_timeout: float = 10.0
+    _client: httpx2.AsyncClient
 
     async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
         """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
@@ -309,7 +309,7 @@ class HTTPEndpoint:
     def _transport_error(self, exc: Exception) -> ProviderError:
         if isinstance(exc, httpx2.PoolTimeout):
             return ProviderError(
-                f"no free connection to {self.base_url} within {self._connect_timeout:g} s: "
+                f"no free connection to {self.base_url} within {self._client.timeout.pool:g} s: "
                 f"all {self.max_connections} are in use (the provider's max_connections)",
                 category="timeout",
                 retryable=True,
@@ -437,7 +437,6 @@ class OpenAIProvider(HTTPEndpoint):
         max_keepalive_connections: int = MAX_KEEPALIVE,
     ) -> None:
         self.model = model
-        self.max_connections = _positive("max_connections", max_connections)
         self.total_timeout = float(total_timeout)
         self.max_response_bytes = int(max_response_bytes)
         self.base_url = default_base_url(base_url)
@@ -456,7 +455,7 @@ class OpenAIProvider(HTTPEndpoint):
             max_connections=max_connections,
             max_keepalive_connections=max_keepalive_connections,
         )
-        self._connect_timeout = connect_timeout
+        self.max_connections = max_connections  # checked by endpoint_client
         # the endpoint's absolute URL, merged with base_url once: httpx2 parses and merges a
         # relative path on every request (~80 µs of CPU each on the benchmark machine, more
         # than the rest of building the request)
