@@ -12,7 +12,8 @@ connection to one of them by a hash of its addresses — as nginx's ``reuseport`
 
 The supervisor keeps a socket bound to the address and not listening (it reserves the port; a
 socket that does not listen is given no connections), after checking that nothing listens there
-yet — another ``memora serve --workers`` of the same user would otherwise be let into the group.  What it passes to each worker it starts — and to each it restarts — is
+yet — another ``memora serve --workers`` of the same user would otherwise be let into the
+group.  What it passes to each worker it starts — and to each it restarts — is
 :class:`ReusePortSocket`, which pickles as "listen on this address": the worker opens its own
 socket there.  Where ``SO_REUSEPORT`` does not spread connections (macOS, the BSDs: they give
 them all to one socket) memora keeps uvicorn's shared socket.
