@@ -15,6 +15,11 @@ A finished turn is **one** append: its history messages and its round in a singl
 ``fsync`` (:meth:`JsonlSessionStore.append_turn`), so a killed process loses at most the turn
 that was running, and never half of one.  A torn last line left by a crash is skipped on read.
 
+The ``fsync`` waits in the kernel where it can (:mod:`memora.security.kernel_fsync`): on Linux,
+with the data folder on a local disk, the ``write`` goes into the page cache from the event loop
+and the loop awaits the kernel's asynchronous ``fsync``; elsewhere the whole append runs on a
+worker thread.  Either way the append returns once its data is on the disk.
+
 A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
 keeps it in memory and the first append writes its ``session`` line with the turn's lines — one
 folder, one file, one ``write``, one ``fsync`` of the file and one of its folder (a new log's
@@ -33,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -42,7 +48,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +56,7 @@ from typing import Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
+from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk, unsupported
 from ..security.state import check_state_path, ensure_state_dir, open_state_file, warn_once
 
 __all__ = [
@@ -174,6 +181,11 @@ def _no_session(session_id: str) -> MemoraError:
     return MemoraError(
         ErrorCode.NOT_FOUND, f"no session {session_id!r}", context={"session_id": session_id}
     )
+
+
+def _quiet(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _day(ts: float) -> str:
@@ -529,8 +541,15 @@ class SessionStore(Protocol):
 class JsonlSessionStore:
     """The built-in session store (``jsonl``)."""
 
-    def __init__(self, data_dir: str | Path) -> None:
+    def __init__(self, data_dir: str | Path, *, kernel_fsync: bool = True) -> None:
         self.root = Path(data_dir) / "sessions"
+        self.kernel_fsync = kernel_fsync
+        """An append's ``fsync`` waits in the kernel (Linux's asynchronous I/O), its ``write``
+        runs on the event loop, when the data folder is on a local disk and the system has it;
+        ``False``: every append runs whole on a worker thread (see :meth:`append_turn`)."""
+        self._local: bool | None = None
+        """The data folder is on a local disk and kernel fsync is on (decided at the first
+        append)."""
         self._locks = _SessionLocks()
         self._root_checked = False
         """``sessions/`` was found (or made) a real folder, not a link."""
@@ -684,7 +703,12 @@ class JsonlSessionStore:
         except FileExistsError:
             return None
 
-    def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
+    def _write(
+        self, session_id: str, lines: Sequence[dict[str, Any]]
+    ) -> tuple[int, Path | None, bool]:
+        """The append's ``write`` into the page cache, not yet durable: the log's open
+        descriptor (the caller fsyncs and closes it), the folder whose new entry must be made
+        durable too (a log this append began), and whether this was the session's first."""
         unwritten = self._pending(session_id)
         if unwritten is not None:
             # the session's first append: the session line leads the turn's lines, in the same
@@ -711,16 +735,91 @@ class JsonlSessionStore:
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 payload = b"\n" + payload
             os.write(fd, payload)
+        except BaseException:
+            os.close(fd)
+            raise
+        # a log this append began (a new session, a new day): its name in the folder is made
+        # durable too, or a power cut could keep the data and lose the file
+        return fd, (None if size else folder), unwritten is not None
+
+    def _written(self, session_id: str, first: bool) -> None:
+        """The append is durable: a session written for the first time is on disk now."""
+        if first:
+            self._unwritten.pop(session_id, None)
+            self._seen(session_id)
+
+    def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
+        """One whole append, synchronously (on a worker thread, or in a fork's work)."""
+        fd, new_log_in, first = self._write(session_id, lines)
+        self._sync(fd, new_log_in)
+        self._written(session_id, first)
+
+    @staticmethod
+    def _sync(fd: int, new_log_in: Path | None) -> None:
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        if not size:
-            # a log this append began (a new session, a new day): its name in the folder is
-            # made durable too, or a power cut could keep the data and lose the file
-            fsync_dir(folder)
-        if unwritten is not None:
-            self._unwritten.pop(session_id, None)
-            self._seen(session_id)
+        if new_log_in is not None:
+            fsync_dir(new_log_in)
+
+    async def _kernel(self) -> KernelFsync | None:
+        """The running loop's kernel fsync queue, when this store may use it: on, on a local
+        disk, and with room (see :mod:`memora.security.kernel_fsync`)."""
+        if self._local is None:
+            # found off the event loop: resolving the path may touch a network mount
+            self._local = self.kernel_fsync and await asyncio.to_thread(
+                on_local_disk, self.root.parent
+            )
+        if not self._local:
+            return None
+        queue = kernel_fsync()
+        return None if queue is None or queue.full() else queue
+
+    async def _append_durably(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
+        """One append (call under the session's lock).  With the kernel's asynchronous I/O, the
+        ``write`` runs here, into the page cache, and the event loop awaits the ``fsync`` that
+        the kernel runs; otherwise the whole append runs on a worker thread."""
+        queue = await self._kernel()
+        if queue is None:
+            await asyncio.to_thread(self._append, session_id, lines)
+            return
+        fd, new_log_in, first = self._write(session_id, lines)
+        try:
+            file_synced = queue.fsync(fd)
+        except OSError as exc:
+            if not (unsupported(exc) or exc.errno == errno.EAGAIN):
+                os.close(fd)
+                raise
+            # the kernel took no request: the fsync on a worker thread, which closes fd
+            await asyncio.to_thread(self._sync, fd, new_log_in)
+            self._written(session_id, first)
+            return
+        os.close(fd)  # the request holds the file
+        folder_synced = self._sync_folder(queue, new_log_in) if new_log_in is not None else None
+        await file_synced
+        if folder_synced is not None:
+            with contextlib.suppress(OSError):
+                await folder_synced
+        self._written(session_id, first)
+
+    @staticmethod
+    def _sync_folder(queue: KernelFsync, folder: Path) -> Awaitable[None] | None:
+        """``fsync_dir`` through the kernel, started now: like it, a folder that cannot be
+        opened or synced is passed over (a file system that has no such thing)."""
+        try:
+            dfd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            synced: asyncio.Future[None] = queue.fsync(dfd)
+        except OSError:
+            synced = asyncio.ensure_future(asyncio.to_thread(fsync_dir, folder))
+        finally:
+            os.close(dfd)
+        # read even when its append was cancelled before it awaited this
+        synced.add_done_callback(_quiet)
+        return synced
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
         read = _read_logs(self._existing(session_id), {})
@@ -783,7 +882,7 @@ class JsonlSessionStore:
             return
         lines = [{"kind": "message", **m} for m in messages]
         async with self._lock(session_id):
-            await asyncio.to_thread(self._append, session_id, lines)
+            await self._append_durably(session_id, lines)
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         if self._pending(session_id) is not None:
@@ -848,7 +947,7 @@ class JsonlSessionStore:
         lines = [{"kind": "message", **m} for m in messages]
         lines.append({"kind": "round", **record.to_dict()})
         async with self._lock(session_id):
-            await asyncio.to_thread(self._append, session_id, lines)
+            await self._append_durably(session_id, lines)
 
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         if self._pending(session_id) is not None:
