@@ -133,7 +133,7 @@ class KernelFsync:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, lib: _Libc) -> None:
         self._lib = lib
-        self._loop = loop
+        self._owner = weakref.ref(loop)  # weakly: a loop dropped unclosed frees its queue too
         self.pid = os.getpid()
         ctx = ctypes.c_ulong(0)
         if lib.syscall(lib.setup, _DEPTH, ctypes.byref(ctx)) < 0:
@@ -149,18 +149,28 @@ class KernelFsync:
         self._waiting: dict[int, asyncio.Future[None]] = {}
         self._events = (_Event * _BATCH)()
         self._no_wait = (ctypes.c_long * 2)(0, 0)  # a timespec of zero: io_getevents never waits
-        loop.add_reader(self._efd, self._completed)
-        # the loop's selector holds the eventfd; both go when the loop object does
+        self.attach(loop)
+        # a queue lives as long as the process (it is reused, see detach); one dropped in a
+        # forked child is given back; at exit the kernel takes them all
         self._finalizer = weakref.finalize(self, _release, lib, ctx.value, self._efd)
+        self._finalizer.atexit = False
 
     def full(self) -> bool:
         return len(self._waiting) >= _DEPTH
 
-    def close(self) -> None:
-        """Give the kernel context and the eventfd back (the loop is closed or gone)."""
-        if not self._loop.is_closed():
-            self._loop.remove_reader(self._efd)
-        self._finalizer()
+    def owner(self) -> asyncio.AbstractEventLoop | None:
+        """The loop this queue serves; ``None`` once that loop is closed or gone."""
+        loop = self._owner()
+        return None if loop is None or loop.is_closed() else loop
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve ``loop``, the last one having closed: giving a context back to the kernel
+        (``io_destroy``) waits tens of milliseconds, so a process keeps its contexts and the
+        next loop takes one.  A request still in flight for the closed loop is forgotten (no
+        one can await it any more)."""
+        self._waiting.clear()
+        self._owner = weakref.ref(loop)
+        loop.add_reader(self._efd, self._completed)
 
     def fsync(self, fd: int) -> asyncio.Future[None]:
         """A future that completes when ``fd``'s data and metadata are on the disk (as after
@@ -177,7 +187,7 @@ class KernelFsync:
             resfd=self._efd,
         )
         pointers = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(iocb))
-        future: asyncio.Future[None] = self._loop.create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
         # io_submit copies the request: iocb need not outlive this call
         if lib.syscall(lib.submit, self._ctx, 1, pointers) != 1:
@@ -216,9 +226,8 @@ def _release(lib: _Libc, ctx: int, efd: int) -> None:
     os.close(efd)
 
 
-_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, KernelFsync] = (
-    weakref.WeakKeyDictionary()
-)
+_queues: list[KernelFsync] = []
+"""This process's queues: one per live event loop, and those of closed loops for the next."""
 
 
 def kernel_fsync() -> KernelFsync | None:
@@ -228,16 +237,20 @@ def kernel_fsync() -> KernelFsync | None:
     if lib is None or _unavailable is not None:
         return None
     loop = asyncio.get_running_loop()
-    queue = _per_loop.get(loop)
-    if queue is not None and queue.pid == os.getpid():
-        return queue
-    # a forked child inherits no asynchronous I/O context and makes its own; the contexts of
-    # loops closed since are given back first (the system allows a limited number of them)
-    for old in [q for old_loop, q in _per_loop.items() if old_loop.is_closed()]:
-        _per_loop.pop(old._loop, None)
-        if old.pid == os.getpid():
-            old.close()
+    pid = os.getpid()
+    free = None
+    for queue in _queues:
+        owner = queue.owner()
+        if owner is loop and queue.pid == pid:
+            return queue
+        if owner is None and free is None:
+            free = queue
+    if any(q.pid != pid for q in _queues):  # a forked child inherits no usable context
+        _queues[:] = [q for q in _queues if q.pid == pid]
     try:
+        if free is not None:
+            free.attach(loop)
+            return free
         queue = KernelFsync(loop, lib)
     except (OSError, RuntimeError, NotImplementedError) as exc:
         if isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
@@ -249,7 +262,7 @@ def kernel_fsync() -> KernelFsync | None:
         # the thread it is, from now on
         _turn_off(str(exc))
         return None
-    _per_loop[loop] = queue
+    _queues.append(queue)
     return queue
 
 
