@@ -19,8 +19,9 @@ written in one append and fsynced (the file, then the folder), and one row inser
 SQLite FTS5 table (WAL, synchronous=NORMAL, as memora's store).  Goals: memora with its
 documented defaults at most 1.25x the floor at K=1 and 1.15x at K=10, and at most 1.15x the
 bare loop (no durability) at K=40.  Printed beside it: the same floor with its disk work on a
-worker thread (one trip per conversation), as a loop must do it that never blocks its event
-loop on a disk (memora makes two trips: the session's log, then the round's memory).
+worker thread (one trip per conversation), as a loop must do it that never waits on a disk from
+its event loop (memora makes one trip, for the round's memory; the session's log waits for its
+fsync in the kernel on Linux, see docs/memory.md).
 
 Per streamed token (second section): K=1 conversations whose answer is 50 or 500 tokens, memora
 and the floor interleaved; the CPU difference over the 450 extra tokens is what one streamed
@@ -133,8 +134,8 @@ async def run_floor(
     threaded: bool = False,
 ) -> list[float]:
     """``threaded``: the floor's disk work goes to a worker thread (one trip per conversation),
-    as a loop that never blocks its event loop on a disk must do it; memora makes two such
-    trips (the session's log, then the round's memory)."""
+    as a loop that never waits on a disk from its event loop must do it; memora makes one such
+    trip (the round's memory), the session's log waiting for its fsync in the kernel."""
     samples = []
     floor = Floor(tmp)
     try:
@@ -234,8 +235,8 @@ def durable_floor(url: str, tmp: Path, rounds: int) -> None:
             f"memora/bare {m_step / b_step:5.2f}x   ({ratio:4.2f}x the {against}: goal <= {goal}x)"
         )
         print(
-            f"          the floor's disk work on a worker thread (the event loop never waits on "
-            f"a disk, as in memora): {t_step * 1e3:6.2f} ms   memora/that {m_step / t_step:5.2f}x"
+            f"          the floor's disk work on a worker thread (its event loop never waits on "
+            f"a disk): {t_step * 1e3:6.2f} ms   memora/that {m_step / t_step:5.2f}x"
         )
 
 

@@ -579,7 +579,7 @@ def where_it_goes(
     labels = list(variants)
     log, memory, neither = (rows[label]["cpu"] for label in labels)
     print(
-        f"  the session's log (JSONL append + fsync on a worker thread) {full - log:.2f} ms a "
+        f"  the session's log (JSONL append; its fsync in the kernel on Linux) {full - log:.2f} ms a "
         f"turn, the round's memory row (SQLite) {full - memory:.2f} ms; memora with neither "
         f"{neither / proxy:.2f}x the proxy's CPU a turn, with both {full / proxy:.2f}x"
     )
