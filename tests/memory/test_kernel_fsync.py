@@ -232,3 +232,41 @@ def test_two_loops_running_at_once_each_have_a_queue(tmp_path: Path) -> None:
     for name in ("main", "other"):
         rounds = asyncio.run(JsonlSessionStore(tmp_path / name).rounds(name))
         assert len(rounds) == 20
+
+
+@needs_kernel
+def test_a_kernel_that_refuses_fsync_requests_falls_back_to_the_thread(tmp_path: Path) -> None:
+    """A kernel older than 4.18 takes the context but refuses an fsync request (``EINVAL``):
+    that append is made durable on a worker thread, and the process uses the thread from then
+    on.  Run in a child process, since it turns kernel fsync off for the process."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, errno, os
+        from memora.memory.sessions import JsonlSessionStore, RoundRecord
+        from memora.security import kernel_fsync as kf
+        fsyncs = []
+        real_fsync = os.fsync
+        def counting(fd):
+            fsyncs.append(fd)
+            real_fsync(fd)
+        os.fsync = counting
+        def refuse(self, fd):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        kf.KernelFsync.fsync = refuse
+        async def main():
+            store = JsonlSessionStore({str(tmp_path)!r})
+            await store.create(session_id="old")
+            for n in range(3):
+                await store.append_turn("old", [], RoundRecord(round_id=f"r{{n}}", user="u"))
+            assert kf.kernel_fsync() is None, "still on"
+            rounds = await JsonlSessionStore({str(tmp_path)!r}).rounds("old")
+            assert [r.round_id for r in rounds] == ["r0", "r1", "r2"], rounds
+            assert len(fsyncs) == 4, fsyncs  # the log thrice and its new folder, on the thread
+            print("fell back")
+        asyncio.run(main())
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == "fell back", proc.stderr
