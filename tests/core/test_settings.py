@@ -375,6 +375,34 @@ async def test_a_configured_session_store_is_the_one_the_agent_uses(
     assert not (tmp_path / "data" / "sessions").exists()
 
 
+async def test_the_session_log_can_be_told_to_fsync_on_a_worker_thread(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``plugins.jsonl.kernel_fsync`` in the user's config reaches the store; a value that is
+    not true or false is refused, naming the option."""
+    project, user = dirs
+    _write(user / "config.json", {"plugins": {"jsonl": {"kernel_fsync": False}}})
+    async with Agent(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=user,
+        provider=ScriptedProvider(default=text("ok")),
+        load_entrypoints=False,
+    ) as agent:
+        await agent.chat_text("keep this")
+        assert getattr(agent.runtime.session_store, "kernel_fsync", None) is False
+    _write(user / "config.json", {"plugins": {"jsonl": {"kernel_fsync": "no"}}})
+    with pytest.raises(Exception, match="kernel_fsync.*true or false"):
+        async with Agent(
+            project_path=project,
+            data_dir=tmp_path / "data2",
+            config_dir=user,
+            provider=ScriptedProvider(default=text("ok")),
+            load_entrypoints=False,
+        ):
+            pass
+
+
 def test_settings_rows_and_json_say_where_each_value_came_from(
     dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,7 +14,13 @@ def _jsonl(options: Mapping[str, Any]) -> Any:
 
     if "path" not in options:
         raise ValueError("option 'path' (the data directory) is required")
-    return JsonlSessionStore(Path(options["path"]))
+    kernel_fsync = options.get("kernel_fsync", True)
+    if not isinstance(kernel_fsync, bool):
+        raise ValueError(
+            f"option 'kernel_fsync' must be true or false, not {kernel_fsync!r} (false: every "
+            "append of the session log runs on a worker thread)"
+        )
+    return JsonlSessionStore(Path(options["path"]), kernel_fsync=kernel_fsync)
 
 
 def _memory(options: Mapping[str, Any]) -> Any:
