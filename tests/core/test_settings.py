@@ -358,18 +358,23 @@ def test_a_project_setting_only_options_keeps_the_users_storage(dirs: tuple[Path
     assert settings.state_store("project_lock", "sqlite", ["json"], "file") == "file"
 
 
+def _agent_with_config(project: Path, user: Path, data: Path) -> Agent:
+    """An Agent that reads ``user``'s config, on a scripted model."""
+    return Agent(
+        project_path=project,
+        data_dir=data,
+        config_dir=user,
+        provider=ScriptedProvider(default=text("ok")),
+        load_entrypoints=False,
+    )
+
+
 async def test_a_configured_session_store_is_the_one_the_agent_uses(
     dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     project, user = dirs
     _write(user / "config.json", {"session_store": "memory"})
-    async with Agent(
-        project_path=project,
-        data_dir=tmp_path / "data",
-        config_dir=user,
-        provider=ScriptedProvider(default=text("ok")),
-        load_entrypoints=False,
-    ) as agent:
+    async with _agent_with_config(project, user, tmp_path / "data") as agent:
         await agent.chat_text("remember nothing on disk")
         assert type(agent.runtime.session_store).__name__ == "InMemorySessionStore"
     assert not (tmp_path / "data" / "sessions").exists()
@@ -382,24 +387,12 @@ async def test_the_session_log_can_be_told_to_fsync_on_a_worker_thread(
     not true or false is refused, naming the option."""
     project, user = dirs
     _write(user / "config.json", {"plugins": {"jsonl": {"kernel_fsync": False}}})
-    async with Agent(
-        project_path=project,
-        data_dir=tmp_path / "data",
-        config_dir=user,
-        provider=ScriptedProvider(default=text("ok")),
-        load_entrypoints=False,
-    ) as agent:
+    async with _agent_with_config(project, user, tmp_path / "data") as agent:
         await agent.chat_text("keep this")
         assert getattr(agent.runtime.session_store, "kernel_fsync", None) is False
     _write(user / "config.json", {"plugins": {"jsonl": {"kernel_fsync": "no"}}})
     with pytest.raises(Exception, match="kernel_fsync.*true or false"):
-        async with Agent(
-            project_path=project,
-            data_dir=tmp_path / "data2",
-            config_dir=user,
-            provider=ScriptedProvider(default=text("ok")),
-            load_entrypoints=False,
-        ):
+        async with _agent_with_config(project, user, tmp_path / "data2"):
             pass
 
 
