@@ -88,11 +88,19 @@ class _Event(ctypes.Structure):
     ]
 
 
+def _long(n: int) -> ctypes.c_long:
+    return ctypes.c_long(n)
+
+
 class _Libc:
     """The raw system calls (glibc has no wrappers for them)."""
 
     def __init__(self) -> None:
-        self.setup, self.destroy, self.getevents, self.submit = _SYSCALLS[platform.machine()]
+        # syscall() is variadic: every argument goes as a C long (a Python int would go as an
+        # int, whose upper half a long read may not find zeroed)
+        self.setup, self.destroy, self.getevents, self.submit = (
+            _long(n) for n in _SYSCALLS[platform.machine()]
+        )
         libc = ctypes.CDLL(None, use_errno=True)
         self.syscall = libc.syscall
         self.syscall.restype = ctypes.c_long
@@ -136,7 +144,7 @@ class KernelFsync:
         self._owner = weakref.ref(loop)  # weakly: a loop dropped unclosed frees its queue too
         self.pid = os.getpid()
         ctx = ctypes.c_ulong(0)
-        if lib.syscall(lib.setup, _DEPTH, ctypes.byref(ctx)) < 0:
+        if lib.syscall(lib.setup, _long(_DEPTH), ctypes.byref(ctx)) < 0:
             code = ctypes.get_errno()
             raise OSError(code, f"io_setup: {os.strerror(code)}")
         self._ctx = ctx
@@ -190,7 +198,7 @@ class KernelFsync:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
         # io_submit copies the request: iocb need not outlive this call
-        if lib.syscall(lib.submit, self._ctx, 1, pointers) != 1:
+        if lib.syscall(lib.submit, self._ctx, _long(1), pointers) != 1:
             code = ctypes.get_errno()
             del self._waiting[key]
             raise OSError(code, f"io_submit(fsync): {os.strerror(code)}")
@@ -204,7 +212,9 @@ class KernelFsync:
             return
         lib = self._lib
         while True:
-            got = lib.syscall(lib.getevents, self._ctx, 0, _BATCH, self._events, self._no_wait)
+            got = lib.syscall(
+                lib.getevents, self._ctx, _long(0), _long(_BATCH), self._events, self._no_wait
+            )
             if got <= 0:
                 return
             for event in self._events[:got]:
