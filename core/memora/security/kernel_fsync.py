@@ -158,8 +158,8 @@ class KernelFsync:
         self._events = (_Event * _BATCH)()
         self._no_wait = (ctypes.c_long * 2)(0, 0)  # a timespec of zero: io_getevents never waits
         self.attach(loop)
-        # a queue lives as long as the process (it is reused, see detach); one dropped in a
-        # forked child is given back; at exit the kernel takes them all
+        # a queue lives as long as the process (a later loop takes it over, see attach); one
+        # dropped in a forked child is given back; at exit the kernel takes them all
         self._finalizer = weakref.finalize(self, _release, lib, ctx.value, self._efd)
         self._finalizer.atexit = False
 
