@@ -19,9 +19,10 @@ written in one append and fsynced (the file, then the folder), and one row inser
 SQLite FTS5 table (WAL, synchronous=NORMAL, as memora's store).  Goals: memora with its
 documented defaults at most 1.25x the floor at K=1 and 1.15x at K=10, and at most 1.15x the
 bare loop (no durability) at K=40.  Printed beside it: the same floor with its disk work on a
-worker thread (one trip per conversation), as a loop must do it that never waits on a disk from
-its event loop (memora makes one trip, for the round's memory; the session's log waits for its
-fsync in the kernel on Linux, see docs/memory.md).
+worker thread (one trip per conversation), as a loop must do it that never does a disk's work
+on its event loop.  memora makes no trip on Linux: the session's log waits for its fsync in the
+kernel, and a lone round memory is written on the event loop, page-cache work in SQLite's WAL
+mode with its checkpoints on the worker (see docs/memory.md).
 
 Per streamed token (second section): K=1 conversations whose answer is 50 or 500 tokens, memora
 and the floor interleaved; the CPU difference over the 450 extra tokens is what one streamed
@@ -134,8 +135,8 @@ async def run_floor(
     threaded: bool = False,
 ) -> list[float]:
     """``threaded``: the floor's disk work goes to a worker thread (one trip per conversation),
-    as a loop that never waits on a disk from its event loop must do it; memora makes one such
-    trip (the round's memory), the session's log waiting for its fsync in the kernel."""
+    as a loop that never does a disk's work on its event loop must do it; memora makes none (the
+    session's log waits for its fsync in the kernel, a lone memory row is page-cache work)."""
     samples = []
     floor = Floor(tmp)
     try:

@@ -396,6 +396,24 @@ async def test_the_session_log_can_be_told_to_fsync_on_a_worker_thread(
             pass
 
 
+async def test_the_memory_store_can_be_told_to_write_on_its_worker_thread(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``plugins.sqlite.write_inline`` in the user's config reaches the store (on by default);
+    a value that is not true or false is refused, naming the option."""
+    project, user = dirs
+    async with _agent_with_config(project, user, tmp_path / "data0") as agent:
+        assert getattr(agent.runtime.memory.storage, "write_inline", None) is True
+    _write(user / "config.json", {"plugins": {"sqlite": {"write_inline": False}}})
+    async with _agent_with_config(project, user, tmp_path / "data") as agent:
+        await agent.chat_text("keep this")
+        assert getattr(agent.runtime.memory.storage, "write_inline", None) is False
+    _write(user / "config.json", {"plugins": {"sqlite": {"write_inline": "no"}}})
+    with pytest.raises(Exception, match="write_inline.*true or false"):
+        async with _agent_with_config(project, user, tmp_path / "data2"):
+            pass
+
+
 def test_settings_rows_and_json_say_where_each_value_came_from(
     dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

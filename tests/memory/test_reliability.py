@@ -210,7 +210,7 @@ GROUP_WRITER = textwrap.dedent(
     from memora.memory.sqlite_store import SqliteStorage
 
     async def main():
-        store = SqliteStorage(sys.argv[2])
+        store = SqliteStorage(sys.argv[2], write_inline=False)
         i = 0
         while True:  # twenty sessions at a time: their adds share commits (group commit)
             batch = [store.add(NewMemory(f"entry {i + n} 记忆条目")) for n in range(20)]
@@ -240,7 +240,7 @@ async def test_sqlite_group_commit_survives_kill_9(tmp_path: Path) -> None:
 async def test_one_failing_add_of_a_group_fails_alone(tmp_path: Path) -> None:
     """Adds written together: one the database refuses gets its error, the rest are kept."""
     db = tmp_path / "memory.db"
-    store = SqliteStorage(db)
+    store = SqliteStorage(db, write_inline=False)  # on the worker, where adds are grouped
     await store.add(NewMemory("first"))  # the schema exists
     conn = sqlite3.connect(db)
     conn.execute(
@@ -268,7 +268,7 @@ async def test_one_failing_add_of_a_group_fails_alone(tmp_path: Path) -> None:
 
 async def test_close_writes_the_adds_it_accepted(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
-    store = SqliteStorage(db)
+    store = SqliteStorage(db, write_inline=False)  # on the worker: adds wait for their batch
     adds = [asyncio.ensure_future(store.add(NewMemory(f"late {n}"))) for n in range(30)]
     await asyncio.sleep(0)  # accepted: the first batch is being written, the rest wait
     await store.close()

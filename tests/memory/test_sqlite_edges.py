@@ -149,7 +149,7 @@ async def test_one_failing_add_of_a_batch_fails_alone(tmp_path: Path) -> None:
     """Concurrent adds share a transaction, each under a savepoint: the one SQLite refuses is
     answered with its error, rolled back alone, and the others are written."""
     path = tmp_path / "m.db"
-    store = SqliteStorage(path)
+    store = SqliteStorage(path, write_inline=False)  # on the worker, where adds are grouped
     try:
         _refuse_name(path, "boom")
         items = [NewMemory(f"batch note {i}") for i in range(4)]
@@ -316,11 +316,12 @@ async def test_a_folder_name_with_uri_characters_opens_read_only(tmp_path: Path)
         await reader.close()
 
 
-async def test_an_add_whose_index_row_fails_leaves_no_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [True, False], ids=["on-the-loop", "on-the-worker"])
+async def test_an_add_whose_index_row_fails_leaves_no_memory(tmp_path: Path, inline: bool) -> None:
     """The memory row is written, then its full-text row fails: the memory row is rolled back
     with it, alone or in a batch (where the others are written)."""
     path = tmp_path / "m.db"
-    store = SqliteStorage(path)
+    store = SqliteStorage(path, write_inline=inline)
     try:
         first = await store.add(NewMemory("first"))
         # FTS5 keeps its text in a shadow table; a trigger there fails the index write
@@ -365,7 +366,7 @@ async def test_an_index_row_left_by_a_hand_edit_is_replaced(tmp_path: Path) -> N
 async def test_a_cancelled_caller_does_not_stop_the_batch(tmp_path: Path) -> None:
     """A caller cancelled while its add waits for the next batch: its memory is written all the
     same (it was accepted), and every other caller of the batch is answered."""
-    store = SqliteStorage(tmp_path / "m.db")
+    store = SqliteStorage(tmp_path / "m.db", write_inline=False)
     try:
         tasks = [asyncio.ensure_future(store.add(NewMemory(f"wave note {i}"))) for i in range(6)]
         await asyncio.sleep(0)  # the first is being written; the others wait for the next batch
@@ -380,9 +381,10 @@ async def test_a_cancelled_caller_does_not_stop_the_batch(tmp_path: Path) -> Non
         await store.close()
 
 
-async def test_adds_that_keep_arriving_are_all_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [True, False], ids=["on-the-loop", "on-the-worker"])
+async def test_adds_that_keep_arriving_are_all_written(tmp_path: Path, inline: bool) -> None:
     """Adds that arrive while a batch is written wait for the next one, batch after batch."""
-    store = SqliteStorage(tmp_path / "m.db")
+    store = SqliteStorage(tmp_path / "m.db", write_inline=inline)
     try:
 
         async def writer(n: int) -> list[str]:
@@ -410,7 +412,7 @@ async def test_an_add_arriving_during_the_last_batch_is_written(tmp_path: Path) 
     """An add that arrives while a batch is being written, with nothing after it, is written
     when that batch ends (nobody else's add has to come along to carry it)."""
     path = tmp_path / "m.db"
-    store = SqliteStorage(path)
+    store = SqliteStorage(path, write_inline=False)
     try:
         _slow_on(path, "slow")
         first = asyncio.ensure_future(store.add(NewMemory("first")))

@@ -52,6 +52,13 @@ class ProjectRuntime(ProjectResources):
             self._packs = role_packs_for(self.options)
         return self._packs
 
+    def configured_options(self, name: str) -> dict[str, Any]:
+        """The options the plugin factory ``name`` will get (config ``plugins[name]`` < the
+        host's ``plugin_options[name]``), without opening anything: a server asks it to leave
+        an option the user set as the user set it."""
+        resolved = self._resolved or agent_settings(self.host_options, warn=False)
+        return resolved.plugin_options(name)
+
     def storage_name(self) -> str:
         """The storage backend the project resolves to — the host's option, else its settings
         (the one precedence of :func:`~memora.agent.resolved.agent_settings`) — without opening

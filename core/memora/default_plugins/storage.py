@@ -32,8 +32,16 @@ def _json(options: Mapping[str, Any]) -> Any:
 def _sqlite(options: Mapping[str, Any]) -> Any:
     from ..memory.sqlite_store import open_sqlite_storage
 
+    write_inline = options.get("write_inline", True)
+    if not isinstance(write_inline, bool):
+        raise ValueError(
+            f"option 'write_inline' must be true or false, not {write_inline!r} (false: every "
+            "write of the memory store runs on its worker thread)"
+        )
     return open_sqlite_storage(
-        _path(options, "memory.db"), read_only=bool(options.get("read_only", False))
+        _path(options, "memory.db"),
+        read_only=bool(options.get("read_only", False)),
+        write_inline=write_inline,
     )
 
 

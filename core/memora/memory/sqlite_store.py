@@ -8,7 +8,11 @@
   index, so two-character Chinese words such as 记忆 or 大纲 match exactly; every query term is
   quoted as an FTS5 phrase built from the same tokens, so no user string can break or widen a
   query;
-* all SQLite work runs on one worker thread per store, never on the event loop;
+* SQLite work runs on one worker thread per store — with one exception: a lone ``add`` on a
+  local disk, when the worker is idle, is written on the event loop (see :meth:`SqliteStorage.add`:
+  in WAL mode with ``synchronous=NORMAL`` a commit is page-cache work, no ``fsync``; the write is
+  tried without waiting for another process's lock, and checkpoints, which do ``fsync``, run on
+  the worker);
 * ``read_only=True`` opens the file read-only and returns a view without write methods;
 * a Python whose SQLite lacks FTS5 gets a clear ``NOT_AVAILABLE`` error.
 """
@@ -18,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError
+from ..security.kernel_fsync import on_local_disk
 from ..security.state import check_state_path, ensure_state_dir, private_file
 from .keywords import index_tokens, query_terms
 from .storage import (
@@ -50,6 +57,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+logger = logging.getLogger("memora.memory")
+
+BUSY_TIMEOUT_MS = 10_000
+"""How long a write on the worker waits for another process's lock (SQLite's busy timeout)."""
+CHECKPOINT_EVERY = 64
+"""Adds written on the event loop between two checkpoints on the worker (each add leaves a few
+pages in the write-ahead log; SQLite's own checkpoint, at 1,000 pages, would ``fsync`` on the
+committing thread, so it is off for those commits)."""
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 _COLUMNS = (
     "id, source, name, content, summary_type, created_at, updated_at, superseded_by, "
@@ -168,6 +184,7 @@ class _Core:
                 "Python built with FTS5 (SQLite >= 3.9 with FTS5 enabled)",
                 context={"sqlite_version": sqlite3.sqlite_version},
             )
+        self.write_inline = False
         if read_only:
             if not path.exists():
                 raise MemoraError(ErrorCode.NOT_FOUND, f"no memory database at {path}")
@@ -183,11 +200,21 @@ class _Core:
             # made 0600 first, all three stay private
             private_file(path)
             # nofollow: SQLite itself refuses a database path that is a symbolic link
+            # check_same_thread off: the store's lock (SqliteStorage) serialises this connection
+            # between its worker and the event loop's inline adds
             self.db = sqlite3.connect(
-                f"file:{quote(str(path))}?nofollow=1", uri=True, timeout=10, isolation_level=None
+                f"file:{quote(str(path))}?nofollow=1",
+                uri=True,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
             )
-            self.db.execute("PRAGMA journal_mode=WAL")
+            mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             self.db.execute("PRAGMA synchronous=NORMAL")
+            # an add may be written on the event loop only where a commit waits for no disk: in
+            # WAL mode (a file system without shared memory keeps the rollback journal, which
+            # fsyncs at every commit) on a local file system (see memora.security.kernel_fsync)
+            self.write_inline = str(mode).lower() == "wal" and on_local_disk(path.parent)
         if not read_only:
             self._migrate()
         elif not self._has_column("memories", "scope"):
@@ -267,6 +294,44 @@ class _Core:
         record = MemoryRecord.from_new(item)
         self._insert(record)
         return (record,)
+
+    def add_now(self, item: NewMemory) -> MemoryRecord | sqlite3.Error | None:
+        """``add`` in its own transaction, waiting for nothing: ``None`` (nothing written) when
+        another connection holds the write lock.  Without SQLite's automatic checkpoint, which
+        would ``fsync`` here (:meth:`checkpoint` runs it on the worker)."""
+        db = self.db
+        db.execute("PRAGMA busy_timeout=0")
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        try:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF in _BUSY:
+                    return None
+                return exc
+            try:
+                (record,) = self._add_one(item)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                busy = isinstance(exc, sqlite3.OperationalError) and (
+                    exc.sqlite_errorcode & 0xFF in _BUSY
+                )
+                return None if busy else exc
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return record
+        finally:
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA wal_autocheckpoint=1000")
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the database as far as no reader holds it back (what
+        SQLite's automatic checkpoint does; it ``fsync``s)."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
         return self._tx(lambda: [r for item in items for r in self._add_one(item)])
@@ -620,7 +685,9 @@ class SqliteStorage:
     """SQLite memory storage.  Create with :func:`open_sqlite_storage` (or ``SqliteStorage(path)``
     from synchronous code)."""
 
-    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, read_only: bool = False, write_inline: bool = True
+    ) -> None:
         self.path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memora-sqlite")
         self._closed = False
@@ -628,13 +695,23 @@ class SqliteStorage:
         self._pending: builtins.list[tuple[NewMemory, asyncio.Future[MemoryRecord]]] = []
         """Adds waiting for the batch being written (see :meth:`add`)."""
         self._batch: asyncio.Future[Any] | None = None
+        self._lock = threading.Lock()
+        """Held by whoever uses the connection: the worker's jobs, an add on the event loop."""
+        self.write_inline = write_inline and self._core.write_inline
+        """Whether a lone add may be written on the event loop (:meth:`add`): asked for (the
+        ``sqlite`` plugin's ``write_inline`` option), in WAL mode and on a local disk."""
+        self._inline_writes = 0
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            return fn(*args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise MemoraError(ErrorCode.STORAGE_ERROR, f"the memory storage {self.path} is closed")
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, fn, *args)
+            return await loop.run_in_executor(self._executor, self._locked, fn, *args)
         except sqlite3.Error as exc:
             raise MemoraError(
                 ErrorCode.STORAGE_ERROR,
@@ -643,10 +720,19 @@ class SqliteStorage:
             ) from exc
 
     async def add(self, item: NewMemory) -> MemoryRecord:
-        """Write one memory; it has been committed when this returns.  Group commit: adds that
-        arrive while a batch is being written go together in the next transaction (each under
-        a savepoint of its own), so concurrent sessions (``memora serve``) share a commit and
-        the full-text index's segment writes; a lone add is written at once, as before."""
+        """Write one memory; it has been committed when this returns.
+
+        A lone add — the worker idle, no batch being written — is written here on the event
+        loop (:attr:`write_inline`): the trip to the worker thread and back cost three times
+        the insert itself.  It never waits there: a commit in WAL mode with
+        ``synchronous=NORMAL`` writes to the page cache, the write lock is taken without
+        waiting (held by another process, the add goes to the worker, which waits for it), and
+        the checkpoints that ``fsync`` run on the worker, one every :data:`CHECKPOINT_EVERY`
+        such adds.
+
+        Group commit: adds that arrive while a batch is being written go together in the next
+        transaction (each under a savepoint of its own), so concurrent sessions (``memora
+        serve``) share a commit and the full-text index's segment writes."""
         check_new(item)
         check_source(item.source)
         if self._closed:
@@ -656,9 +742,23 @@ class SqliteStorage:
             future: asyncio.Future[MemoryRecord] = loop.create_future()
             self._pending.append((item, future))
             return await future
+        if self.write_inline and self._lock.acquire(blocking=False):
+            try:
+                written = self._core.add_now(item)
+            finally:
+                self._lock.release()
+            if written is not None:
+                self._inline_writes += 1
+                if self._inline_writes % CHECKPOINT_EVERY == 0:
+                    self._checkpoint_soon(loop)
+                if isinstance(written, MemoryRecord):
+                    return written
+                raise self._storage_error(written)
         # nothing being written: this add goes at once, awaited directly (no extra trip round
         # the event loop); adds arriving meanwhile wait for the next batch
-        job = self._batch = loop.run_in_executor(self._executor, self._core.add_each, [item])
+        job = self._batch = loop.run_in_executor(
+            self._executor, self._locked, self._core.add_each, [item]
+        )
         try:
             (outcome,) = await job
         finally:
@@ -669,10 +769,23 @@ class SqliteStorage:
             return outcome
         raise self._storage_error(outcome)
 
+    def _checkpoint_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        job = loop.run_in_executor(self._executor, self._locked, self._core.checkpoint)
+        job.add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, job: asyncio.Future[None]) -> None:
+        # a checkpoint that could not run is taken up by the next one (or SQLite's own, at the
+        # next commit on the worker); the log keeps every committed page meanwhile
+        exc = None if job.cancelled() else job.exception()
+        if exc is not None:
+            logger.debug("checkpoint of %s failed: %s", self.path, exc)
+
     def _write_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         # every pending add was accepted before close(), which waits for this batch: written
         batch, self._pending = self._pending, []
-        job = loop.run_in_executor(self._executor, self._core.add_each, [i for i, _ in batch])
+        job = loop.run_in_executor(
+            self._executor, self._locked, self._core.add_each, [i for i, _ in batch]
+        )
         self._batch = job
         job.add_done_callback(lambda done: self._batch_written(loop, batch, done))
 
@@ -827,7 +940,9 @@ class SqliteStorage:
         while self._batch is not None:  # adds already accepted are written, then answered
             await asyncio.wait([self._batch])
             await asyncio.sleep(0)  # their callbacks (and a last batch's) run first
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._core.close)
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._locked, self._core.close
+        )
         self._executor.shutdown(wait=True)
 
     def close_sync(self) -> None:
@@ -835,13 +950,14 @@ class SqliteStorage:
         if self._closed:
             return
         self._closed = True
-        self._executor.submit(self._core.close).result()
+        self._executor.submit(self._locked, self._core.close).result()
         self._executor.shutdown(wait=True)
 
 
 def open_sqlite_storage(
-    path: str | Path, *, read_only: bool = False
+    path: str | Path, *, read_only: bool = False, write_inline: bool = True
 ) -> SqliteStorage | ReadOnlyView:
-    """Open the SQLite store at ``path``; with ``read_only`` a view without write methods."""
-    store = SqliteStorage(path, read_only=read_only)
+    """Open the SQLite store at ``path``; with ``read_only`` a view without write methods;
+    ``write_inline=False``: every write on the worker thread (see :meth:`SqliteStorage.add`)."""
+    store = SqliteStorage(path, read_only=read_only, write_inline=write_inline)
     return ReadOnlyView(store) if read_only else store

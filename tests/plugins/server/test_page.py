@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,8 @@ import pytest
 from memora.testing import ScriptedProvider, reasoning, text, tool_call
 
 from .conftest import project_dir, scripted, serve
+
+_PIN = re.compile(r"^\s*Pin\s*$")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -225,7 +228,8 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
             "The shop ships on **Tuesdays**"
         ]
         await page.locator("#memory-hits li.memory button.pin", has_text="Unpin").click()
-        await page.locator("#memory-hits li.memory button.pin", has_text="Pin").wait_for()
+        # the exact label: "Unpin" has "pin" in it, and a substring match passed at once
+        await page.locator("#memory-hits li.memory button.pin", has_text=_PIN).wait_for()
         assert await memory.pinned(fresh=True) == []
 
         await page.locator("#memory-hits li.memory button.forget").click()
