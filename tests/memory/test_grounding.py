@@ -150,3 +150,24 @@ async def test_the_bundled_model_can_no_longer_write_a_false_memory(tmp_path: Pa
     assert record is not None
     assert grounding(record.content, f"{USER}\n{ANSWER}") >= 0.7
     assert [h.record.round_id for h in await manager.search("SQLite")] == ["r1"]
+
+
+def test_long_words_are_checked_but_not_kept() -> None:
+    """A word longer than any English word (a blob a tool returned) is compared as written,
+    not stemmed, and not kept: before, each was stemmed (0.3 ms of CPU a thousand letters,
+    on the event loop) and stayed in the stem cache, up to 8,192 of them — gigabytes for
+    blobs of a megabyte."""
+    import string
+    import tracemalloc
+
+    letters = string.ascii_lowercase
+    words = ["".join(letters[(i >> s) % 26] for s in (0, 5, 10)) + "x" * 50_000 for i in range(100)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for word in words:
+            assert grounding(f"{word} harbour", f"the harbour and {word}") == 1.0
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1_000_000, f"{kept} bytes kept for 100 words of 50,000 letters"

@@ -19,12 +19,13 @@ untrue.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .keywords import _STOP_EN, _STOP_ZH, _scan, _stem, normalise
+from .keywords import _STOP_EN, _STOP_ZH, MAX_STEMMED, _scan, _stem, normalise
 
 __all__ = [
     "MIN_GROUNDING",
@@ -65,11 +66,20 @@ _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
 
 
 def _word_term(word: str) -> str | None:
+    # a round's words repeat, and every round summary checks two texts: one lookup a word
+    # (not for a long one, which could be anything a tool returned: the cache stays small)
+    return _short_term(word) if len(word) <= MAX_STEMMED else _term(word)
+
+
+def _term(word: str) -> str | None:
     if word in _STOP_EN or word in _LABELS or (len(word) < 2 and not word.isdigit()):
         return None
     if word.isascii() and word.isalpha():
         return _stem(word)
     return word
+
+
+_short_term = functools.lru_cache(maxsize=16384)(_term)
 
 
 def content_terms(text: str) -> list[str]:

@@ -250,6 +250,9 @@ MIN_STEM = 4
 """A Latin query word whose English stem has at least this many letters matches, as a prefix,
 every word that starts with the stem ("races" -> ``race*``: race, races, raced); a shorter
 word matches itself only ("sql" is no hit for "sqlite")."""
+MAX_STEMMED = 32
+"""Longer than this, a word of ASCII letters is no English word (the longest in common
+dictionaries have about 30 letters) and is not stemmed: it is compared as written."""
 
 
 @functools.cache
@@ -271,9 +274,16 @@ def _stemmed(term: QueryTerm) -> QueryTerm:
     return QueryTerm((stem,), stem, prefix=True)
 
 
-@functools.lru_cache(maxsize=8192)
 def _stem(word: str) -> str:
-    # the Snowball stemmer is pure Python (~15 µs a word): a host's queries repeat their words
+    """The English stem of ``word`` (ASCII letters); a word longer than :data:`MAX_STEMMED`
+    is no English word (a blob a tool returned, say) and is its own stem."""
+    # the Snowball stemmer is pure Python (~15 µs a word, 0.3 ms a thousand letters): a host's
+    # queries and a round's words repeat, so short words are cached; long ones are not kept
+    return word if len(word) > MAX_STEMMED else _stem_short(word)
+
+
+@functools.lru_cache(maxsize=8192)
+def _stem_short(word: str) -> str:
     return str(_stemmer().stemWord(word))
 
 
