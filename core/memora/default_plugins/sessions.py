@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hookspecs import hookimpl
+from ._options import flag
 
 
 def _jsonl(options: Mapping[str, Any]) -> Any:
@@ -14,12 +15,12 @@ def _jsonl(options: Mapping[str, Any]) -> Any:
 
     if "path" not in options:
         raise ValueError("option 'path' (the data directory) is required")
-    kernel_fsync = options.get("kernel_fsync", True)
-    if not isinstance(kernel_fsync, bool):
-        raise ValueError(
-            f"option 'kernel_fsync' must be true or false, not {kernel_fsync!r} (false: every "
-            "append of the session log runs on a worker thread)"
-        )
+    kernel_fsync = flag(
+        options,
+        "kernel_fsync",
+        default=True,
+        off_means="every append of the session log runs on a worker thread",
+    )
     return JsonlSessionStore(Path(options["path"]), kernel_fsync=kernel_fsync)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hookspecs import hookimpl
+from ._options import flag
 
 
 def _path(options: Mapping[str, Any], filename: str) -> Path:
@@ -32,12 +33,12 @@ def _json(options: Mapping[str, Any]) -> Any:
 def _sqlite(options: Mapping[str, Any]) -> Any:
     from ..memory.sqlite_store import open_sqlite_storage
 
-    write_inline = options.get("write_inline", True)
-    if not isinstance(write_inline, bool):
-        raise ValueError(
-            f"option 'write_inline' must be true or false, not {write_inline!r} (false: every "
-            "write of the memory store runs on its worker thread)"
-        )
+    write_inline = flag(
+        options,
+        "write_inline",
+        default=True,
+        off_means="every write of the memory store runs on its worker thread",
+    )
     return open_sqlite_storage(
         _path(options, "memory.db"),
         read_only=bool(options.get("read_only", False)),
