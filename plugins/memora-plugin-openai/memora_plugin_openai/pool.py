@@ -1,4 +1,9 @@
-"""A cheaper idle-connection check for the provider's connection pool.
+"""The provider's connection pool, made cheaper: its network, and its idle-connection check.
+
+:func:`install` gives the pool of a client the provider made :class:`~.net.AsyncioBackend`
+(connections on asyncio's own transports: no anyio machinery per read or per request, and the
+idle check below answered from what the connection holds).  A pool whose backend is not
+httpcore2's automatic choice keeps it, wrapped in :class:`CheapReadable`.
 
 Before it gives a request a connection, httpcore2's pool asks every idle connection whether
 the server closed it: is its socket readable?  With anyio (the backend under asyncio), each
@@ -23,6 +28,13 @@ from typing import Any
 
 import httpcore2
 import httpx2
+
+from .net import AsyncioBackend
+
+try:  # httpcore2's automatic choice (anyio under asyncio), the backend this replaces
+    from httpcore2._backends.auto import AutoBackend
+except ImportError:  # pragma: no cover - an httpcore2 laid out otherwise: CheapReadable only
+    AutoBackend = None  # type: ignore[assignment,misc]
 
 __all__ = ["CheapReadable", "install"]
 
@@ -108,8 +120,10 @@ class CheapReadable(httpcore2.AsyncNetworkBackend):
 
 
 def install(client: httpx2.AsyncClient) -> bool:
-    """Give ``client``'s own pool the cheaper check; ``False`` (nothing changed, the client
-    works as before) when the client has another transport or httpx2 is built differently.
+    """Give ``client``'s own pool :class:`~.net.AsyncioBackend` (or, when its backend is not
+    httpcore2's automatic one, that backend with the cheaper check); ``False`` (nothing
+    changed, the client works as before) when the client has another transport, httpx2 is
+    built differently, or this was done already.
 
     httpx2 does not take a network backend, so this reaches the pool its default transport
     made; the pool keeps every setting it was made with (TLS, limits, HTTP/2)."""
@@ -120,7 +134,11 @@ def install(client: httpx2.AsyncClient) -> bool:
     ):
         return False
     backend = getattr(pool, "_network_backend", None)
-    if not isinstance(backend, httpcore2.AsyncNetworkBackend) or isinstance(backend, CheapReadable):
+    if not isinstance(backend, httpcore2.AsyncNetworkBackend) or isinstance(
+        backend, (CheapReadable, AsyncioBackend)
+    ):
         return False
-    pool._network_backend = CheapReadable(backend)
+    pool._network_backend = (
+        AsyncioBackend() if type(backend) is AutoBackend else CheapReadable(backend)
+    )
     return True
