@@ -10,6 +10,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -326,3 +327,40 @@ async def test_tls_with_an_untrusted_certificate_is_a_connect_error(
             await client.get(f"https://127.0.0.1:{port}/")
     finally:
         await client.aclose()
+
+
+async def test_the_idle_check_sees_a_close_the_loop_has_not_read_yet() -> None:
+    """The pool's idle check of many connections is one ``poll`` of them all; it still sees a
+    close that reached the socket while the event loop was busy (not yet read by the loop), on
+    the connection it happened to, and on no other."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+    close_now = threading.Event()
+
+    def accept() -> None:
+        for _ in range(3):
+            accepted.append(listener.accept()[0])
+        close_now.wait(10)
+        accepted[1].close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    backend = AsyncioBackend()
+    streams = [await backend.connect_tcp("127.0.0.1", port, timeout=5) for _ in range(3)]
+    try:
+        for _ in range(200):
+            if len(accepted) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert [s.get_extra_info("is_readable") for s in streams] == [False, False, False]
+        close_now.set()
+        thread.join(5)
+        time.sleep(0.05)  # the event loop is held: the close is in the kernel, not yet read
+        assert [s.get_extra_info("is_readable") for s in streams] == [False, True, False]
+    finally:
+        for s in streams:
+            await s.aclose()
+        for conn in accepted:
+            conn.close()
+        listener.close()
