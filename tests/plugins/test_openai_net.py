@@ -364,3 +364,21 @@ async def test_the_idle_check_sees_a_close_the_loop_has_not_read_yet() -> None:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+async def test_two_tasks_reading_one_connection_is_refused() -> None:
+    """httpcore2 reads a connection from one task at a time; a second reader is a bug, told at
+    once (as anyio does), not a reader that would never be woken."""
+    server = await serve(lambda r, w: asyncio.sleep(1))
+    stream = await connect(server)
+    try:
+        first = asyncio.ensure_future(stream.read(10, timeout=5))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="already reading"):
+            await stream.read(10, timeout=5)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await stream.aclose()
+        server.close()

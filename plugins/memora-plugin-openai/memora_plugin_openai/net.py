@@ -214,6 +214,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
 
     async def _wait(self, timeout: float | None) -> None:
         protocol = self._protocol
+        if protocol.waiter is not None:  # httpcore2 reads a connection from one task at a time
+            raise RuntimeError("another task is already reading from this connection")
         waiter = self._loop.create_future()
         protocol.waiter = waiter
         if timeout is None:
@@ -242,6 +244,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             raise httpcore2.WriteError(str(exc)) from exc
         if not protocol.writing_paused:
             return
+        if protocol.drained is not None:  # as reads: one writing task at a time
+            raise RuntimeError("another task is already writing to this connection")
         drained = protocol.drained = self._loop.create_future()
         try:
             async with asyncio.timeout(timeout):
