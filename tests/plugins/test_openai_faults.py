@@ -923,3 +923,68 @@ def test_pool_sizes_are_whole_numbers_of_at_least_one(option: dict[str, object])
     (name,) = option
     with pytest.raises(ValueError, match=f"{name} must be a whole number of at least 1"):
         OpenAIProvider(model="m", base_url="http://127.0.0.1:9/v1", **option)  # type: ignore[arg-type]
+
+
+async def test_the_provider_pools_share_requests_evenly_and_count_every_end(
+    server: FaultServer,
+) -> None:
+    """A provider's large pool is several (``pool.Shards``): concurrent requests go to the one
+    with the fewest in flight, so they spread evenly; every answer's end — read whole, a reset,
+    an error status, a cut stream, a request cancelled mid-stream — is counted, so requests
+    one after another afterwards go to the first pool again and keep one connection."""
+    import httpx2
+
+    from memora_plugin_openai import pool
+
+    transport = pool.transport_for(http2=False, max_connections=1000, max_keepalive_connections=100)
+    assert isinstance(transport, pool.Shards) and len(transport.transports) == 4
+    client = httpx2.AsyncClient(transport=transport, base_url=server.url, timeout=10)
+
+    async def post() -> bytes:
+        async with client.stream("POST", "/chat/completions", json={}) as response:
+            return await response.aread()
+
+    try:
+        server.script = [slow_stream(1.0)]
+        running = [asyncio.ensure_future(post()) for _ in range(40)]
+        for _ in range(300):
+            if len(server.requests) == 40:
+                break
+            await asyncio.sleep(0.01)
+        assert transport.in_flight == [10, 10, 10, 10]
+        running[0].cancel()  # a request cancelled mid-stream
+        results = await asyncio.gather(*running, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError)
+        assert all(isinstance(r, bytes) for r in results[1:])
+        assert transport.in_flight == [0, 0, 0, 0]
+
+        server.script = [
+            reset_scenario(),
+            status_scenario(500),
+            cut_scenario([sse_chunk({"content": "x"})]),
+            stream_scenario(TEXT_EVENTS),
+        ]
+        outs = await asyncio.gather(*(post() for _ in range(4)), return_exceptions=True)
+        assert any(isinstance(o, httpx2.HTTPError) for o in outs)
+        assert transport.in_flight == [0, 0, 0, 0]
+
+        server.script = [stream_scenario(TEXT_EVENTS)]
+        await post()
+        before = server.accepted
+        for _ in range(5):
+            await post()
+        assert server.accepted == before  # one after another: the same kept connection
+        assert transport.in_flight == [0, 0, 0, 0]
+    finally:
+        await client.aclose()
+
+
+def test_a_small_pool_is_one_pool() -> None:
+    import httpx2
+
+    from memora_plugin_openai import pool
+
+    one = pool.transport_for(http2=False, max_connections=10, max_keepalive_connections=10)
+    assert isinstance(one, httpx2.AsyncHTTPTransport)
+    many = pool.transport_for(http2=False, max_connections=3, max_keepalive_connections=1000)
+    assert isinstance(many, pool.Shards) and len(many.transports) == 3  # never more than 1 each

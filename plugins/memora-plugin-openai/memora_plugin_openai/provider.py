@@ -386,25 +386,25 @@ def endpoint_client(
     if key:
         hdrs["Authorization"] = f"Bearer {key}"
     hdrs.update(headers or {})
-    client = httpx2.AsyncClient(
+    limits = {
+        "max_connections": _positive("max_connections", max_connections),
+        "max_keepalive_connections": _positive(
+            "max_keepalive_connections", max_keepalive_connections
+        ),
+    }
+    return httpx2.AsyncClient(
         base_url=base_url,
         headers=hdrs,
         timeout=httpx2.Timeout(
             connect=connect_timeout, read=read_timeout, write=30.0, pool=connect_timeout
         ),
         http2=http2,
-        transport=transport,
+        # a host's transport as it is; else the provider's pools, on asyncio's own network
+        # with the cheaper idle check (see .pool and .net)
+        transport=transport or pool.transport_for(http2=http2, **limits),
         trust_env=False,
-        limits=httpx2.Limits(
-            max_connections=_positive("max_connections", max_connections),
-            max_keepalive_connections=_positive(
-                "max_keepalive_connections", max_keepalive_connections
-            ),
-        ),
+        limits=httpx2.Limits(**limits),
     )
-    if transport is None:
-        pool.install(client)  # idle connections checked for less CPU (see .pool)
-    return client
 
 
 class OpenAIProvider(HTTPEndpoint):
