@@ -986,5 +986,7 @@ def test_a_small_pool_is_one_pool() -> None:
 
     one = pool.transport_for(http2=False, max_connections=10, max_keepalive_connections=10)
     assert isinstance(one, httpx2.AsyncHTTPTransport)
-    many = pool.transport_for(http2=False, max_connections=3, max_keepalive_connections=1000)
-    assert isinstance(many, pool.Shards) and len(many.transports) == 3  # never more than 1 each
+    few = pool.transport_for(http2=False, max_connections=30, max_keepalive_connections=1000)
+    assert isinstance(few, httpx2.AsyncHTTPTransport)  # a request waits in a pool of 30
+    two = pool.transport_for(http2=False, max_connections=60, max_keepalive_connections=1000)
+    assert isinstance(two, pool.Shards) and len(two.transports) == 2

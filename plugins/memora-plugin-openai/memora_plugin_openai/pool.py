@@ -1,8 +1,10 @@
-"""The provider's connection pool, made cheaper: its network, and its idle-connection check.
+"""The provider's connection pool, made cheaper: its size, its network, its idle check.
 
-:func:`install` gives the pool of a client the provider made :class:`~.net.AsyncioBackend`
-(connections on asyncio's own transports: no anyio machinery per read or per request, and the
-idle check below answered from what the connection holds).  A pool whose backend is not
+:func:`transport_for` makes the transport of a client the provider makes: a large pool split
+in several (:class:`Shards`: httpcore2's pool walks all its connections per request), each on
+:class:`~.net.AsyncioBackend` (connections on asyncio's own transports: no anyio machinery per
+read or per request, and the idle check below answered from what the connection holds).
+:func:`install` does the latter for an httpx2 client's own pool; a pool whose backend is not
 httpcore2's automatic choice keeps it, wrapped in :class:`CheapReadable`.
 
 Before it gives a request a connection, httpcore2's pool asks every idle connection whether
@@ -39,7 +41,8 @@ except ImportError:  # pragma: no cover - an httpcore2 laid out otherwise: Cheap
 __all__ = ["MAX_SHARDS", "SHARD_SIZE", "CheapReadable", "Shards", "install", "transport_for"]
 
 SHARD_SIZE = 25
-"""Idle connections a pool of the provider keeps, at most, before its pool is split in two."""
+"""A provider's pool is one pool per this many idle connections it keeps (100 by default:
+four), each keeping its share."""
 
 MAX_SHARDS = 8
 """The most pools one provider's requests are spread over."""
@@ -192,11 +195,16 @@ def transport_for(
     *, http2: bool, max_connections: int, max_keepalive_connections: int
 ) -> httpx2.AsyncBaseTransport:
     """The transport of a client the provider makes: httpx2's own, on
-    :class:`~.net.AsyncioBackend`; for a pool that keeps more than :data:`SHARD_SIZE` idle
-    connections, several (:class:`Shards`, at most :data:`MAX_SHARDS`) whose limits add up to
+    :class:`~.net.AsyncioBackend`; for a pool that keeps twice :data:`SHARD_SIZE` idle
+    connections or more (and allows twice as many requests in flight), one per
+    :data:`SHARD_SIZE` of each (:class:`Shards`; at most :data:`MAX_SHARDS`) whose limits add up to
     ``max_connections`` and ``max_keepalive_connections``.  One TLS context (the system's
     trust) serves them all."""
-    count = max(1, min(MAX_SHARDS, max_keepalive_connections // SHARD_SIZE, max_connections))
+    # a request waits for its own pool's connections: each pool keeps room for many
+    count = max(
+        1,
+        min(MAX_SHARDS, max_keepalive_connections // SHARD_SIZE, max_connections // SHARD_SIZE),
+    )
     context = httpx2.create_ssl_context(trust_env=False)
     transports = [
         httpx2.AsyncHTTPTransport(
