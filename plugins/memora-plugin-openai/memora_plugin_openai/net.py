@@ -38,7 +38,14 @@ from typing import Any
 
 import httpcore2
 
-__all__ = ["HIGH_WATER", "IDLE_CHECK_AGE", "LOW_WATER", "AsyncioBackend", "AsyncioStream"]
+__all__ = [
+    "HIGH_WATER",
+    "IDLE_CHECK_AGE",
+    "LOW_WATER",
+    "AsyncioBackend",
+    "AsyncioStream",
+    "socket_readable",
+]
 
 HIGH_WATER = 256 * 1024
 """Unread bytes past which the connection stops reading from its socket."""
@@ -50,6 +57,22 @@ IDLE_CHECK_AGE = 0.001
 """How long one ``poll`` of a backend's connections answers the pool's idle checks (seconds):
 a close that arrives later is seen by the next poll, as one that arrives just after a poll of
 the connection alone would be."""
+
+
+def socket_readable(sock: Any) -> bool:
+    """Whether the socket has something to read (for an idle connection: the server's close);
+    a socket that is gone, or unknown, counts as readable, as in httpcore2."""
+    try:
+        fd = sock.fileno() if sock is not None else -1
+    except (OSError, ValueError):
+        return True
+    if fd < 0:
+        return True
+    if sys.platform == "win32" or not hasattr(select, "poll"):  # pragma: no cover
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Sockets:
@@ -326,18 +349,7 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             answer = sockets.readable(fd, protocol)
             if answer is not None:
                 return answer
-        sock = self._transport.get_extra_info("socket")
-        try:
-            fd = sock.fileno() if sock is not None else -1
-        except (OSError, ValueError):
-            return True
-        if fd < 0:
-            return True
-        if sys.platform == "win32" or not hasattr(select, "poll"):  # pragma: no cover
-            return bool(select.select([fd], [], [], 0)[0])
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
+        return socket_readable(self._transport.get_extra_info("socket"))
 
 
 class AsyncioBackend(httpcore2.AsyncNetworkBackend):

@@ -22,16 +22,14 @@ backend and streams unchanged.
 
 from __future__ import annotations
 
-import select
 import ssl
-import sys
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpcore2
 import httpx2
 
-from .net import AsyncioBackend
+from .net import AsyncioBackend, socket_readable
 
 try:  # httpcore2's automatic choice (anyio under asyncio), the backend this replaces
     from httpcore2._backends.auto import AutoBackend
@@ -46,22 +44,6 @@ four), each keeping its share."""
 
 MAX_SHARDS = 8
 """The most pools one provider's requests are spread over."""
-
-
-def _readable(sock: Any) -> bool:
-    """Whether the socket has something to read (for an idle connection: the server's close);
-    a socket that is gone, or unknown, counts as readable, as in httpcore2."""
-    try:
-        fd = sock.fileno() if sock is not None else -1
-    except (OSError, ValueError):
-        return True
-    if fd < 0:
-        return True
-    if sys.platform == "win32" or not hasattr(select, "poll"):  # pragma: no cover
-        return bool(select.select([fd], [], [], 0)[0])
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class _Stream(httpcore2.AsyncNetworkStream):
@@ -94,7 +76,7 @@ class _Stream(httpcore2.AsyncNetworkStream):
                 self._socket = self._inner.get_extra_info("socket")
                 if self._socket is None:  # a backend that shows no socket: ask it, as before
                     return self._inner.get_extra_info("is_readable")
-            return _readable(self._socket)
+            return socket_readable(self._socket)
         return self._inner.get_extra_info(info)
 
 
