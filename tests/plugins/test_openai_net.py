@@ -382,3 +382,46 @@ async def test_two_tasks_reading_one_connection_is_refused() -> None:
     finally:
         await stream.aclose()
         server.close()
+
+
+async def test_http2_streams_share_one_connection() -> None:
+    """HTTP/2 (the provider's ``http2`` option) on the asyncio network: ten concurrent requests
+    multiplexed on one connection, each answer whole — httpcore2's HTTP/2 reads and writes one
+    connection from many tasks, one at a time."""
+    h2_connection = pytest.importorskip("h2.connection")
+    import h2.config
+    import h2.events
+
+    connections = 0
+
+    async def h2_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        conn = h2_connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        while data := await reader.read(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    path = dict(event.headers)[b":path"].decode()
+                    body = f"{path} 你好 ".encode() * 200
+                    conn.send_headers(
+                        event.stream_id, [(":status", "200"), ("content-length", str(len(body)))]
+                    )
+                    conn.send_data(event.stream_id, body, end_stream=True)
+            writer.write(conn.data_to_send())
+            await writer.drain()
+
+    server = await serve(h2_server)
+    client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(http1=False, http2=True))
+    assert pool.install(client) is True
+    try:
+        base = f"http://127.0.0.1:{port_of(server)}"
+        responses = await asyncio.gather(*(client.get(f"{base}/r{i}") for i in range(10)))
+        for i, response in enumerate(responses):
+            assert response.http_version == "HTTP/2"
+            assert response.content == f"/r{i} 你好 ".encode() * 200
+        assert connections == 1
+    finally:
+        await client.aclose()
+        server.close()
