@@ -4,7 +4,12 @@
   ``/a2a/{project}/.well-known/agent-card.json``, naming this server's own URL as the request
   reached it;
 - JSON-RPC at ``/a2a/{project}``: ``SendMessage`` (``message/send``) and ``SendStreamingMessage``
-  (``message/stream``), ``GetTask``, ``CancelTask``.
+  (``message/stream``), ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask``.
+
+A task belongs to the user (memory scope) whose message made it: every method that reads or
+acts on a task — and a message continuing one — finds only its caller's own tasks (the SDK's task
+store is keyed by the caller's scope, see :class:`Caller`); another user's task is not found, as
+an unknown one.
 
 An A2A context is a memora session (``a2a-<contextId>``); a message starts a turn, whose text
 streams as one ``answer`` artifact and whose tool results arrive as ``working`` status messages.
@@ -16,18 +21,21 @@ the text answers a single question and a data part ``{"slot": "answer"}`` severa
 
 from __future__ import annotations
 
-import contextvars
 import json
 import re
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from a2a.auth.user import User
 from a2a.helpers.proto_helpers import get_data_parts, new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
+from a2a.server.routes.common import DefaultServerCallContextBuilder, ServerCallContextBuilder
 from a2a.server.tasks import TaskUpdater
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
 from a2a.types import (
@@ -67,7 +75,16 @@ from .errors import ApiError
 from .guard import USER_HEADER, scope_for
 from .hub import Hub
 
-__all__ = ["MemoraExecutor", "a2a_routes", "agent_card", "session_for"]
+__all__ = [
+    "Caller",
+    "MemoraExecutor",
+    "a2a_routes",
+    "agent_card",
+    "caller_of",
+    "owner_of",
+    "request_caller",
+    "session_for",
+]
 
 _YES = {"approve", "approved", "yes", "y", "ok", "allow"}
 _NO = {"deny", "denied", "no", "n", "reject"}
@@ -128,33 +145,97 @@ def _typed(message: Any) -> OutputSpec | None:
     return OutputSpec.from_json_schema(schema)
 
 
-_CALLER: contextvars.ContextVar[tuple[Any, str | None]] = contextvars.ContextVar(
-    "memora_a2a_caller"
-)
-"""The request's token and ``X-Memora-User`` header, set by the guarded endpoint for the
-executor (the A2A SDK runs it in the request's context).  Unset, nobody is trusted: a missing
-caller must never read as this machine's owner, who may act for any user."""
+class Caller(User):
+    """Who sends an A2A request, as the SDK's call context carries it to the task store and the
+    executor: the request's token, its ``X-Memora-User`` header, and the scope (user) it acts in.
+
+    Its ``user_name`` is the key the SDK's task store files tasks under (see :func:`owner_of`):
+    ``GetTask``, ``ListTasks``, ``CancelTask``, ``SubscribeToTask`` and a message continuing a
+    task find only the tasks of the same scope — another user's task is "not found", as an
+    unknown one.  ``refused``: the scope could not be settled (a token naming a user it may not
+    act for, a malformed name); the message's task then fails with that reason, and the key
+    matches no other request's."""
+
+    def __init__(
+        self,
+        token: Any,
+        header: str | None,
+        scope: str | None,
+        *,
+        refused: str | None = None,
+    ) -> None:
+        self.token = token
+        self.header = header
+        self.scope = scope
+        self.refused = refused
+        self._key = (
+            "refused:" + secrets.token_hex(16)
+            if refused is not None
+            else ("project" if scope is None else "user:" + scope)
+        )
+
+    @property
+    def is_authenticated(self) -> bool:
+        return self.refused is None
+
+    @property
+    def user_name(self) -> str:
+        return self._key
 
 
-def _caller() -> tuple[Any, str | None]:
+_NOBODY_KEY = "nobody"
+"""The owner key of a call context that carries no :class:`Caller` — one the guarded endpoint
+did not build.  It is never given to a task a caller made, so such a context finds nothing."""
+
+
+def owner_of(context: ServerCallContext) -> str:
+    """The task store's owner key of a call: its :class:`Caller`'s scope (fail closed: a
+    context without one owns nothing anyone made)."""
+    user = context.user
+    return user.user_name if isinstance(user, Caller) else _NOBODY_KEY
+
+
+def caller_of(context: ServerCallContext | None) -> Caller:
+    """The :class:`Caller` of a request, or ``INVALID_INPUT``: a context the guarded endpoint
+    did not build must never read as this machine's owner, who may act for any user."""
+    user = context.user if context is not None else None
+    if not isinstance(user, Caller):
+        raise InvalidInputError("the caller of this A2A request is unknown here; nothing was run")
+    return user
+
+
+def _message_user(body: Any) -> object:
+    """``params.message.metadata.user`` of a JSON-RPC body (protocol 1.0 and 0.3 alike)."""
+    params = body.get("params") if isinstance(body, dict) else None
+    message = params.get("message") if isinstance(params, dict) else None
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    return metadata.get("user") if isinstance(metadata, dict) else None
+
+
+def request_caller(token: Any, header: str | None, body: Any) -> Caller:
+    """The :class:`Caller` of a request: the user its message names (``metadata.user``) or its
+    ``X-Memora-User`` header, when the token may act for users; else the token's own scope."""
+    user = _message_user(body)
     try:
-        return _CALLER.get()
-    except LookupError:
-        raise InvalidInputError(
-            "the caller of this A2A request is unknown here; nothing was run"
-        ) from None
+        if user is not None and header is not None and user != header:
+            raise InvalidInputError("the X-Memora-User header and metadata.user differ")
+        scope = scope_for(token, user if user is not None else header)
+    except (MemoraError, ApiError) as exc:
+        code = exc.code.value if isinstance(exc, MemoraError) else exc.code
+        return Caller(token, header, None, refused=f"{code}: {exc.message}")
+    return Caller(token, header, scope)
 
 
-def _scope(message: Any) -> str | None:
-    """The user a message acts for: ``metadata.user`` or the ``X-Memora-User`` header, when
-    the caller may act for users; else the token's own scope."""
-    token, header = _caller()
-    user = None
-    if message.HasField("metadata"):
-        user = MessageToDict(message.metadata).get("user")
-    if user is not None and header is not None and user != header:
-        raise InvalidInputError("the X-Memora-User header and metadata.user differ")
-    return scope_for(token, user if user is not None else header)  # ApiError: refused
+class _CallerContexts(ServerCallContextBuilder):
+    """The SDK's call context with the request's :class:`Caller` (set by the guarded endpoint)
+    as its user."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = DefaultServerCallContextBuilder().build(request)
+        caller = getattr(request.state, "memora_caller", None)
+        if isinstance(caller, Caller):
+            context.user = caller
+        return context
 
 
 class MemoraExecutor(AgentExecutor):
@@ -177,7 +258,10 @@ class MemoraExecutor(AgentExecutor):
         text = context.get_user_input().strip()
         data = [d for d in get_data_parts(list(message.parts)) if isinstance(d, dict)]
         try:
-            scope = _scope(message)
+            caller = caller_of(context.call_context)
+            if caller.refused is not None:
+                raise InvalidInputError(caller.refused)
+            scope = caller.scope
             if len(text) > MAX_TURN_CHARS:  # the same limit as a REST or AG-UI turn
                 raise InvalidInputError(f"the message is over {MAX_TURN_CHARS} characters")
             if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
@@ -188,7 +272,8 @@ class MemoraExecutor(AgentExecutor):
                 )
         except (MemoraError, ApiError) as exc:
             code = exc.code.value if isinstance(exc, MemoraError) else exc.code
-            await updater.failed(updater.new_agent_message([Part(text=f"{code}: {exc.message}")]))
+            said = exc.message if exc.message.startswith(f"{code}: ") else f"{code}: {exc.message}"
+            await updater.failed(updater.new_agent_message([Part(text=said)]))
             return
         await updater.start_work()
         # one artifact, the answer: text streamed before a pause (narration) is replaced by the
@@ -313,10 +398,10 @@ class MemoraExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.context_id:
-            token, header = _caller()
-            await self.hub.abort(
-                self.project, session_for(context.context_id), scope=scope_for(token, header)
-            )
+            caller = caller_of(context.call_context)
+            if caller.refused is not None:
+                raise InvalidInputError(caller.refused)
+            await self.hub.abort(self.project, session_for(context.context_id), scope=caller.scope)
         if context.task_id and context.context_id:
             await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
@@ -364,12 +449,18 @@ def a2a_routes(hub: Hub, *, secured: bool, guard: Guard) -> list[BaseRoute]:
         base_card = agent_card(hub, name, "http://127.0.0.1", secured=secured)
         handler = DefaultRequestHandler(
             agent_executor=MemoraExecutor(hub, name),
-            task_store=InMemoryTaskStore(),
+            # each user's tasks apart: the store files a task under its caller's scope, and
+            # every read of it (get, list, cancel, subscribe, a message continuing it) asks
+            # with the reader's
+            task_store=InMemoryTaskStore(owner_resolver=owner_of),
             agent_card=base_card,
         )
         # protocol 1.0 (SendMessage...) and 0.3 (message/send, message/stream) on one endpoint
         for route in create_jsonrpc_routes(
-            handler, rpc_url=f"/a2a/{name}", enable_v0_3_compat=True
+            handler,
+            rpc_url=f"/a2a/{name}",
+            context_builder=_CallerContexts(),
+            enable_v0_3_compat=True,
         ):
             assert isinstance(route, Route)
             routes.append(_guarded(route, guard, name))
@@ -386,9 +477,14 @@ def _guarded(route: Route, guard: Guard, project: str) -> Route:
         refused = await guard(request, "write", project)
         if refused is not None:
             return refused
-        # who calls, for the executor (its tasks are made in this context)
-        _CALLER.set(
-            (getattr(request.state, "memora_token", None), request.headers.get(USER_HEADER))
+        # who calls, and as which user, for the task store and the executor (the SDK's call
+        # context carries it); the body is read once here and kept by the request for the SDK
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            body = None  # the SDK answers a body that is not JSON-RPC with its own error
+        request.state.memora_caller = request_caller(
+            getattr(request.state, "memora_token", None), request.headers.get(USER_HEADER), body
         )
         return await inner(request)
 

@@ -239,13 +239,13 @@ async def test_a2a_and_agui_name_the_user(tmp_path: Path) -> None:
 def test_an_a2a_message_without_a_known_caller_runs_as_nobody() -> None:
     """The A2A executor learns its caller from the guarded request; outside one (a task the
     SDK ran elsewhere) it must refuse, never act as this machine's owner who may name users."""
-    import contextvars
-
     import pytest
+    from a2a.server.context import ServerCallContext
 
     from memora.errors import MemoraError
-    from memora_plugin_server.a2a import _scope
+    from memora_plugin_server.a2a import caller_of, owner_of
 
-    message = _message("hello", "ctx", "alice")
     with pytest.raises(MemoraError, match="caller of this A2A request is unknown"):
-        contextvars.Context().run(_scope, message)
+        caller_of(ServerCallContext())
+    # and the task store files nothing it made under such a context's key
+    assert owner_of(ServerCallContext()) == "nobody"
