@@ -95,7 +95,9 @@ async def _play(backend: str, folder: Path, dsn: str | None, script: list[Op]) -
             elif written:
                 target = written[arg % len(written)]
                 record = await storage.get(target)
-                allowed = record.scope in (None, USERS[who]) and record.superseded_by is None
+                # a user changes their own memories only; the project's (unscoped) are every
+                # user's to recall, and only the project's owner (the unscoped view) changes them
+                allowed = record.scope == USERS[who] and record.superseded_by is None
                 try:
                     if what == "edit":
                         new = await view.edit(target, record.content + " river", by=str(who))
@@ -104,8 +106,8 @@ async def _play(backend: str, folder: Path, dsn: str | None, script: list[Op]) -
                     written.append(new.id)
                     assert allowed, f"{USERS[who]!r} changed {record.scope!r}'s memory"
                 except MemoraError as exc:
-                    # only another scope's memory is refused as missing; a superseded one is
-                    # a conflict — both leave it untouched
+                    # another scope's memory is refused as missing, the project's (to a user)
+                    # and a superseded one as a conflict — all leave it untouched
                     assert not allowed or record.superseded_by is not None, exc
         await root.idle()  # the vectors, for the semantic path
         everything = await storage.list(limit=1000)

@@ -283,6 +283,16 @@ class MemoryManager:
 
     async def _current(self, memory_id: str, verb: str) -> MemoryRecord:
         record = await self.get(memory_id)
+        if self.scope is not None and record.scope is None:
+            # the project's memories are every user's to recall, not one user's to change: an
+            # edit or a pin would put one user's words into every other user's recall and
+            # system prompt, a forget would take a shared note from all of them
+            raise ConflictError(
+                f"memory {memory_id} is the project's, shared by every user: scope "
+                f"{self.scope!r} may recall it but not {verb} it (the project's owner may: an "
+                "unscoped view, token or `memora memory` without --scope)",
+                context={"memory_id": memory_id, "scope": self.scope},
+            )
         if record.superseded_by is not None:
             raise ConflictError(
                 f"memory {memory_id} was superseded by {record.superseded_by}; {verb} the "
