@@ -323,11 +323,32 @@ def list_cmd(as_json: bool, config_dir: Path | None) -> None:
         click.echo(f"{row['name']}\t{row['access']}\t{','.join(row['projects'])}\t{who}")
 
 
+LAST_TOKEN = (
+    "{name!r} is the last token: a running `memora serve` will then refuse every request, "
+    "this machine's included, until a token is added (a server started with tokens never "
+    "opens while it runs); restarted with no token it answers only this machine"
+)
+
+
 @tokens_group.command("revoke")
 @click.argument("name")
+@click.option("--yes", is_flag=True, help="Revoke the last token without asking.")
 @config_dir_option
-def revoke_cmd(name: str, config_dir: Path | None) -> None:
-    """Remove a token (a running server stops taking it within a second)."""
-    if not revoke_token(user_config_dir(config_dir), name):
+def revoke_cmd(name: str, yes: bool, config_dir: Path | None) -> None:
+    """Remove a token (a running server stops taking it within a second).  The last token
+    asks first (or --yes): without tokens a running server refuses everyone."""
+    folder = user_config_dir(config_dir)
+    names = [t.name for t in load_server_settings(folder).tokens]
+    if names == [name] and not yes:
+        said = LAST_TOKEN.format(name=name)
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"{said}. Pass --yes to revoke it.")
+        click.confirm(f"{said}. Revoke it?", abort=True, err=True)
+    if not revoke_token(folder, name):
         raise click.ClickException(f"no token named {name!r}")
     click.echo(f"token {name!r} revoked")
+    if names == [name]:
+        click.echo(
+            "no token is left: running servers refuse every request until one is added",
+            err=True,
+        )

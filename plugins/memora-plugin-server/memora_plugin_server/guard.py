@@ -130,6 +130,12 @@ class Guard:
         self.buckets = self._buckets("requests", settings.rate_limit_per_minute)
         self.failures = self._buckets("failed-auth", FAILED_AUTH_PER_MINUTE)
         """Requests whose token was missing or wrong, per address (see :func:`client_key`)."""
+        self.secured = bool(settings.tokens)
+        """The server asks for tokens.  Set at start when tokens are configured, or when one is
+        added while it runs, and never unset while it runs: revoking the last token (or losing
+        ``server.json``) closes the server to every caller instead of opening it to this
+        machine as its owner — running open is a choice made at start, never a state reached
+        by removing credentials."""
         self._follow = follow
         """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
         within a second, in every worker (each reads the file), with no restart."""
@@ -167,6 +173,13 @@ class Guard:
         if fresh.rate_limit_per_minute != self.settings.rate_limit_per_minute:
             self.buckets = self._buckets("requests", fresh.rate_limit_per_minute)
         self.settings = fresh
+        if fresh.tokens:
+            self.secured = True
+        elif self.secured:
+            logger.warning(
+                "server.json names no token any more: every request is refused until one is "
+                "added (memora serve-tokens add NAME); a server started with tokens never opens"
+            )
         logger.info("server settings read again: %d token(s)", len(fresh.tokens))
 
     def known(self, request: Request) -> bool:
@@ -174,7 +187,7 @@ class Guard:
         project names): a valid token when tokens are configured, this machine otherwise.
         Nothing is refused or counted against the rate limit here."""
         self._refresh()
-        if self.settings.tokens:
+        if self.secured:
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
             return scheme.lower() == "bearer" and self.settings.token_for(value.strip()) is not None
         client = request.client.host if request.client else None
@@ -210,7 +223,7 @@ class Guard:
             self._limit(self.buckets, "pub:" + client_key(client))
             return None
         token: TokenEntry | None = None
-        if self.settings.tokens:
+        if self.secured:
             try:
                 token = self._token(request)
             except ApiError:
@@ -267,7 +280,10 @@ class Guard:
             raise ApiError(
                 401,
                 "UNAUTHORIZED",
-                "unknown token",
+                "unknown token"
+                if self.settings.tokens
+                else "no token is configured any more: this server was started with tokens and "
+                "refuses every request until one is added (memora serve-tokens add NAME)",
                 {"WWW-Authenticate": 'Bearer realm="memora", error="invalid_token"'},
             )
         return entry

@@ -183,10 +183,14 @@ def test_serve_tokens_commands_store_only_hashes(tmp_path: Path) -> None:
     listed = runner.invoke(cli, ["serve-tokens", "list", "--json", "--config-dir", str(user)])
     rows = json.loads(listed.stdout)["tokens"]
     assert [r["name"] for r in rows] == ["ci"] and "hash" not in rows[0]
-    assert (
-        runner.invoke(cli, ["serve-tokens", "revoke", "ci", "--config-dir", str(user)]).exit_code
-        == 0
-    )
+    # the last token: said, and only with --yes (a running server then refuses everyone)
+    last = runner.invoke(cli, ["serve-tokens", "revoke", "ci", "--config-dir", str(user)])
+    assert last.exit_code == 2 and "last token" in last.output and "--yes" in last.output
+    assert [t.name for t in load_server_settings(user).tokens] == ["ci"]
+    revoke = ["serve-tokens", "revoke", "ci", "--yes", "--config-dir", str(user)]
+    revoked = runner.invoke(cli, revoke)
+    assert revoked.exit_code == 0
+    assert "refuse every request" in revoked.stderr
     assert load_server_settings(user).tokens == []
     gone = runner.invoke(cli, ["serve-tokens", "revoke", "ci", "--config-dir", str(user)])
     assert gone.exit_code != 0 and "no token named 'ci'" in gone.output

@@ -253,3 +253,61 @@ async def test_tokens_added_and_revoked_apply_to_a_running_server(tmp_path: Path
             await asyncio.sleep(0.1)
         assert (await client.get("/v1/projects", headers=alice)).status_code == 401
         assert (await client.get("/v1/projects", headers=bob)).status_code == 200
+
+
+async def test_revoking_the_last_token_closes_the_server_never_opens_it(tmp_path: Path) -> None:
+    """#68 item 4: after the last token was revoked, a running server answered every request
+    from this machine as its owner — no token, a garbage token, the revoked one — and acted for
+    any user through X-Memora-User.  A server started with tokens now refuses them all, and
+    takes a token added later."""
+    import asyncio
+
+    from memora_plugin_server.config import add_token, load_server_settings, revoke_token
+
+    project = project_dir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    first, _ = add_token(home, "alice", projects=[], access="full")
+    async with (
+        serve(
+            project,
+            settings=load_server_settings(home),
+            settings_dir=home,
+            **scripted(tmp_path, ScriptedProvider()),
+        ) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=30) as client,
+    ):
+        alice = {"Authorization": f"Bearer {first}"}
+        assert (await client.get("/v1/projects", headers=alice)).status_code == 200
+        revoke_token(home, "alice")
+        for _ in range(30):  # followed within a second
+            if (await client.get("/v1/projects", headers=alice)).status_code == 401:
+                break
+            await asyncio.sleep(0.1)
+        tries: list[dict[str, str]] = [
+            {},
+            alice,
+            {"Authorization": "Bearer garbage"},
+            {"X-Memora-User": "bob"},
+            {**alice, "X-Memora-User": "bob"},
+        ]
+        for headers in tries:
+            for method, path, body in (
+                ("GET", "/v1/projects", None),
+                ("POST", "/v1/projects/proj/sessions", {}),
+                ("GET", "/v1/projects/proj/memory/search?q=x", None),
+                ("POST", "/a2a/proj", {"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}),
+                ("GET", "/.well-known/agent-card.json", None),
+            ):
+                r = await client.request(method, path, headers=headers, json=body)
+                # refused: unauthorised, or (past 10 tries an address) rate-limited as guessing
+                assert r.status_code in (401, 429), (headers, path, r.text)
+                assert r.json()["error"]["code"] in ("UNAUTHORIZED", "RATE_LIMITED")
+        ready = await client.get("/ready")
+        assert ready.status_code == 200 and "projects" not in ready.json()
+        assert (await client.get("/health")).status_code == 200  # the process still answers
+
+        second, _ = add_token(home, "bob", projects=[], access="read")
+        bob = {"Authorization": f"Bearer {second}"}
+        await asyncio.sleep(1.1)  # followed within a second
+        assert (await client.get("/v1/projects", headers=bob)).status_code == 200
