@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from ..errors import BusyError, ErrorCode, InvalidConfigError, MemoraError
+from ..errors import BusyError, ErrorCode, InvalidConfigError, MemoraError, NotAvailableError
 from ..events import EventEmitter
 from ..llm.router import ProviderRouter
 from .options import SESSION_OPTIONS, AgentOptions
@@ -196,7 +196,19 @@ class ProjectResources:
 
     def _router(self) -> ProviderRouter:
         resolved = self._need_resolved()
-        chat = self._provider(*resolved.provider_spec("provider"))
+        spec, options, chosen = resolved.provider_choice("provider")
+        logger.info("chat provider: %s", chosen)  # `memora run -v` says which it chose
+        try:
+            chat = self._provider(spec, options)
+        except NotAvailableError as exc:
+            yours = sorted(resolved.settings.config.providers)
+            if not isinstance(spec, str) or not yours:
+                raise
+            raise NotAvailableError(
+                f"{spec!r} is not a provider of your config (yours: {', '.join(yours)}), and "
+                f"{exc.message}",
+                context={"provider": spec},
+            ) from exc
         background_spec, background_options = resolved.provider_spec("background_provider")
         background = (
             self._provider(background_spec, background_options)
@@ -212,6 +224,7 @@ class ProjectResources:
             background=background,
             routes=routes,
             resolver=router if callable(router) else None,
+            chosen=chosen,
         )
 
     async def _assemble(self, project: Path, data_dir: Path, lock: Any) -> None:

@@ -86,19 +86,62 @@ class AgentSettings:
 
     def provider_spec(self, key: str) -> tuple[Any, dict[str, Any]]:
         """The chat (``provider``) or ``background_provider``: ``(name or object, options)``.
-        A host's option wins, then the configured entry (``active_provider`` /
-        ``background_provider``); the chat provider defaults to the embedded ``llamacpp``."""
+        See :meth:`provider_choice`."""
+        spec, options, _ = self.provider_choice(key)
+        return spec, options
+
+    def provider_choice(self, key: str) -> tuple[Any, dict[str, Any], str]:
+        """The chat (``provider``) or ``background_provider``: ``(plugin type or object,
+        options, how it was chosen in words)``.  A host's option wins, then the configured
+        entry (``active_provider`` / ``background_provider``); the chat provider defaults to
+        the embedded ``llamacpp``.  A name the host gives is a provider of the config first
+        (``memora providers add fast …``: its type, endpoint, model and key), else a plugin type.
+
+        A provider of the config is bound to its endpoint: its key goes there only.  When the
+        host's options name another ``base_url`` (``memora run --provider fast --base-url …``,
+        or ``MEMORA_BASE_URL``), the entry is not used at all — its plugin type runs with the
+        host's options alone, the key from where that type takes one by default (the
+        environment) — so a key bound to one endpoint never reaches another."""
         chat = key == "provider"
         extra = dict(self.options.provider_options) if chat else {}
         host = self._host(key)
+        if isinstance(host, str):
+            return self._named(host, extra, by="host option")
         if host is not None:
-            return host, extra
+            return host, extra, f"the host's provider object ({type(host).__name__})"
         config = self.settings.config
         name = config.active_provider if chat else config.background_provider
-        entry = self.settings.provider(name) if name else None
-        if entry is not None:
-            return entry[0], {**entry[1], **extra}
-        return ("llamacpp", extra) if chat else (None, {})
+        if name:
+            if name not in config.providers:
+                self.settings.provider(name)  # INVALID_CONFIG naming where the name came from
+            return self._named(
+                name,
+                extra,
+                by=self.settings.origin("active_provider" if chat else "background_provider"),
+            )
+        if chat:
+            return "llamacpp", extra, "the embedded model (llamacpp: no provider is configured)"
+        return None, {}, "the chat provider"
+
+    def _named(
+        self, name: str, extra: dict[str, Any], *, by: str
+    ) -> tuple[Any, dict[str, Any], str]:
+        """The provider ``name``: the config's entry of that name, else the plugin type."""
+        entry = self.settings.config.providers.get(name)
+        if entry is None:
+            return name, extra, f"the {name} plugin ({by})"
+        kind, options = self.settings.provider(name) or (entry.type, {})
+        endpoint = options.get("base_url")
+        asked = extra.get("base_url")
+        if asked is not None and asked != endpoint:
+            return (
+                kind,
+                extra,
+                f"the {kind} plugin at {asked} (not your provider {name!r}, whose key goes to "
+                f"{endpoint or 'its default endpoint'} only)",
+            )
+        where = f" at {endpoint}" if endpoint else ""
+        return kind, {**options, **extra}, f"your provider {name!r} ({kind}{where}; {by})"
 
 
 def agent_settings(

@@ -506,11 +506,13 @@ def header(agent: Any, project: Path) -> str:
 
     # "openai:gpt-4o-mini" already names its model: shown once
     shown = model_label(agent.router.chat)
+    chosen = agent.router.chosen
     return (
         f"[bold]memora[/bold] · project [cyan]{safe(project)}[/cyan] · "
         f"session [cyan]{safe(agent.session_id)}[/cyan] · "
         f"[cyan]{safe(shown)}[/cyan] · role pack [cyan]{safe(agent.role_pack.active.name)}"
         f"[/cyan] · approvals [cyan]{agent.approvals or 'full-auto'}[/cyan] · /help"
+        + (f"\n[dim]provider: {safe(chosen)}[/dim]" if chosen else "")
     )
 
 

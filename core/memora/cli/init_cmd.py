@@ -83,8 +83,21 @@ def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
             kind,
         )
 
-    if provider is None and user.active_provider:
-        return refer(user.active_provider)
+    if provider is None and (user.active_provider or "llamacpp" in installed):
+        # nothing asked: the project follows the user's default (a pin here would shadow
+        # `memora providers default` in this project, silently), else the embedded model
+        now = (
+            f"{user.active_provider!r} now"
+            if user.active_provider
+            else "none yet: the embedded model"
+        )
+        entry = user.providers.get(user.active_provider or "")
+        kind = entry.type if entry is not None else (user.active_provider or "llamacpp")
+        return (
+            f"  // your user config's default provider ({now}; `memora providers default NAME`\n"
+            '  // changes it); to pin this project to one: "active_provider": "NAME",',
+            kind,
+        )
     if provider is not None and provider in user.providers:
         return refer(provider)
     if provider is not None and not model:

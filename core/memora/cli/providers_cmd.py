@@ -20,11 +20,19 @@ from ..security.terminal import clean
 from .base import emit_json
 from .common import config_dir_option
 
+FAIL_CHARS = 400
+"""The most of an error shown on one line: an endpoint's error text is the server's to write."""
+
 
 def _fail(exc: Exception) -> click.ClickException:
+    """The error as one line: an endpoint's answer (a 401's body in ``memora models``) is data
+    from a server — no escape sequences, no newlines that would draw a fake prompt, bounded."""
     from ..errors import MemoraError
 
     message = exc.message if isinstance(exc, MemoraError) else str(exc)
+    message = clean(message, newlines=False)
+    if len(message) > FAIL_CHARS:
+        message = message[: FAIL_CHARS - 1] + "…"
     return click.ClickException(message)
 
 
@@ -209,8 +217,21 @@ def providers_remove(name: str, config_dir: Path | None) -> None:
             data.pop("active_provider")
         return f"remove providers.{name} yourself"
 
+    was_default = _user_config(config_dir).get("active_provider") == name
     _edit(change, config_dir)
     click.echo(f"provider {name!r} removed")
+    if was_default:
+        left = sorted(_user_config(config_dir).get("providers") or {})
+        click.echo(
+            f"memora: note: {name!r} was the default; with none, memora answers with the "
+            "embedded model. "
+            + (
+                f"Choose another: memora providers default NAME ({', '.join(left)})"
+                if left
+                else "Add one: memora providers add NAME --base-url URL --model MODEL --default"
+            ),
+            err=True,
+        )
 
 
 @providers_group.command("default")
@@ -232,6 +253,33 @@ def providers_default(name: str, config_dir: Path | None) -> None:
 
     _edit(change, config_dir)
     click.echo(f"default provider: {name}")
+    pinned = _project_pin()
+    if pinned is not None and pinned[1] != name:
+        path, other = pinned
+        click.echo(
+            clean(
+                f"memora: note: this project ({path}) names provider {other!r}, which wins "
+                f"here: remove its active_provider line to use {name!r} in it too",
+                newlines=False,
+            ),
+            err=True,
+        )
+
+
+def _project_pin() -> tuple[Path, str] | None:
+    """The project config of the working folder's project and the provider it names, if it
+    names one (it shadows the user's default there)."""
+    from ..settings.files import read_config_file
+    from .common import find_project_root
+
+    path = find_project_root(Path.cwd()) / ".memora" / "config.json"
+    try:
+        if not path.is_file():
+            return None
+        name = read_config_file(path).active_provider
+    except Exception:  # a broken project config is `memora config show`'s to report
+        return None
+    return (path, name) if name else None
 
 
 @click.group("keys")

@@ -43,16 +43,21 @@ EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
 def choose_provider(
     provider: str | None, base_url: str | None, model: str | None
 ) -> tuple[str | None, dict[str, Any]]:
-    """--provider wins; else --base-url / MEMORA_BASE_URL means openai; else None: the Agent
-    uses the configured provider (see memora config show), else the embedded llamacpp model."""
+    """--provider wins (a provider of your config by that name, else a plugin type); else
+    --base-url / MEMORA_BASE_URL means openai; else None: the Agent uses the configured
+    provider (see memora config show), else the embedded llamacpp model.  ``--base-url`` with
+    ``--provider NAME`` runs NAME's type at that endpoint, never with NAME's key (see
+    :meth:`~memora.agent.resolved.AgentSettings.provider_choice`)."""
     options: dict[str, Any] = {}
     if model:
         options["model"] = model
     base = base_url or os.environ.get("MEMORA_BASE_URL")
     if provider is None and base:
-        provider = "openai"
-    if base and provider == "openai":
-        options["base_url"] = base
+        provider, options["base_url"] = "openai", base
+    elif base_url:
+        options["base_url"] = base_url
+    # --provider NAME with MEMORA_BASE_URL alone: NAME's own endpoint when it is a provider of
+    # yours; the openai type reads MEMORA_BASE_URL itself
     return provider, options
 
 

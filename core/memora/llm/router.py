@@ -24,7 +24,7 @@ class ProviderRouter:
     provider.
     """
 
-    __slots__ = ("_chat", "_resolver", "_routes", "fixed")
+    __slots__ = ("_chat", "_resolver", "_routes", "chosen", "fixed")
 
     def __init__(
         self,
@@ -34,8 +34,12 @@ class ProviderRouter:
         routes: Mapping[str, Provider] | None = None,
         fixed: bool = False,
         resolver: Callable[[str], Provider | None] | None = None,
+        chosen: str = "",
     ) -> None:
         self._chat = chat
+        self.chosen = chosen
+        """How the chat provider was chosen, in words (``your provider 'fast' (openai at …;
+        host option)``), for a person: ``memora run -v`` and the chat header say it."""
         self._resolver = resolver
         table: dict[str, Provider] = {"chat": chat, "background": background or chat}
         for task, provider in (routes or {}).items():
