@@ -91,8 +91,8 @@ def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
             if user.active_provider
             else "none yet: the embedded model"
         )
-        entry = user.providers.get(user.active_provider or "")
-        kind = entry.type if entry is not None else (user.active_provider or "llamacpp")
+        default = user.providers.get(user.active_provider or "")
+        kind = default.type if default is not None else (user.active_provider or "llamacpp")
         return (
             f"  // your user config's default provider ({now}; `memora providers default NAME`\n"
             '  // changes it); to pin this project to one: "active_provider": "NAME",',
