@@ -124,6 +124,11 @@ class WebFetch(Protocol):
 
 @runtime_checkable
 class CodeExecutor(Protocol):
+    """Runs a snippet (``run_code``).  An executor used by one of several people's Agents
+    (``isolate_tools``) is called with ``hide=`` — folders (memora's data, the user's config
+    folder) the snippet must find empty or unreadable; one whose ``execute`` takes no ``hide``
+    keyword is refused there, never run unhidden."""
+
     async def execute(
         self, code: str, *, language: str = "python", timeout: float = 30.0
     ) -> ExecutionResult: ...

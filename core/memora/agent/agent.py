@@ -746,12 +746,13 @@ class Agent(PauseVerbs):
         return str(info.id)
 
     def list_background_tasks(self) -> builtins.list[dict[str, object]]:
+        """The background commands of this Agent's scope (another user's are not there)."""
         self._need("tools")
-        return self._runtime.background.list()
+        return self._runtime.background.for_scope(self.memory.scope).list()
 
     async def kill_background_task(self, task_id: str) -> bool:
         self._need("tools")
-        return await self._runtime.background.kill(task_id)
+        return await self._runtime.background.for_scope(self.memory.scope).kill(task_id)
 
     def mark_recovered(self) -> StatusTransition:
         """The host dealt with the error that stopped the session: chatting is allowed again."""

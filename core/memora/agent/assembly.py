@@ -138,7 +138,7 @@ def build_session(agent: Agent) -> None:
         memory=agent._memory,
         role_packs=agent._role_pack,
         works=runtime.works,
-        background=runtime.background,
+        background=runtime.background.for_scope(opts.memory_scope),
         task_table=table,
         services=runtime.services,
         node_path=opts.node_path,
@@ -147,6 +147,10 @@ def build_session(agent: Agent) -> None:
         else None,
         branch_round_ids=_branch_rounds(agent._live),
         consistency_check=opts.file_consistency_check,
+        # one of several people's Agents: what a tool starts finds memora's data empty
+        hide=runtime.hidden
+        if (opts.isolate_tools if opts.isolate_tools is not None else opts.memory_scope)
+        else (),
     )
     agent._live.bind(agent._tool_context)
     agent._window.spawn = agent._live.spawn

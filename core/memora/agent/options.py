@@ -198,6 +198,13 @@ class AgentOptions(BaseModel):
     passes only when named exactly)."""
     command_env: dict[str, str] = Field(default_factory=dict)
     """Variables set for every command and script."""
+    isolate_tools: bool | None = None
+    """Hide memora's data folder and the user's config folder (keys, server tokens) from every
+    process a tool starts — commands, scripts, ``run_code`` — by running it in a mount
+    namespace where they are empty (Linux); refuse the tool where that cannot be done.  ``None``
+    (the default): on for an Agent with a ``memory_scope`` (one of several people's), off
+    otherwise; ``memora serve`` turns it on for every session.  The file tools refuse those
+    folders whatever this says."""
     node_path: str = "node"
     load_entrypoints: bool = True
 

@@ -54,6 +54,25 @@ def _host_check(fn: Callable[[ToolCallInfo, CheckContext], CheckDecision | None]
     return HostCheck()
 
 
+def _memora_folders(project: Path, *folders: Path) -> tuple[Path, ...]:
+    """``folders`` as absolute paths, less any that holds the project (its tools cannot be kept
+    out of the folder they work in: said once)."""
+    root = os.path.realpath(project)
+    kept: list[Path] = []
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if os.path.commonpath([real, root]) == real:
+            logger.warning(
+                "%s holds the project %s: its tools are not kept out of it (keep memora's data "
+                "and config folders apart from the project)",
+                real,
+                root,
+            )
+            continue
+        kept.append(Path(real))
+    return tuple(kept)
+
+
 async def maybe_await(result: Any) -> Any:
     """Locks and stores may offer plain or async methods."""
     if asyncio.iscoroutine(result):
@@ -230,6 +249,7 @@ class ProjectResources:
     async def _assemble(self, project: Path, data_dir: Path, lock: Any) -> None:
         from ..memory.manager import MemoryManager
         from ..security.paths import PathGuard
+        from ..security.state import user_config_dir
         from ..services import LazyServices
         from ..tools.process import BackgroundTasks
         from ..tools.works import WorksRegistry
@@ -274,7 +294,12 @@ class ProjectResources:
         )
         self.memory.embed_pending()  # memories written before, or while the embedder was down
         self.services = LazyServices(self._service_sources())
-        self.guard = PathGuard(project, opts.allowed_paths)
+        self.hidden: tuple[Path, ...] = _memora_folders(
+            project, data_dir, user_config_dir(opts.config_dir)
+        )
+        """memora's data and the user's config folder: no file tool reaches them, and the
+        processes of an isolated Agent's tools find them empty (``isolate_tools``)."""
+        self.guard = PathGuard(project, opts.allowed_paths, hidden=self.hidden)
         self.security = SecurityManager(self.guard, opts.permission, lock)
         self.background = BackgroundTasks()
         self.works = WorksRegistry(data_dir, self.guard, self.memory)

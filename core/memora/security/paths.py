@@ -84,10 +84,21 @@ def stays_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> 
 
 
 class PathGuard:
-    def __init__(self, project: Path, allowed_paths: Sequence[Path] | None = None) -> None:
+    """Resolves the paths tools are given and refuses what is outside ``allowed_paths``
+    (default: the project) — and, inside them, what is in ``hidden``: memora's own data (the
+    sessions' logs and the memory database, every user's) and the user's config folder (keys,
+    server tokens), which no tool reads or writes whatever the allowed paths say."""
+
+    def __init__(
+        self,
+        project: Path,
+        allowed_paths: Sequence[Path] | None = None,
+        hidden: Sequence[Path] = (),
+    ) -> None:
         self.project = Path(os.path.realpath(project))
         roots = allowed_paths if allowed_paths else [self.project]
         self.roots = [os.path.realpath(p) for p in roots]
+        self.hidden = [os.path.realpath(p) for p in hidden]
 
     def display(self, path: Path | str) -> str:
         """A path as the model should see it: relative to the project when inside it."""
@@ -131,6 +142,12 @@ class PathGuard:
                 ToolErrorCode.PATH_NOT_ALLOWED,
                 f"{user_path!r} resolves outside the allowed paths ({self._allowed_text()}); "
                 f"{purpose} only inside them",
+            )
+        if any(_within(resolved, h) for h in self.hidden):
+            raise ToolError(
+                ToolErrorCode.PATH_NOT_ALLOWED,
+                f"{user_path!r} is memora's own data (sessions, memory, keys); no tool may "
+                f"{purpose} there — recall memories with memory_search",
             )
         return Path(resolved)
 

@@ -56,6 +56,9 @@ class ToolContext(Generic[DepsT]):
     """The round ids of the current session branch (for ``memory_search(scope="branch")``)."""
     node_path: str = "node"
     env: dict[str, str] | None = None
+    hide: tuple[Path, ...] = ()
+    """Folders every process a tool starts finds empty (memora's data, the user's config
+    folder): set for one of several people's Agents (``isolate_tools``)."""
     counters: dict[str, int] = field(default_factory=dict)
     """Per-turn counters (``web_search`` calls...); the loop resets them each turn."""
     web_search_limit: int = 5

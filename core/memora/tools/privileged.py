@@ -3,6 +3,7 @@ provides the service: web_search, web_fetch, run_code."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -92,7 +93,19 @@ async def run_code(
 ) -> ToolOutput:
     """Run a code snippet in the code-execution sandbox and return its output."""
     svc = ctx.service("code_executor", "code:execute")
-    result = await svc.execute(code, language=language, timeout=timeout)
+    if ctx.hide:
+        # one of several people's Agents: the snippet must not find memora's data; an executor
+        # that cannot hide it (it takes no ``hide``) is refused, not run unhidden
+        if "hide" not in inspect.signature(svc.execute).parameters:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                f"run_code is refused: the code executor {type(svc).__name__} cannot hide "
+                "memora's data from a snippet (it takes no `hide`), and this Agent's tools "
+                "must not reach it (isolate_tools)",
+            )
+        result = await svc.execute(code, language=language, timeout=timeout, hide=ctx.hide)
+    else:
+        result = await svc.execute(code, language=language, timeout=timeout)
     isolation = f"\n[isolation: {result.isolation}]" if result.isolation else ""
     text = (
         f"[exit {result.exit_code}]\n{result.stdout}"

@@ -10,6 +10,10 @@ a variable named like a secret, extendable by the host.
 
 Output is streamed and capped: only the first and last parts are kept, however much the command
 prints, and progress lines are handed to a callback as they arrive.
+
+``hide=`` paths (memora's data, the user's config folder — in a server where several people's
+tools run as one OS user) are empty, read-only folders for the command and everything it starts
+(the reaper's ``--hide``); where that cannot be done the command is refused, never run unhidden.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,10 +36,13 @@ from ..errors import ToolError, ToolErrorCode
 
 __all__ = [
     "ENV_ALLOW",
+    "HIDE_FAILED",
+    "HIDE_MARK",
     "BackgroundTask",
     "BackgroundTasks",
     "CapturedOutput",
     "ProcessResult",
+    "check_hiding",
     "child_environment",
     "run_process",
 ]
@@ -145,12 +153,57 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     _kill_tree(proc)
 
 
-def _command(argv: Sequence[str] | str) -> list[str]:
+def _command(argv: Sequence[str] | str, hide: Sequence[Path] = ()) -> list[str]:
     cmd = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
     if sys.platform.startswith("linux") and _REAPER.is_file():
         # -I -S: the reaper needs only the standard library, and starts in a few milliseconds
-        return [sys.executable, "-I", "-S", str(_REAPER), "--", *cmd]
+        hidden = [a for p in hide for a in ("--hide", str(p))]
+        return [sys.executable, "-I", "-S", str(_REAPER), *hidden, "--", *cmd]
+    if hide:
+        raise ToolError(
+            ToolErrorCode.NOT_AVAILABLE,
+            "commands cannot run here with memora's data hidden from them (that needs Linux "
+            "namespaces), and this server hides it from every tool: refused",
+        )
     return cmd
+
+
+_hiding: dict[str, str] = {}
+"""Whether the reaper can hide folders on this machine: ``"ok"`` or why not (asked once)."""
+
+HIDE_FAILED = 125
+HIDE_MARK = "memora-reaper: cannot hide "
+"""The reaper's exit code and stderr prefix when hiding failed (see ``reaper.py``)."""
+
+
+async def check_hiding() -> None:
+    """``NOT_AVAILABLE`` when commands cannot run with folders hidden here (asked of the
+    reaper once a process: a mount namespace, and a user namespace or the power to mount)."""
+    if "ok" in _hiding:
+        return
+    if "no" not in _hiding:
+        probe = Path(tempfile.mkdtemp(prefix="memora-hide-"))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *_command(["/bin/true"], [probe]),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, err = await proc.communicate()
+        finally:
+            probe.rmdir()  # noqa: ASYNC240 - once a process, an empty folder
+        if proc.returncode == 0:
+            _hiding["ok"] = "ok"
+            return
+        said = err.decode("utf-8", "replace").strip().removeprefix(HIDE_MARK)
+        _hiding["no"] = said or f"the reaper exited with {proc.returncode}"
+    raise ToolError(
+        ToolErrorCode.NOT_AVAILABLE,
+        "commands are refused: this server hides memora's data from every tool, and this "
+        f"machine does not let memora do it ({_hiding['no']}); allow unprivileged user "
+        "namespaces, or serve one user with tool isolation off (docs/service.md)",
+    )
 
 
 def _kill_tree(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
@@ -163,9 +216,28 @@ def _kill_tree(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> N
             proc.kill()
 
 
+def _close_own_proc() -> None:
+    """Make memora's process non-dumpable: its ``/proc/PID`` files — ``environ`` (API keys),
+    ``fd/`` (the open memory database), ``mem`` — are then closed to processes of the same user
+    that are not root in memora's own user namespace, which every hidden command is not."""
+    if "undumpable" not in _hiding and sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_dumpable = 4
+        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                "commands are refused: memora's own process could not be closed to them",
+            )
+        _hiding["undumpable"] = "ok"
+
+
 async def _spawn(
-    argv: Sequence[str] | str, cwd: Path, env: dict[str, str] | None
+    argv: Sequence[str] | str, cwd: Path, env: dict[str, str] | None, hide: Sequence[Path] = ()
 ) -> asyncio.subprocess.Process:
+    if hide:
+        await check_hiding()
+        _close_own_proc()
     kwargs: dict[str, object] = {
         "cwd": str(cwd),
         "stdin": asyncio.subprocess.DEVNULL,
@@ -177,7 +249,7 @@ async def _spawn(
     try:
         if isinstance(argv, str) and sys.platform == "win32":  # pragma: no cover - Windows
             return await asyncio.create_subprocess_shell(argv, **kwargs)  # type: ignore[arg-type]
-        return await asyncio.create_subprocess_exec(*_command(argv), **kwargs)  # type: ignore[arg-type]
+        return await asyncio.create_subprocess_exec(*_command(argv, hide), **kwargs)  # type: ignore[arg-type]
     except FileNotFoundError as exc:
         raise ToolError(
             ToolErrorCode.NOT_AVAILABLE, f"cannot start {argv!r}: {exc.strerror}"
@@ -216,10 +288,12 @@ async def run_process(
     max_output: int = DEFAULT_MAX_OUTPUT,
     env: dict[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    hide: Sequence[Path] = (),
 ) -> ProcessResult:
-    """Run to completion or ``timeout``; a string runs through the shell, a list does not."""
+    """Run to completion or ``timeout``; a string runs through the shell, a list does not.
+    ``hide``: folders the command finds empty (see the module docstring)."""
     started = time.monotonic()
-    proc = await _spawn(argv, cwd, env)
+    proc = await _spawn(argv, cwd, env, hide)
     out = CapturedOutput(max_output)
     pump = asyncio.ensure_future(_pump(proc, out, progress))
     timed_out = False
@@ -240,6 +314,8 @@ async def run_process(
         _kill_tree(proc)
         pump.cancel()
         raise
+    if hide and proc.returncode == HIDE_FAILED and out.text().startswith(HIDE_MARK):
+        raise ToolError(ToolErrorCode.NOT_AVAILABLE, f"the command was not run: {out.text()}")
     return ProcessResult(
         exit_code=None if timed_out else proc.returncode,
         output=out.text(),
@@ -262,6 +338,8 @@ class BackgroundTask:
     pump: asyncio.Future[None]
     ended_at: float | None = None
     tail_lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+    owner: str | None = None
+    """The memory scope (user) whose tool started it: only that scope's tools see it."""
 
     @property
     def running(self) -> bool:
@@ -282,32 +360,58 @@ class BackgroundTask:
 
 
 class BackgroundTasks:
-    """Background commands of one Agent: start, list, tail, kill; all killed on close."""
+    """Background commands of a project's runtime: start, list, tail, kill; all killed on
+    close.  Each task belongs to the scope (user) that started it, and the tools of a scope work
+    through :meth:`for_scope`: another user's commands, their output and their ids are not
+    there for them."""
+
+    _ANYONE = object()
 
     def __init__(self, max_output: int = 256_000) -> None:
         self._tasks: dict[str, BackgroundTask] = {}
         self._ids = itertools.count(1)
         self._max_output = max_output
+        self._owner: object = BackgroundTasks._ANYONE
+
+    def for_scope(self, scope: str | None) -> BackgroundTasks:
+        """The view of ``scope``'s tools: what they start is theirs, what they see is theirs."""
+        view = object.__new__(BackgroundTasks)
+        view.__dict__.update(self.__dict__)  # the same tasks and ids: one table, many views
+        view._owner = scope
+        return view
+
+    def _mine(self) -> dict[str, BackgroundTask]:
+        if self._owner is BackgroundTasks._ANYONE:
+            return self._tasks
+        return {k: t for k, t in self._tasks.items() if t.owner == self._owner}
 
     async def start(
-        self, command: str, *, cwd: Path, env: dict[str, str] | None = None
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        hide: Sequence[Path] = (),
     ) -> BackgroundTask:
-        proc = await _spawn(command, cwd, env)
+        proc = await _spawn(command, cwd, env, hide)
         out = CapturedOutput(self._max_output)
         pump = asyncio.ensure_future(_pump(proc, out, None))
         task = BackgroundTask(f"bg-{next(self._ids)}", command, time.time(), proc, out, pump)
+        if self._owner is not BackgroundTasks._ANYONE:
+            task.owner = self._owner  # type: ignore[assignment]
         self._tasks[task.id] = task
         return task
 
     def list(self) -> list[dict[str, object]]:
-        return [t.info() for t in self._tasks.values()]
+        return [t.info() for t in self._mine().values()]
 
     def get(self, task_id: str) -> BackgroundTask:
-        task = self._tasks.get(task_id)
+        mine = self._mine()
+        task = mine.get(task_id)
         if task is None:
             raise ToolError(
                 ToolErrorCode.FILE_NOT_FOUND,
-                f"no background task {task_id!r}; running: {', '.join(self._tasks) or 'none'}",
+                f"no background task {task_id!r}; running: {', '.join(mine) or 'none'}",
             )
         return task
 
@@ -322,5 +426,5 @@ class BackgroundTasks:
         return was_running
 
     async def close(self) -> None:
-        for task_id in list(self._tasks):
+        for task_id in list(self._mine()):
             await self.kill(task_id)

@@ -6,6 +6,12 @@ reaper instead of to init, so it stays findable.  When the command exits, or the
 SIGTERM/SIGINT/SIGHUP (memora's timeout or kill), every remaining descendant is killed with
 SIGKILL, whatever session or process group it moved to.  The exit code is the command's.
 
+With ``--hide PATH`` (repeatable, before ``--``) the command runs in a mount namespace of its
+own where each PATH is an empty, read-only folder: memora's data and the user's config folder,
+in a server where several people's tools run as one OS user (see :func:`hide`).  When that
+cannot be done the command does not run: the reaper exits with :data:`HIDE_FAILED` and says why
+on stderr, after :data:`HIDE_MARK`.
+
 Standard library only and run as a script (not imported from memora), so it starts fast and
 works with any environment the child is given.
 """
@@ -20,6 +26,13 @@ import subprocess
 import sys
 
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+HIDE_FAILED = 125
+"""The reaper's exit code when it could not hide what it was asked to: the command never ran."""
+HIDE_MARK = "memora-reaper: cannot hide "
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -65,11 +78,62 @@ def kill_descendants(root: int) -> None:
                 pass
 
 
+def _own_namespace(libc: ctypes.CDLL) -> None:
+    """Enter a mount namespace where this process may mount.  First a user namespace too, with
+    only our own uid and gid mapped: root there has no power over files of other users (a
+    database's files owned by ``postgres``), and an unprivileged user may mount in it.  Inside
+    a user namespace already (the sandbox's), where a nested one cannot map our ids, a mount
+    namespace alone."""
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+        return
+    first = ctypes.get_errno()
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(
+            first,
+            f"no user namespace ({os.strerror(first)}) nor mount namespace "
+            f"({os.strerror(ctypes.get_errno())}) may be made here",
+        )
+
+
+def hide(paths: list[str]) -> None:
+    """Put an empty read-only folder over each of ``paths`` (existing folders), in a mount
+    namespace of this process's own — nothing changes outside it; raise ``OSError`` when any of
+    it cannot be done."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _own_namespace(libc)
+    # private first: the mounts below must not propagate back to the host's namespace
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "the mounts cannot be made private")
+    for path in paths:
+        if not os.path.isdir(path):
+            continue  # nothing there to hide (a file path is hidden by its folder)
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        if libc.mount(b"memora-hidden", os.fsencode(path), b"tmpfs", flags, b"size=4k,mode=0555"):
+            err = ctypes.get_errno()
+            raise OSError(err, f"{path}: {os.strerror(err)}")
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        sys.stderr.write("usage: reaper.py -- COMMAND [ARGS...]\n")
+        sys.stderr.write("usage: reaper.py [--hide PATH]... -- COMMAND [ARGS...]\n")
         return 2
     command = argv[argv.index("--") + 1 :]
+    options = argv[: argv.index("--")]
+    hidden = [options[i + 1] for i, o in enumerate(options[:-1]) if o == "--hide"]
+    if hidden:
+        try:
+            hide(hidden)
+        except (OSError, AttributeError) as exc:
+            sys.stderr.write(f"{HIDE_MARK}{', '.join(hidden)}: {exc}\n")
+            return HIDE_FAILED
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     me = os.getpid()

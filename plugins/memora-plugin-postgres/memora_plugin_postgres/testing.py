@@ -49,9 +49,13 @@ def _unavailable(reason: str) -> None:
 
 
 @contextlib.contextmanager
-def temporary_cluster(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+def temporary_cluster(
+    settings: Mapping[str, str] | None = None, *, password: str | None = None
+) -> Iterator[str]:
     """Yield a DSN (trust auth, user memora, database memora) of a fresh cluster; ``settings``
-    are extra server settings (``{"shared_buffers": "1GB"}``)."""
+    are extra server settings (``{"shared_buffers": "1GB"}``).  With ``password``, every
+    connection must give it (scram-sha-256), as a deployment's server would demand; the DSN
+    carries it."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         _unavailable("no initdb/pg_ctl found (install PostgreSQL 15, or set MEMORA_TEST_PG_BIN)")
@@ -78,8 +82,15 @@ def temporary_cluster(settings: Mapping[str, str] | None = None) -> Iterator[str
             [*as_user, *args], capture_output=True, text=True, timeout=120, check=False
         )
 
+    auth = ["--auth=trust"]
+    if password is not None:
+        secret = root / "pwfile"
+        secret.write_text(password + "\n")
+        if owner is not None:
+            os.chown(secret, owner.pw_uid, owner.pw_gid)
+        auth = ["--auth=scram-sha-256", f"--pwfile={secret}"]
     init = run(
-        str(bin_dir / "initdb"), "-D", str(data), "-U", "memora", "--auth=trust",
+        str(bin_dir / "initdb"), "-D", str(data), "-U", "memora", *auth,
         "-E", "UTF8", "--locale=C.UTF-8", "--no-sync",
     )  # fmt: skip
     if init.returncode != 0:
@@ -97,9 +108,13 @@ def temporary_cluster(settings: Mapping[str, str] | None = None) -> Iterator[str
         _unavailable(f"the server did not start: {text.strip()[-500:]}")
     try:
         base = f"host=127.0.0.1 port={port} user=memora"
+        env = dict(os.environ)
+        if password is not None:
+            base += f" password={password}"
+            env["PGPASSWORD"] = password
         created = subprocess.run(
             [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "memora", "memora"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=60, check=False, env=env,
         )  # fmt: skip
         if created.returncode != 0:
             raise ClusterUnavailable(f"createdb failed: {created.stderr.strip()}")

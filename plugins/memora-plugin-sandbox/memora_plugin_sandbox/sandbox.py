@@ -48,6 +48,7 @@ from typing import Any
 
 from memora.errors import ToolError, ToolErrorCode
 from memora.services import ExecutionResult
+from memora.tools.process import HIDE_FAILED, HIDE_MARK
 
 __all__ = ["SubprocessSandbox"]
 
@@ -82,6 +83,23 @@ def _runnable_by_others(path: str) -> bool:
         return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
     except OSError:
         return False
+
+
+def _refuse_shared(hide: Sequence[Path]) -> None:
+    """A dedicated uid is kept out of ``hide`` by the folders' own permissions: each must be
+    closed to other users (memora makes its folders 0700; an older one may not have)."""
+    for folder in hide:
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            continue  # not there: nothing to read
+        if mode & 0o007:
+            raise ToolError(
+                ToolErrorCode.NOT_AVAILABLE,
+                f"run_code is refused: {folder} is open to other users (mode "
+                f"{oct(mode & 0o777)}), so a snippet's own uid could read it; make it private "
+                f"(chmod -R go-rwx {folder})",
+            )
 
 
 def _libc() -> Any:
@@ -413,8 +431,17 @@ class SubprocessSandbox:
     # -- running ---------------------------------------------------------------------------------
 
     async def execute(
-        self, code: str, *, language: str = "python", timeout: float = 30.0
+        self,
+        code: str,
+        *,
+        language: str = "python",
+        timeout: float = 30.0,
+        hide: Sequence[Path] = (),
     ) -> ExecutionResult:
+        """Run ``code``.  ``hide``: folders the snippet must not read (memora's data, the user's
+        config folder, for one of several people's Agents): as the host user they are empty
+        folders in a mount namespace of the run's own (memora's reaper); as a dedicated uid the
+        files' own permissions keep them out — a folder others may read is refused."""
         lang = language.strip().lower()
         filename = _LANGUAGES.get(lang)
         if filename is None:
@@ -434,6 +461,8 @@ class SubprocessSandbox:
                 ToolErrorCode.NOT_AVAILABLE,
                 "no Python interpreter is reachable by the sandbox user; set plugins.sandbox.python",
             )
+        if self.dedicated and hide:
+            _refuse_shared(hide)
         uid = self._take_uid() if self.dedicated else None
         if uid is None:
             flags |= self._host_user_flags()
@@ -460,7 +489,8 @@ class SubprocessSandbox:
             if uid is None:  # the host user: the kernel's reaper takes every descendant down
                 from memora.tools import reaper
 
-                argv = [sys.executable, "-I", reaper.__file__, "--", *argv]
+                hidden = [a for p in hide for a in ("--hide", str(p))]
+                argv = [sys.executable, "-I", reaper.__file__, *hidden, "--", *argv]
             groups = [g for g in (group, pids) if g is not None]
             return await self._run(argv, workdir, uid, flags, float(timeout), groups)
         finally:
@@ -612,6 +642,11 @@ class SubprocessSandbox:
         if proc.returncode == 122 and not outputs[0] and not outputs[1]:
             raise ToolError(
                 ToolErrorCode.EXECUTION_FAILED, "the sandbox could not install its seccomp filter"
+            )
+        said = outputs[1].decode("utf-8", errors="replace")
+        if proc.returncode == HIDE_FAILED and said.startswith(HIDE_MARK) and not outputs[0]:
+            raise ToolError(  # the reaper could not hide memora's data: nothing ran
+                ToolErrorCode.NOT_AVAILABLE, f"run_code is refused: {said.strip()}"
             )
         note = "\n[output limit reached: the run was stopped]" if truncated else ""
         return ExecutionResult(

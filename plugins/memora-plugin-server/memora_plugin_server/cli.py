@@ -70,6 +70,12 @@ logger = logging.getLogger("memora.server")
     help="Per worker, keep at most this many sessions' Agents open between requests; opening "
     "one more closes the least recently used idle ones (they reopen from the store).",
 )
+@click.option(
+    "--no-tool-isolation",
+    is_flag=True,
+    help="Let the tools' commands and snippets see memora's data and your config folder. Only "
+    "for a server one person uses on a machine that cannot hide them (no user namespaces).",
+)
 @provider_options
 @approval_options
 @config_dir_option
@@ -80,6 +86,7 @@ def serve_cmd(
     workers: int,
     idle_seconds: float,
     max_open_sessions: int,
+    no_tool_isolation: bool,
     provider: str | None,
     base_url: str | None,
     model: str | None,
@@ -115,6 +122,9 @@ def serve_cmd(
         # --provider / --base-url (or MEMORA_BASE_URL) / --model, as `memora run` takes them:
         # the user's choice, over every project's config
         "agent": agent_arguments(**_chosen(provider, base_url, model)),
+        # every session's tools find memora's data and the user's keys and tokens empty (the
+        # Hub's default); off only by this choice at start
+        "isolate_tools": not no_tool_isolation,
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
         # the workers draw on one rate-limit allowance, kept in a file named by the port
         "rate_file": str(user_dir / f"serve-{port}.rate") if workers > 1 else None,
@@ -191,6 +201,7 @@ def _runtime_options(spec: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = dict(spec.get("agent") or {})
     if spec.get("config_dir"):
         options["config_dir"] = Path(spec["config_dir"])
+    options["isolate_tools"] = bool(spec.get("isolate_tools", True))
     return options
 
 

@@ -122,6 +122,9 @@ class Hub:
         if max_open_sessions < 1:
             raise InvalidInputError(f"max_open_sessions: at least 1, not {max_open_sessions}")
         options = dict(runtime_options or {})
+        # many people's sessions in one process: every session's tools find memora's data and
+        # the user's config folder empty (a host turns it off with isolate_tools=False)
+        options.setdefault("isolate_tools", True)
         if "data_dir" in options and len(projects) > 1:
             raise InvalidInputError(
                 "data_dir: one folder cannot hold several projects' data; leave it out (each "
