@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from .keywords import _STOP_EN, _STOP_ZH, MAX_STEMMED, _scan, _stem, normalise
+from .numbers import number_spans, numbers_in
 
 __all__ = [
     "MIN_GROUNDING",
@@ -35,6 +36,7 @@ __all__ = [
     "grounding",
     "name_after_edit",
     "short_name",
+    "spoken_as",
     "with_request",
 ]
 
@@ -61,7 +63,6 @@ _LABELS = frozenset(
 """Words that make no claim about the round: memora's own framing (labels, the summary
 format), the verbs a summary reports speech with ("the user asked", "she mentioned"), and the
 tails of English contractions (you're, I've)."""
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
 
 
@@ -84,7 +85,24 @@ _short_term = functools.lru_cache(maxsize=16384)(_term)
 
 def content_terms(text: str) -> list[str]:
     """The content terms of ``text``, in order (repeats kept): English words by their stem,
-    other words as written, Chinese as bigrams of non-function characters, numbers."""
+    other words as written, Chinese as bigrams of non-function characters, numbers by their
+    value however written ("five hundred", "500" and "五百元"'s 五百 are one term, ``500``;
+    see :mod:`memora.memory.numbers`)."""
+    text = normalise(text)
+    spans = number_spans(text)
+    if not spans:
+        return _word_terms(text)
+    out: list[str] = []
+    at = 0
+    for start, end, value in spans:
+        out.extend(_word_terms(text[at:start]))
+        out.append(value)
+        at = end
+    out.extend(_word_terms(text[at:]))
+    return out
+
+
+def _word_terms(text: str) -> list[str]:
     out: list[str] = []
     for cjk, word in _scan(text):
         if word:
@@ -105,7 +123,7 @@ def content_terms(text: str) -> list[str]:
 
 
 def _numbers(text: str) -> set[str]:
-    return {n.rstrip(".,") for n in _NUMBER.findall(normalise(text))}
+    return numbers_in(normalise(text))
 
 
 def grounding(summary: str, round_text: str) -> float:
@@ -137,14 +155,28 @@ def grounded(
     if not _numbers(summary) <= _numbers(round_text):
         return False
     if user is not None:
-        prefix = f"{user_label.lower()}:"
         for line in summary.splitlines():
-            stripped = line.strip()
-            if stripped.lower().startswith(prefix):
-                quoted = stripped[len(prefix) :]
-                if grounding(quoted, user) < threshold:
-                    return False
+            quoted = spoken_as(line, user_label)
+            if quoted is not None and grounding(quoted, user) < threshold:
+                return False
     return (grounding(summary, round_text) if score is None else score) >= threshold
+
+
+_DRESS = re.compile(r"^[\s>*_`#~\-•·]+|[*_`~]+")
+"""Markdown and list dressing around a label: ``**User:**``, ``> User:``, ``- user :``."""
+
+
+def spoken_as(line: str, label: str) -> str | None:
+    """What ``line`` puts in ``label``'s mouth — the text after ``label:`` as a person reads
+    it (any case, markdown emphasis, quotes and bullets around it, ``:`` or ``：``) — or
+    None when the line does not speak as ``label``."""
+    bare = _DRESS.sub("", line).lstrip()
+    head, colon, rest = bare.partition(":")
+    if not colon:
+        head, colon, rest = bare.partition("：")
+    if colon and head.strip().lower() == label.lower():
+        return rest.strip()
+    return None
 
 
 def _sentences(text: str) -> list[str]:
@@ -158,13 +190,15 @@ def extractive_summary(
     *,
     max_chars: int = 600,
     labels: tuple[str, str] = ("User", "Assistant"),
+    focus: str | None = None,
 ) -> str:
     """A summary built from the round itself: the user's request (cut at a word boundary),
     the tools used, and the answer's sentences that carry the most of the round's content
     terms — each term weighed by how often the round uses it, double when the user's request
-    has it — in their original order, within ``max_chars``."""
+    or the ``focus`` (a role pack's ``summaryFocus``: what its summaries should keep) has it —
+    in their original order, within ``max_chars``."""
     request = short_name(" ".join(user.split()), 240)
-    request_terms = set(content_terms(user))
+    request_terms = set(content_terms(user)) | set(content_terms(focus or ""))
     counts = Counter(content_terms(answer)) + Counter(content_terms(user))
     sentences = _sentences(answer)
     scored: list[tuple[float, int, str]] = []

@@ -42,11 +42,19 @@ def parse_summary(text: str) -> tuple[str, str]:
     return summary_type, "\n".join(lines).strip()
 
 
+def _said(label: str, text: str) -> list[str]:
+    """``text`` under ``label``, every line: a line of the answer that begins ``User:`` reads
+    ``Assistant: User: …`` — the memory never shows the user saying what the answer wrote (nor
+    the answer what the user wrote)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return [f"{label}: {line}" for line in lines] or [f"{label}:"]
+
+
 def _transcript(user: str, assistant: str, tool_notes: Sequence[str], messages: Messages) -> str:
-    parts = [f"{messages.user_label}: {user.strip()}"]
-    if tool_notes:
-        parts.append("Tools used: " + "; ".join(tool_notes))
-    parts.append(f"{messages.assistant_label}: {assistant.strip()}")
+    parts = _said(messages.user_label, user)
+    if tool_notes:  # memora's own line: one line, whatever a tool's note holds
+        parts.append("Tools used: " + " ".join("; ".join(tool_notes).split()))
+    parts += _said(messages.assistant_label, assistant)
     text = "\n".join(parts)
     if len(text) > MAX_TRANSCRIPT_CHARS:
         half = MAX_TRANSCRIPT_CHARS // 2
@@ -144,7 +152,13 @@ async def round_memory(
         return RoundMemory(
             summary_type, with_request(text, user, label=msgs.user_label), "model", score
         )
+    # the round's own words instead, chosen through the same lens (the role pack's summary
+    # focus) and filed under the type the model gave the round
     fallback = extractive_summary(
-        user, assistant, tool_notes, labels=(msgs.user_label, msgs.assistant_label)
+        user,
+        assistant,
+        tool_notes,
+        labels=(msgs.user_label, msgs.assistant_label),
+        focus=focus,
     )
-    return RoundMemory("general", fallback, "extractive", score)
+    return RoundMemory(summary_type, fallback, "extractive", score)
