@@ -3,9 +3,10 @@ embedder of the same name (``/v1/embeddings``; ``"embedder": {"type": "openai", 
 
 Options (``config["providers"][name]`` or ``memora run --provider openai --base-url ...``):
 ``model`` (required), ``base_url`` (default ``MEMORA_BASE_URL`` or OpenAI), ``api_key_env``,
-``api_key_name`` (a key stored with ``memora keys set``; user config only), ``headers``, ``connect_timeout``, ``stall_timeout`` (seconds without a token), ``context_window``,
-``http2``, ``extra_body``, ``total_timeout`` (seconds for a whole answer, default 900),
-``max_response_bytes`` (default 32 MiB), ``max_connections`` (requests in flight at once,
+``api_key_name`` (a key stored with ``memora keys set``; user config only), ``headers``,
+``connect_timeout``, ``stall_timeout`` (seconds without a byte), ``context_window``, ``http2``,
+``extra_body``, ``total_timeout`` (seconds for a whole answer from connect to the last byte,
+default 900), ``max_response_bytes`` (default 32 MiB), ``max_connections`` (requests in flight at once,
 default 1000), ``max_keepalive_connections`` (idle connections kept, default 100).
 """
 
@@ -133,8 +134,12 @@ _EMBEDDER_OPTIONS = {
     "batch_size",
     "connect_timeout",
     "timeout",
+    "total_timeout",
     "max_response_bytes",
 }
+"""The embedder's options; ``timeout`` is the longest silence, ``total_timeout`` (default 120)
+one request from connect to the last byte.  None is project-settable: a project's ``embedder``
+entry is a request the user allows or not (it chooses where memory text goes)."""
 
 
 def _load_embedder() -> Any:

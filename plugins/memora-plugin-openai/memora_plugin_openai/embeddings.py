@@ -13,11 +13,16 @@ import httpx2
 
 from memora.llm import ProviderError
 
-from .provider import HTTPEndpoint, default_base_url, endpoint_client, endpoint_url
+from .endpoint import HTTPEndpoint, default_base_url, endpoint_client, endpoint_url, seconds
 
 __all__ = ["OpenAIEmbedder"]
 
 DEFAULT_MODEL = "text-embedding-3-small"
+
+TOTAL_TIMEOUT = 120.0
+"""Seconds for one request (a batch), from connect to the last byte, by default: twice the read
+timeout, so a batch a slow server answers after a long silence still arrives, and one whose
+answer trickles in ends."""
 
 
 class OpenAIEmbedder(HTTPEndpoint):
@@ -25,7 +30,9 @@ class OpenAIEmbedder(HTTPEndpoint):
 
     Models that embed questions and passages differently are served by ``query_prefix`` /
     ``document_prefix`` (e5: ``"query: "`` and ``"passage: "``) or, for servers that take it,
-    ``input_type`` (sends ``"input_type": "query"`` or ``"passage"``).
+    ``input_type`` (sends ``"input_type": "query"`` or ``"passage"``).  ``timeout`` is the
+    longest silence while reading an answer; ``total_timeout`` bounds each request (one batch)
+    from connect to the last byte.
     """
 
     def __init__(
@@ -43,6 +50,7 @@ class OpenAIEmbedder(HTTPEndpoint):
         batch_size: int = 64,
         connect_timeout: float = 10.0,
         timeout: float = 60.0,
+        total_timeout: float = TOTAL_TIMEOUT,
         max_response_bytes: int = 64 * 1024 * 1024,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
@@ -59,6 +67,7 @@ class OpenAIEmbedder(HTTPEndpoint):
         self.input_type = bool(input_type)
         self.batch_size = int(batch_size)
         self.max_response_bytes = int(max_response_bytes)
+        self.total_timeout = seconds("embedder option total_timeout", total_timeout)
         self._client = endpoint_client(
             self.base_url,
             api_key_env=api_key_env,
@@ -95,15 +104,13 @@ class OpenAIEmbedder(HTTPEndpoint):
             body["dimensions"] = self.dimensions
         if self.input_type:
             body["input_type"] = "query" if kind == "query" else "passage"
-        try:
-            async with self._client.stream(
-                "POST", self._url, content=json.dumps(body, ensure_ascii=False).encode()
-            ) as response:
-                if response.status_code >= 400:
-                    raise await self._http_error(response)
-                raw, more = await self._read_capped(response, self.max_response_bytes)
-        except httpx2.HTTPError as exc:
-            raise self._transport_error(exc) from exc
+        raw, more = await self._fetch(
+            "POST",
+            self._url,
+            self.max_response_bytes,
+            content=json.dumps(body, ensure_ascii=False).encode(),
+            what="the embeddings",
+        )
         if more:
             raise ProviderError(
                 f"the embeddings from {self.base_url} passed {self.max_response_bytes} bytes; "

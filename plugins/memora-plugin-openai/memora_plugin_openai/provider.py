@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
+from types import TracebackType
 from typing import Any
 
 import httpx2
@@ -29,25 +28,30 @@ from memora.llm.types import (
     ToolSpec,
     UsageDelta,
 )
-from memora.settings.secrets import stored_key
 
-from . import pool
+from .deadline import Deadline, DeadlineExceeded
+from .endpoint import (
+    MAX_CONNECTIONS,
+    MAX_KEEPALIVE,
+    HTTPEndpoint,
+    default_base_url,
+    endpoint_client,
+    endpoint_url,
+    seconds,
+)
 from .sse import SSEDecoder, SSELineTooLong
 
 __all__ = ["Completion", "OpenAIProvider", "encode_message"]
 
 logger = logging.getLogger("memora.plugins.openai")
 
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _DRAIN_LIMIT = 64 * 1024
 _DRAIN_SECONDS = 0.25
+"""Bytes and seconds spent reading after ``data: [DONE]`` so the connection can be reused; past
+either the connection is closed instead."""
 _AFTER_FINISH_SECONDS = 2.0
 """How long the usage event or [DONE] may take after finish_reason before the answer is
 taken as complete."""
-_ERROR_BODY_LIMIT = 64 * 1024
-"""How much of an HTTP error body is read (its message is shown, 500 characters of it)."""
-"""Bytes and seconds spent reading after ``data: [DONE]`` so the connection can be reused; past
-either the connection is closed instead."""
 _HISTORY_CACHE = 64
 
 
@@ -104,24 +108,6 @@ def coalesce(deltas: list[Delta]) -> list[Delta]:
             run.append(delta.arguments)
     close()
     return out
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    raw = headers.get("retry-after")
-    if not raw:
-        ms = headers.get("retry-after-ms")
-        return float(ms) / 1000 if ms and ms.replace(".", "", 1).isdigit() else None
-    raw = raw.strip()
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        from datetime import UTC, datetime
-
-        return max(0.0, (parsedate_to_datetime(raw) - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError):
-        return None
 
 
 @dataclass
@@ -235,98 +221,6 @@ class Completion:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-MAX_CONNECTIONS = 1000
-"""Requests one provider has in flight at once, by default: a server's concurrent turns share
-its project's provider, and httpx2's own default (100) made the 101st concurrent turn wait for
-a connection, and fail after ``connect_timeout`` when the streams ahead of it ran longer (the
-OpenAI Python SDK's default is the same 1000)."""
-
-MAX_KEEPALIVE = 100
-"""Idle connections kept for the next requests, by default (httpx2's is 20: under 100
-concurrent turns, most requests opened a new connection, a TLS handshake each on a hosted
-API)."""
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
-    return value
-
-
-class HTTPEndpoint:
-    """What the chat provider and the embedder share: capped reads and classified errors of
-    one OpenAI-compatible server (``base_url``, ``model``)."""
-
-    base_url: str
-    model: str
-    max_connections: int = MAX_CONNECTIONS
-    _client: httpx2.AsyncClient
-
-    async def _read_capped(self, response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
-        """At most ``limit`` bytes of the (decompressed) body, and whether there was more.
-        ``aread()`` would hold all of it: a gzip bomb of a few kilobytes inflates to gigabytes."""
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                await response.aclose()
-                return b"".join(parts)[:limit], True
-        return b"".join(parts), False
-
-    async def _http_error(self, response: httpx2.Response) -> ProviderError:
-        # an error body is only read for its message: a small cap, whatever the server sends
-        try:
-            raw, _ = await self._read_capped(response, _ERROR_BODY_LIMIT)
-            body = raw.decode("utf-8", errors="replace")
-        except httpx2.HTTPError:
-            body = ""
-        message = body[:500]
-        try:
-            parsed = json.loads(body)
-            err = parsed.get("error") if isinstance(parsed, dict) else None
-            if isinstance(err, dict) and err.get("message"):
-                message = str(err["message"])
-            elif isinstance(err, str):
-                message = err
-        except ValueError:
-            pass
-        status = response.status_code
-        hint = ""
-        if status in (401, 403):
-            hint = " (check MEMORA_API_KEY / OPENAI_API_KEY)"
-        elif status == 404:
-            hint = f" (check the base URL {self.base_url} and the model {self.model!r})"
-        return ProviderError(
-            f"HTTP {status} from {self.base_url}: {message}{hint}",
-            category="unknown",
-            retryable=status in _RETRYABLE_STATUS,
-            retry_after=_retry_after(response.headers),
-            status=status,
-        )
-
-    def _transport_error(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, httpx2.PoolTimeout):
-            return ProviderError(
-                f"no free connection to {self.base_url} within {self._client.timeout.pool:g} s: "
-                f"all {self.max_connections} are in use (the provider's max_connections)",
-                category="timeout",
-                retryable=True,
-            )
-        if isinstance(exc, httpx2.TimeoutException):
-            kind = "connect" if isinstance(exc, httpx2.ConnectTimeout) else "stall"
-            what = "connecting to" if kind == "connect" else "waiting for tokens from"
-            return ProviderError(
-                f"timed out {what} {self.base_url}", category="timeout", retryable=True
-            )
-        return ProviderError(
-            f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
-            category="connection",
-            retryable=True,
-        )
-
-
 def _refuses_schema(exc: ProviderError) -> bool:
     """An HTTP 400/422 whose message is about the structured-output request (a server that
     has no ``response_format`` or no ``json_schema`` in it), before anything was streamed."""
@@ -336,75 +230,96 @@ def _refuses_schema(exc: ProviderError) -> bool:
     )
 
 
-def default_base_url(base_url: str | None) -> str:
-    """``base_url``, else ``MEMORA_BASE_URL``, else OpenAI's; without a trailing slash."""
-    return (base_url or os.environ.get("MEMORA_BASE_URL") or "https://api.openai.com/v1").rstrip(
-        "/"
-    )
+@dataclass
+class _Progress:
+    """How far one streamed answer has come."""
+
+    produced: bool = False
+    """A delta went out: a failure now is not retried (the caller saw part of an answer)."""
+    finished: bool = False
+    """The model said ``finish_reason``."""
+    done: bool = False
+    """``data: [DONE]`` arrived."""
 
 
-def endpoint_url(client: httpx2.AsyncClient, path: str) -> httpx2.URL:
-    """``path`` under ``client``'s base URL, as the client itself would merge it per request."""
-    return client.build_request("GET", path).url
+async def _after_finish(chunks: AsyncIterator[bytes], deadline: Deadline) -> bytes | None:
+    """The next piece of a body once the model finished (``finish_reason``), or ``None``: the
+    usage event and ``[DONE]`` follow at once from a well-behaved server, and a server that
+    sends neither and keeps the body open must not turn a finished answer into a stall, nor
+    (at the deadline) into an error."""
+    try:
+        with deadline:
+            async with asyncio.timeout(_AFTER_FINISH_SECONDS):
+                return await anext(chunks)
+    except (StopAsyncIteration, TimeoutError, httpx2.TimeoutException, DeadlineExceeded):
+        return None
 
 
-def endpoint_client(
-    base_url: str,
-    *,
-    api_key_env: str | None,
-    headers: Mapping[str, str] | None,
-    accept: str,
-    api_key_name: str | None = None,
-    connect_timeout: float,
-    read_timeout: float,
-    http2: bool = False,
-    transport: httpx2.AsyncBaseTransport | None = None,
-    max_connections: int = MAX_CONNECTIONS,
-    max_keepalive_connections: int = MAX_KEEPALIVE,
-) -> httpx2.AsyncClient:
-    """An httpx2 client for ``base_url``: the key from the environment (``api_key_env``), else
-    the key the user stored as ``api_key_name`` (``memora keys set``; a user-side option only),
-    else ``MEMORA_API_KEY`` then ``OPENAI_API_KEY``; no proxy from the environment, an
-    uncompressed answer (a compressed one could expand without bound); ``read_timeout`` is the
-    longest silence while reading an answer.  ``max_connections``: the most requests in flight
-    at once (a server's concurrent turns share one provider); ``max_keepalive_connections``:
-    the idle connections kept for the next requests."""
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-    elif api_key_name:
-        key = stored_key(api_key_name)
-        if key is None:
-            raise ProviderError(
-                f"no key {api_key_name!r} is stored; store it with `memora keys set "
-                f"{api_key_name}`",
-                category="unknown",
-                retryable=False,
-            )
-    else:
-        key = os.environ.get("MEMORA_API_KEY") or os.environ.get("OPENAI_API_KEY")
-    hdrs = {"Content-Type": "application/json", "Accept": accept, "Accept-Encoding": "identity"}
-    if key:
-        hdrs["Authorization"] = f"Bearer {key}"
-    hdrs.update(headers or {})
-    limits = {
-        "max_connections": _positive("max_connections", max_connections),
-        "max_keepalive_connections": _positive(
-            "max_keepalive_connections", max_keepalive_connections
-        ),
-    }
-    return httpx2.AsyncClient(
-        base_url=base_url,
-        headers=hdrs,
-        timeout=httpx2.Timeout(
-            connect=connect_timeout, read=read_timeout, write=30.0, pool=connect_timeout
-        ),
-        http2=http2,
-        # a host's transport as it is; else the provider's pools, on asyncio's own network
-        # with the cheaper idle check (see .pool and .net)
-        transport=transport or pool.transport_for(http2=http2, **limits),
-        trust_env=False,
-        limits=httpx2.Limits(**limits),
-    )
+async def _drain(chunks: AsyncIterator[bytes], deadline: Deadline) -> None:
+    """Read the rest of a body after ``[DONE]`` (the chunked terminator, usually a few bytes)
+    so httpx2 returns the connection to the pool: leaving at ``[DONE]`` closes it, and the next
+    request pays a new connection (a TLS handshake against a real API).  A server that keeps
+    sending, or keeps the body open, loses its connection instead: past :data:`_DRAIN_LIMIT`
+    bytes, :data:`_DRAIN_SECONDS` in all, or the deadline (the answer is complete: no error)."""
+    drained = 0
+    try:
+        with deadline:
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                async for chunk in chunks:
+                    drained += len(chunk)
+                    if drained > _DRAIN_LIMIT:
+                        return
+    except (TimeoutError, DeadlineExceeded):
+        return
+
+
+class _Failures:
+    """Whatever a streamed answer fails with leaves as :class:`ProviderError`: the deadline, a
+    transport error, an SSE line too long, a bug on either side; a failure after a delta went
+    out is not retryable.  Cancellation and a closed generator pass as they are."""
+
+    __slots__ = ("_base_url", "_past_total", "_progress", "_transport_error")
+
+    def __init__(
+        self,
+        progress: _Progress,
+        base_url: str,
+        past_total: Callable[[str], ProviderError],
+        transport_error: Callable[[Exception], ProviderError],
+    ) -> None:
+        self._progress = progress
+        self._base_url = base_url
+        self._past_total = past_total
+        self._transport_error = transport_error
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None or not isinstance(exc, Exception):
+            return  # done, cancelled, or the consumer closed the stream
+        fresh = not self._progress.produced
+        if isinstance(exc, DeadlineExceeded):
+            raise self._past_total("the answer") from None
+        if isinstance(exc, ProviderError):
+            exc.retryable = exc.retryable and fresh
+            return
+        if isinstance(exc, httpx2.HTTPError):
+            err = self._transport_error(exc)
+            err.retryable = err.retryable and fresh
+            raise err from exc
+        if isinstance(exc, SSELineTooLong):
+            raise ProviderError(f"{self._base_url} sent {exc}", category="unknown") from exc
+        # a bug on either side must not escape as a raw exception
+        raise ProviderError(
+            f"unexpected failure reading {self._base_url}: {type(exc).__name__}: {exc}",
+            category="unknown",
+        ) from exc
 
 
 class OpenAIProvider(HTTPEndpoint):
@@ -437,7 +352,7 @@ class OpenAIProvider(HTTPEndpoint):
         max_keepalive_connections: int = MAX_KEEPALIVE,
     ) -> None:
         self.model = model
-        self.total_timeout = float(total_timeout)
+        self.total_timeout = seconds("total_timeout", total_timeout)
         self.max_response_bytes = int(max_response_bytes)
         self.base_url = default_base_url(base_url)
         self._context_window = int(context_window)
@@ -472,18 +387,7 @@ class OpenAIProvider(HTTPEndpoint):
 
     async def list_models(self) -> list[str]:
         """The model ids the endpoint serves (``GET {base_url}/models``; ``memora models``)."""
-        try:
-            response = await self._client.send(
-                self._client.build_request("GET", "/models"), stream=True
-            )
-        except httpx2.HTTPError as exc:
-            raise self._transport_error(exc) from exc
-        try:
-            if response.status_code >= 400:
-                raise await self._http_error(response)
-            raw, cut = await self._read_capped(response, 4 * 1024 * 1024)
-        finally:
-            await response.aclose()
+        raw, cut = await self._fetch("GET", "/models", 4 * 1024 * 1024, what="the model list")
         try:
             data = json.loads(raw) if not cut else None
             items = data.get("data") if isinstance(data, dict) else None
@@ -607,113 +511,104 @@ class OpenAIProvider(HTTPEndpoint):
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
         body = self.encode(request, stream=True)
-        produced = False
-        finished = False
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.total_timeout
+        progress = _Progress()
+        # one clock from connect to the last byte: connecting, a head that trickles in (or
+        # `100 Continue` sent forever), an error body and every read of the answer; a read
+        # timeout alone restarts with each byte
+        deadline = Deadline(self.total_timeout)
         try:
-            async with self._client.stream("POST", self._chat_url, content=body) as response:
-                if response.status_code >= 400:
-                    raise await self._http_error(response)
-                self._check_stream_response(response)
-                decoder = SSEDecoder()
-                done = False
-                drained = 0
-                received = 0
-                chunks = response.aiter_bytes()
-                while True:
-                    try:
-                        if not done and finished:
-                            # the model finished (finish_reason); the usage event and [DONE]
-                            # follow at once from a well-behaved server, and a server that
-                            # sends neither and keeps the body open must not turn a finished
-                            # answer into a stall
-                            try:
-                                async with asyncio.timeout(_AFTER_FINISH_SECONDS):
-                                    chunk = await anext(chunks)
-                            except httpx2.TimeoutException:  # the read timeout came first
-                                break
-                        elif not done:
-                            chunk = await anext(chunks)
-                        else:
-                            # Read the rest of the body (the chunked terminator, usually a few
-                            # bytes) so httpx2 returns the connection to the pool: leaving at
-                            # [DONE] closes it, and the next request pays a new connection (a
-                            # TLS handshake against a real API).  A server that keeps sending,
-                            # or keeps the body open, after [DONE] loses its connection instead.
-                            async with asyncio.timeout(_DRAIN_SECONDS):
-                                chunk = await anext(chunks)
-                            drained += len(chunk)
-                            if drained > _DRAIN_LIMIT:
-                                break
-                            continue
-                    except (StopAsyncIteration, TimeoutError):
-                        break
-                    received += len(chunk)
-                    if received > self.max_response_bytes:
-                        raise ProviderError(
-                            f"the answer from {self.base_url} passed "
-                            f"{self.max_response_bytes} bytes; stopped reading",
-                            category="unknown",
-                        )
-                    # a server that drips bytes just often enough to beat the read timeout
-                    # still ends here (checked per chunk: a clock read, not a timer)
-                    if loop.time() > deadline:
-                        raise ProviderError(
-                            f"the answer from {self.base_url} took longer than "
-                            f"{self.total_timeout:g} s",
-                            category="timeout",
-                        )
-                    # the events of one read go on together: adjacent pieces of text (or of
-                    # one call's arguments) as one delta, so a fast server's burst of tokens
-                    # costs the loop one chunk, not one per token; an error event still comes
-                    # after what preceded it
-                    batch: list[Delta] = []
-                    failure: ProviderError | None = None
-                    try:
-                        for data in decoder.feed(chunk):
-                            if data == "[DONE]":
-                                done = True
-                                break
-                            batch.extend(self._translate(data))
-                    except ProviderError as exc:
-                        failure = exc
-                    for delta in coalesce(batch) if len(batch) > 1 else batch:
-                        produced = True
-                        if delta.kind == "finish":
-                            finished = True
-                        yield delta
-                    if failure is not None:
-                        raise failure
-                if not done:
-                    for data in decoder.flush():
-                        if data != "[DONE]":
-                            for delta in self._translate(data):
-                                produced = True
-                                finished = finished or delta.kind == "finish"
-                                yield delta
-                if not finished:
-                    raise ProviderError(
-                        f"the stream from {self.base_url} ended before the model finished",
-                        category="connection",
-                        retryable=not produced,
+            # one generator, the failures mapped by a context manager around it: a generator
+            # around another costs each delta a hop more (about 1 µs a read)
+            with _Failures(progress, self.base_url, self._past_total, self._transport_error):
+                with deadline:
+                    response = await self._client.send(
+                        self._client.build_request("POST", self._chat_url, content=body),
+                        stream=True,
                     )
+                try:
+                    await self._check_answer(response, deadline)
+                    decoder = SSEDecoder()
+                    received = 0
+                    chunks = response.aiter_bytes()
+                    while not progress.done:
+                        try:
+                            if progress.finished:
+                                piece = await _after_finish(chunks, deadline)
+                                if piece is None:
+                                    break
+                                chunk = piece
+                            else:
+                                with deadline:
+                                    chunk = await anext(chunks)
+                        except StopAsyncIteration:
+                            break
+                        received += len(chunk)
+                        if received > self.max_response_bytes:
+                            raise ProviderError(
+                                f"the answer from {self.base_url} passed "
+                                f"{self.max_response_bytes} bytes; stopped reading",
+                                category="unknown",
+                            )
+                        # the events of one read go on together: adjacent pieces of text (or of
+                        # one call's arguments) as one delta, so a fast server's burst of tokens
+                        # costs the loop one chunk, not one per token; an error event still
+                        # comes after what preceded it
+                        batch, failure = self._events(decoder, chunk, progress)
+                        for delta in coalesce(batch) if len(batch) > 1 else batch:
+                            progress.produced = True
+                            if delta.kind == "finish":
+                                progress.finished = True
+                            yield delta
+                        if failure is not None:
+                            raise failure
+                    if progress.done:
+                        await _drain(chunks, deadline)
+                    for delta in self._flushed(decoder, progress):
+                        progress.produced = True
+                        progress.finished = progress.finished or delta.kind == "finish"
+                        yield delta
+                    if not progress.finished:
+                        raise ProviderError(
+                            f"the stream from {self.base_url} ended before the model finished",
+                            category="connection",
+                            retryable=not progress.produced,
+                        )
+                finally:
+                    await response.aclose()
+        finally:
+            deadline.cancel()
+
+    async def _check_answer(self, response: httpx2.Response, deadline: Deadline) -> None:
+        """An error status (its body read for the message), a redirect or a body that is not
+        an event stream, as :class:`ProviderError`."""
+        if response.status_code >= 400:
+            with deadline:
+                error = await self._http_error(response)
+            raise error
+        self._check_stream_response(response)
+
+    def _flushed(self, decoder: SSEDecoder, progress: _Progress) -> list[Delta]:
+        """The deltas of an event the body ended inside (no blank line after it); none after
+        ``[DONE]``."""
+        if progress.done:
+            return []
+        return [d for data in decoder.flush() if data != "[DONE]" for d in self._translate(data)]
+
+    def _events(
+        self, decoder: SSEDecoder, chunk: bytes, progress: _Progress
+    ) -> tuple[list[Delta], ProviderError | None]:
+        """The deltas of the events ``chunk`` completes, and the error event among them (the
+        deltas before it still go out); ``[DONE]`` ends the answer."""
+        batch: list[Delta] = []
+        try:
+            for data in decoder.feed(chunk):
+                if data == "[DONE]":
+                    progress.done = True
+                    break
+                batch.extend(self._translate(data))
         except ProviderError as exc:
-            exc.retryable = exc.retryable and not produced
-            raise
-        except httpx2.HTTPError as exc:
-            err = self._transport_error(exc)
-            err.retryable = err.retryable and not produced
-            raise err from exc
-        except SSELineTooLong as exc:
-            raise ProviderError(f"{self.base_url} sent {exc}", category="unknown") from exc
-        except (asyncio.CancelledError, GeneratorExit):
-            raise
-        except Exception as exc:  # a bug on either side must not escape as a raw exception
-            raise ProviderError(
-                f"unexpected failure reading {self.base_url}: {type(exc).__name__}: {exc}",
-                category="unknown",
-            ) from exc
+            return batch, exc
+        return batch, None
 
     def _check_stream_response(self, response: httpx2.Response) -> None:
         if 300 <= response.status_code < 400:
@@ -760,13 +655,9 @@ class OpenAIProvider(HTTPEndpoint):
     async def complete(self, request: LLMRequest) -> Completion:
         """A non-streamed request."""
         body = self.encode(request, stream=False)
-        try:
-            async with self._client.stream("POST", self._chat_url, content=body) as response:
-                if response.status_code >= 400:
-                    raise await self._http_error(response)
-                raw, more = await self._read_capped(response, self.max_response_bytes)
-        except httpx2.HTTPError as exc:
-            raise self._transport_error(exc) from exc
+        raw, more = await self._fetch(
+            "POST", self._chat_url, self.max_response_bytes, content=body, what="the answer"
+        )
         if more:
             raise ProviderError(
                 f"the answer from {self.base_url} passed {self.max_response_bytes} bytes; "
