@@ -245,11 +245,15 @@ class _Server:
         return url
 
     def _transport(self, target: Any) -> Any:
-        """A stdio server's transport with its stderr sent to the capped log."""
+        """A stdio server's transport with its stderr sent to the capped log; an HTTP server's
+        with each request ended ``timeout`` seconds after it began (see :mod:`.http_transport`:
+        a call that timed out leaves no request behind it, whatever the server trickles)."""
         from mcp import StdioServerParameters
 
         if not isinstance(target, StdioServerParameters):
-            return target
+            from .http_transport import streamable_http
+
+            return streamable_http(target, self.timeout)
         from mcp.client.stdio import stdio_client
 
         self.stderr = _StderrLog(self.log_path, self.stderr_bytes)
@@ -295,7 +299,10 @@ class _Server:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]  # the SDK's task groups wrap the one real error
         said = self.stderr.first_line if self.stderr is not None else ""
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            text = f"it did not answer within {self.timeout:g} s (timeout)"
+        else:
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return text + (f"; its stderr: {said}" if said else "")
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -315,13 +322,18 @@ class _Server:
                 if not ready.done():
                     ready.set_exception(exc)
                 elif not isinstance(exc, asyncio.CancelledError):
-                    logger.info("MCP server %r stopped: %s", self.name, exc)
+                    logger.info("MCP server %r stopped: %s", self.name, _describe(exc))
                 self._client = None
 
         self._task = loop.create_task(hold(), name=f"mcp-{self.name}")
         try:
             self._client = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
         except BaseException:
+            # a start that failed or timed out is stopped now: its task may still be inside
+            # the handshake, where the stop event does not reach it, and the start ends at
+            # `timeout`, not when the handshake gives up (nor is its late error left unread)
+            ready.cancel()
+            self._task.cancel()
             await self._reset()
             raise
 
@@ -329,8 +341,12 @@ class _Server:
         await self.start()
         try:
             listed = await asyncio.wait_for(self._client.list_tools(), self.timeout)
-        except Exception:
+        except Exception as exc:
             await self._mark_dead()
+            if isinstance(exc, TimeoutError):
+                raise RuntimeError(
+                    f"tools/list: it did not answer within {self.timeout:g} s (timeout)"
+                ) from exc
             raise
         fresh: dict[str, McpTool] = {}
         spent = 0
@@ -420,12 +436,18 @@ class _Server:
         """Close the connection task (keeping the record that the server ran)."""
         self._stop.set()
         task = self._task
-        if task is not None and not task.done():
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, 5)
-        self._client = None
-        if self.stderr is not None:
-            await asyncio.to_thread(self.stderr.close)
+        try:
+            if task is not None and not task.done():
+                # asyncio.wait, not wait_for: the task's own end is not raised here, and a
+                # cancellation of the caller (a host's timeout) is not swallowed with it
+                await asyncio.wait({task}, timeout=5)
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=5)
+        finally:
+            self._client = None
+            if self.stderr is not None:
+                await asyncio.to_thread(self.stderr.close)
 
     async def close(self) -> None:
         await self._reset()
