@@ -70,14 +70,18 @@ class HttpFetcher:
         await self._client.aclose()
 
     async def fetch(self, url: str, *, max_chars: int = 20_000) -> FetchResult:
-        """Fetch ``url``: at most ``timeout`` seconds in all (a server that trickles bytes is cut
-        too), at most ``max_bytes`` read, every hop judged by the address policy."""
+        """Fetch ``url``: at most ``timeout`` seconds in all, from the address check and the
+        connection to the last byte of the last redirect (a head or a body that trickles in, or
+        ``100 Continue`` sent forever, is cut too: the read timeout alone restarts with each
+        byte), at most ``max_bytes`` read, every hop judged by the address policy."""
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._fetch(url, max_chars)
         except TimeoutError as exc:
             raise ToolError(
-                ToolErrorCode.TIMEOUT, f"fetching {url} took longer than {self.timeout:g} s"
+                ToolErrorCode.TIMEOUT,
+                f"fetching {url} took longer than {self.timeout:g} s "
+                "(timeout: the whole fetch, from connect to the last byte)",
             ) from exc
 
     async def _fetch(self, url: str, max_chars: int) -> FetchResult:
