@@ -192,3 +192,61 @@ def embeddings_scenario() -> Scenario:
         )
 
     return run
+
+
+# -- slow peers: each ends only when the client goes (a write to a closed connection fails) --
+
+
+async def _drip(writer: asyncio.StreamWriter, data: bytes, interval: float) -> None:
+    """``data`` one byte every ``interval`` seconds."""
+    for i in range(len(data)):
+        writer.write(data[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(interval)
+
+
+def trickle_head_scenario(interval: float = 0.1) -> Scenario:
+    """The status line one byte at a time, then a header line that never ends: a read never
+    waits longer than ``interval``, and the response head never arrives."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        await _drip(writer, b"HTTP/1.1 200 OK\r\nx-slow: ", interval)
+        while True:
+            await _drip(writer, b"a", interval)
+
+    return run
+
+
+def continue_forever_scenario(interval: float = 0.1) -> Scenario:
+    """``HTTP/1.1 100 Continue`` again and again: each is a whole interim response, and the
+    client waits on for the final one."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        while True:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(interval)
+
+    return run
+
+
+def trickle_body_scenario(head: bytes, piece: bytes, interval: float = 0.1) -> Scenario:
+    """``head`` at once, then ``piece`` over and over, one byte every ``interval`` seconds."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(head)
+        await writer.drain()
+        while True:
+            await _drip(writer, piece, interval)
+
+    return run
+
+
+def silent_scenario() -> Scenario:
+    """The request is read and never answered (the connection stays open)."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes) -> None:
+        await reader.read()  # until the client closes: nothing is ever written
+        writer.close()
+
+    return run
