@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "AgentOptions": "memora.agent",
     "ProjectRuntime": "memora.agent",
     "PausedTurn": "memora.agent",
+    "Forgotten": "memora.memory.forgetting",
     "Messages": "memora.messages",
     "load_config": "memora.settings",
     "create_provider_from_config": "memora.settings",
@@ -136,6 +137,7 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         ProviderRouter as ProviderRouter,
         ToolSpec as ToolSpec,
     )
+    from .memory.forgetting import Forgotten as Forgotten
     from .messages import Messages as Messages
     from .plugins import Plugins as Plugins, create_plugin_manager as create_plugin_manager
     from .settings import (

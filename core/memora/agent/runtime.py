@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..memory.forgetting import Forgotten, forget_everywhere
 from .agent import Agent
 from .options import SESSION_OPTIONS, check_session_options
 from .project import ProjectResources, maybe_await
@@ -58,6 +59,18 @@ class ProjectRuntime(ProjectResources):
         an option the user set as the user set it."""
         resolved = self._resolved or agent_settings(self.host_options, warn=False)
         return resolved.plugin_options(name)
+
+    async def forget_everywhere(
+        self, memory_id: str, *, by: str, scope: str | None = None
+    ) -> Forgotten:
+        """``memory_id`` out of recall, its text out of its history and out of the session's
+        log (:func:`~memora.memory.forgetting.forget_everywhere`), in ``scope``'s view of the
+        project's memory (``None``: the project's owner).  An Agent holding one of the changed
+        sessions open keeps what it read until it opens the session again."""
+        await self.open()
+        return await forget_everywhere(
+            self.memory.for_scope(scope), self.session_store, memory_id, by=by
+        )
 
     def storage_name(self) -> str:
         """The storage backend the project resolves to — the host's option, else its settings

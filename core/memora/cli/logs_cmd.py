@@ -83,6 +83,7 @@ def _doc(info: Any, record: Any) -> dict[str, Any]:
         "tools": _tools(record),
         "usage": dict(record.usage),
         "model": record.model or None,
+        "forgotten": record.forgotten,
     }
 
 
@@ -139,6 +140,11 @@ def _print(docs: list[dict[str, Any]], *, rich: bool) -> None:
             + (f"{doc['model']} · " if doc["model"] else "")
             + f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"
         )
+        if doc["forgotten"] is not None:  # its text was forgotten: who asked and when
+            gone = doc["forgotten"]
+            said = f"(forgotten by {gone.get('by', '?')} on {_when(float(gone.get('at') or 0))})"
+            click.echo(clean(f"{head}\n\n{said}\n", newlines=True))
+            continue
         lines = [clean(head, newlines=False), "", "> " + clean(doc["user"]).replace("\n", "\n> ")]
         for tool in doc["tools"]:
             state = "refused" if tool.get("blocked") else "ok" if tool.get("ok") else "failed"

@@ -130,6 +130,8 @@ def history_cmd(memory_id: str, where: StorageTarget, as_json: bool) -> None:
             mark = "current"
         click.echo(clean(f"{r.id}  ({mark})  session={r.session_id} round={r.round_id}"))
         text = r.content[:200] if r.content else "(no text)"
+        if "redacted" in r.meta:  # forgotten everywhere: its text is gone from the chain too
+            text = _change("text forgotten everywhere", r.meta["redacted"], link=False)
         click.echo(f"    {clean(text, newlines=False)}")
 
 
@@ -185,7 +187,7 @@ def _provenance(meta: dict[str, Any]) -> list[str]:
         lines.append(f"grounding: {json.dumps(score, ensure_ascii=False)}")
     lines.extend(
         _change(key, meta[key])
-        for key in ("edited", "forgotten", "pinned", "unpinned")
+        for key in ("edited", "forgotten", "pinned", "unpinned", "redacted")
         if key in meta
     )
     return lines
@@ -253,15 +255,40 @@ def edit_cmd(memory_id: str, where: StorageTarget, content: str | None) -> None:
 @memory_group.command("forget")
 @click.argument("memory_id")
 @store_options
-def forget_cmd(memory_id: str, where: StorageTarget) -> None:
+@click.option(
+    "--everywhere",
+    is_flag=True,
+    help="Also empty its history's texts and forget the text of the round it came from in the "
+    "session's log (and its forks): `memora logs` and `sessions show` then say who asked and "
+    "when.",
+)
+def forget_cmd(memory_id: str, where: StorageTarget, everywhere: bool) -> None:
     """Take a memory out of recall (searches, the model's memory_search, exports of current
-    memories); the chain records who forgot it and when."""
+    memories); the chain records who forgot it and when.  --everywhere: its text out of the
+    chain and out of the session's log too."""
+    if not everywhere:
 
-    async def work(store: Any) -> Any:
-        return await where.memory(store).forget(memory_id, by=_who())
+        async def work(store: Any) -> Any:
+            return await where.memory(store).forget(memory_id, by=_who())
 
-    _run(where, work)
-    click.echo(f"forgotten: {memory_id}")
+        _run(where, work)
+        click.echo(f"forgotten: {memory_id}")
+        return
+    from ..memory.forgetting import forget_everywhere
+
+    async def everywhere_work(store: Any) -> Any:
+        sessions = where.open_sessions()
+        try:
+            return await forget_everywhere(where.memory(store), sessions, memory_id, by=_who())
+        finally:
+            await sessions.close()
+
+    done = _run(where, everywhere_work)
+    rounds = ", ".join(f"{s}/{r}" for s, r in done.rounds) or "none"
+    click.echo(
+        f"forgotten everywhere: {memory_id} ({len(done.memories)} version(s) emptied; rounds: "
+        f"{rounds})"
+    )
 
 
 def _pin(memory_id: str, where: StorageTarget, *, on: bool) -> None:
@@ -532,6 +559,10 @@ def sessions_show(session_id: str, where: StorageTarget, as_json: bool) -> None:
     click.echo(clean(f"{info.id}: {info.title}", newlines=False))
     for r in rounds:
         click.echo(clean(f"-- round {r.round_id} [{r.status}]"))
+        if r.forgotten is not None:
+            by = r.forgotten.get("by", "?")
+            click.echo(clean(f"   (forgotten by {by} on {_when(r.forgotten.get('at'))})"))
+            continue
         click.echo(f"   user: {clean(r.user[:300], newlines=False)}")
         click.echo(f"   assistant: {clean(r.assistant[:300], newlines=False)}")
 

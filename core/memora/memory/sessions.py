@@ -58,6 +58,7 @@ from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
 from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk, unsupported
 from ..security.state import check_state_path, ensure_state_dir, open_state_file, warn_once
+from .redaction import redact_log_in_place, redacted, round_lines, title_without
 
 __all__ = [
     "InMemorySessionStore",
@@ -126,6 +127,9 @@ class RoundRecord:
     model: str = ""
     """Which provider and model answered (``openai:gpt-4o-mini``); empty in rounds stored
     before memora recorded it."""
+    forgotten: dict[str, Any] | None = None
+    """Set when the round's text was forgotten (``forget --everywhere``): who asked (``by``),
+    when (``at``) and for which memory; the round's text, answer and events are gone."""
 
     def to_dict(self) -> dict[str, Any]:
         # shallow on purpose: events are plain JSON values, about to be serialised (asdict()
@@ -144,6 +148,8 @@ class RoundRecord:
             data["output"] = self.output
         if self.model:
             data["model"] = self.model
+        if self.forgotten is not None:
+            data["forgotten"] = dict(self.forgotten)
         return data
 
     @staticmethod
@@ -159,6 +165,7 @@ class RoundRecord:
             usage=dict(data.get("usage") or {}),
             output=data.get("output"),
             model=str(data.get("model") or ""),
+            forgotten=dict(data["forgotten"]) if isinstance(data.get("forgotten"), dict) else None,
         )
 
 
@@ -513,7 +520,12 @@ class SessionStore(Protocol):
     A store may also offer ``append_turn(session_id, messages, record)``, one write for a
     finished turn's messages and round, and ``load(session_id)``, a :class:`SessionContents`
     (or ``None`` when there is no such session) read at once — what an Agent reads when it
-    opens a session, otherwise asked for with ``exists``, ``get``, ``messages`` and ``rounds``."""
+    opens a session, otherwise asked for with ``exists``, ``get``, ``messages`` and ``rounds``.
+    A store that can forget a round's text offers ``redact_round(session_id, round_id,
+    tombstone) -> bool`` (``memora memory forget --everywhere``; see
+    :mod:`memora.memory.redaction`): the round's line and its turn's messages keep their place
+    and structure and lose their text, the round gaining ``forgotten`` (the ``tombstone``:
+    who asked and when); ``False`` when the session has no such round."""
 
     async def create(
         self, title: str = "", session_id: str | None = None, *, scope: str | None = None
@@ -988,6 +1000,33 @@ class JsonlSessionStore:
 
             return await asyncio.to_thread(work)
 
+    async def redact_round(self, session_id: str, round_id: str, tombstone: dict[str, Any]) -> bool:
+        """Forget round ``round_id``'s text in the session's log, in place (see
+        :func:`~memora.memory.redaction.redact_log_in_place`); the session's cached counts
+        (which hold its first request, its default title) are read again."""
+        if self._pending(session_id) is not None:
+            return False
+        async with self._lock(session_id):
+
+            def work() -> bool:
+                folder = self._existing(session_id)
+                for path in _logs(folder):  # a turn is one append: its lines are in one log
+                    said = redact_log_in_place(path, round_id, tombstone)
+                    if said is None:
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / _INDEX).unlink()  # its counts held the first request
+                    if (folder / "meta.json").exists():  # a fork's title is its source's
+                        info = self._meta_only(session_id, folder)
+                        title = title_without(info.title, said)
+                        if title is not None:
+                            info.title = title
+                            self._write_meta(info)
+                    return True
+                return False
+
+            return await asyncio.to_thread(work)
+
     async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
         def work() -> SessionInfo:
             info = self._read_meta(session_id)
@@ -1094,6 +1133,17 @@ class InMemorySessionStore:
         self._lines[info.id] = list(kept)
         new = self._info(info.id)
         return new, new.round_count
+
+    async def redact_round(self, session_id: str, round_id: str, tombstone: dict[str, Any]) -> bool:
+        lines = self._lines.get(session_id, [])
+        targets = round_lines(lines, round_id)
+        if targets:
+            title = title_without(self._get(session_id).title, lines[targets[-1]].get("user", ""))
+            if title is not None:
+                self._meta[session_id].title = title
+        for index in targets:
+            lines[index] = redacted(lines[index], tombstone)
+        return bool(targets)
 
     async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
         meta = self._get(session_id)

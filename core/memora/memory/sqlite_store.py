@@ -211,6 +211,9 @@ class _Core:
             )
             mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             self.db.execute("PRAGMA synchronous=NORMAL")
+            # a forgotten memory's text is overwritten in the pages that are rewritten anyway
+            # (FAST: no extra I/O); scrub() takes care of the rest
+            self.db.execute("PRAGMA secure_delete=FAST")
             # an add may be written on the event loop only where a commit waits for no disk: in
             # WAL mode (a file system without shared memory keeps the rollback journal, which
             # fsyncs at every commit) on a local file system (see memora.security.kernel_fsync)
@@ -332,6 +335,14 @@ class _Core:
         """Copy the write-ahead log into the database as far as no reader holds it back (what
         SQLite's automatic checkpoint does; it ``fsync``s)."""
         self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def scrub(self) -> None:
+        """After text was forgotten: the search index's segments merged (an updated row's old
+        terms stay in them until a merge) and the write-ahead log copied in and cut to nothing
+        (its older page images hold the old text).  Costs a rewrite of the index, so it runs
+        only for ``forget --everywhere``."""
+        self.db.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def add_many(self, items: Sequence[NewMemory]) -> builtins.list[MemoryRecord]:
         return self._tx(lambda: [r for item in items for r in self._add_one(item)])
@@ -932,6 +943,11 @@ class SqliteStorage:
 
     async def integrity_check(self) -> str:
         return await self._run(self._core.integrity_check)
+
+    async def scrub(self) -> None:
+        """Make the database's files forget text that updates removed (see
+        the core's ``scrub``): ``forget --everywhere`` asks for it."""
+        await self._run(self._core.scrub)
 
     async def close(self) -> None:
         if self._closed:

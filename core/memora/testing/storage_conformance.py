@@ -378,6 +378,12 @@ class StorageConformance:
         )
         with pytest.raises(MemoraError):
             await store.update("missing", content="x")
+        # forget --everywhere empties a memory's text and name in place (and scrubs, if it can)
+        gone = await store.update(rec.id, content="", name="", meta={"redacted": {"by": "x"}})
+        assert (gone.content, gone.name) == ("", "") and gone.meta["redacted"] == {"by": "x"}
+        assert await store.search_by_keyword("香蕉") == [], "an emptied memory matches nothing"
+        if getattr(store, "scrub", None) is not None:
+            await store.scrub()  # type: ignore[attr-defined]
 
     async def test_delete(self, store: MemoryStorage) -> None:
         rec = await store.add(NewMemory("delete me please"))

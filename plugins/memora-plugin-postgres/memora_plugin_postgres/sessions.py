@@ -17,6 +17,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from memora.errors import ErrorCode, MemoraError
+from memora.memory.redaction import redacted, round_lines, title_without
 from memora.memory.sessions import RoundRecord, SessionContents, SessionInfo, lines_until_round
 
 from .database import Database, namespace_from
@@ -261,6 +262,36 @@ class PostgresSessionStore:
                 )
             info = await self._one(conn, new_id)
         return info, info.round_count
+
+    async def redact_round(self, session_id: str, round_id: str, tombstone: dict[str, Any]) -> bool:
+        """Forget round ``round_id``'s text: its line and its turn's messages are rewritten
+        without it, in one transaction (see :mod:`memora.memory.redaction`).  The rows' old
+        versions stay in the table's files until PostgreSQL vacuums them."""
+        async with await self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT seq, kind, body FROM memora_session_lines WHERE namespace=%s "
+                "AND session_id=%s ORDER BY seq FOR UPDATE",
+                (self.namespace, session_id),
+            )
+            rows = await cur.fetchall()
+            lines = [{**body, "kind": kind} for _, kind, body in rows]
+            targets = round_lines(lines, round_id)
+            if targets:  # a fork's title is its source's, which may be the request
+                source = await self._one(conn, session_id)
+                title = title_without(source.title, lines[targets[-1]].get("user", ""))
+                if title is not None:
+                    await conn.execute(
+                        "UPDATE memora_sessions SET title=%s WHERE namespace=%s AND id=%s",
+                        (title, self.namespace, session_id),
+                    )
+            for index in targets:
+                body = {k: v for k, v in redacted(lines[index], tombstone).items() if k != "kind"}
+                await conn.execute(
+                    "UPDATE memora_session_lines SET body=%s::jsonb WHERE namespace=%s "
+                    "AND session_id=%s AND seq=%s",
+                    (json.dumps(body), self.namespace, session_id, rows[index][0]),
+                )
+        return bool(targets)
 
     async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
         async with await self._conn() as conn:

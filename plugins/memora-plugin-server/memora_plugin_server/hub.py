@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memora import Agent, ProjectRuntime
+from memora import Agent, Forgotten, ProjectRuntime
 from memora.agent import ApprovalPause, HostPause, OutputSpec, PausedTurn, QuestionPause
 from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
@@ -571,6 +571,22 @@ class Hub:
     def role_packs(self, project: str) -> RolePackManager:
         """The project's role packs as a new session would see them (the runtime's)."""
         return self.project(project).runtime.role_packs()
+
+    async def forget_everywhere(
+        self, project: str, memory_id: str, *, scope: str | None, by: str
+    ) -> Forgotten:
+        """``forget --everywhere`` in ``scope``'s view of the project's memory; every session
+        whose log lost a round's text is read again from the store on its next use (here, and
+        on every worker: its shared version moves on)."""
+        served = self.project(project)
+        forgotten = await served.runtime.forget_everywhere(memory_id, by=by, scope=scope)
+        for session_id in forgotten.sessions:
+            slot = self._slots.get((project, session_id))
+            if slot is not None and not slot.busy:
+                await self._close_agent(slot)  # reopened from the store, without the text
+            if served.shared is not None:
+                await served.shared.bump(session_id)
+        return forgotten
 
     def _refuse_busy(self, slot: _Slot) -> None:
         if slot.busy:

@@ -281,8 +281,17 @@ async def memory_edit(call: Call) -> Response:
 
 
 async def memory_forget(call: Call) -> Response:
-    record = await _memory(call).forget(call.param("memory"), by=_who(call))
-    return JSONResponse(record.to_dict(), status_code=201)
+    if call.request.query_params.get("everywhere") not in ("1", "true", "yes"):
+        record = await _memory(call).forget(call.param("memory"), by=_who(call))
+        return JSONResponse(record.to_dict(), status_code=201)
+    # its text out of its history and out of the session's log too; the sessions it touched
+    # are read again by whoever holds them open
+    forgotten = await call.hub.forget_everywhere(
+        call.param("project"), call.param("memory"), scope=call.scope, by=_who(call)
+    )
+    return JSONResponse(
+        {**forgotten.tombstone.to_dict(), "everywhere": forgotten.to_dict()}, status_code=201
+    )
 
 
 async def memory_pin(call: Call) -> Response:
@@ -442,7 +451,8 @@ API: tuple[Api, ...] = (
         "POST",
         "/v1/projects/{project}/memory/{memory}/forget",
         "write",
-        "Take a memory out of recall (its history keeps who forgot it and when).",
+        "Take a memory out of recall (its history keeps who forgot it and when); "
+        "?everywhere=1: its text out of its history and out of the session's log too.",
         memory_forget,
     ),
     Api(

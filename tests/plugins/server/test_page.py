@@ -233,8 +233,43 @@ async def test_the_memory_panel_shows_edits_and_forgets_in_place(tmp_path: Path)
         assert await memory.pinned(fresh=True) == []
 
         await page.locator("#memory-hits li.memory button.forget").click()
+        await page.locator("#memory-hits li.memory button.forget-recall").click()  # recall only
         await page.locator("#memory-hits li.status-line", has_text="forgotten").wait_for()
         assert await memory.search("ships") == []
+
+
+async def test_forget_everywhere_from_the_page(tmp_path: Path) -> None:
+    """#68 item 6: the page's Forget offers "Everywhere": the memory's text and its round's
+    text in the session's log are gone, the round says who asked."""
+    import json
+
+    import httpx2
+
+    project = project_dir(tmp_path)
+    options = scripted(tmp_path, ScriptedProvider([], default=text("noted")))
+    async with serve(project, **options) as srv, browser_page(tmp_path) as page:
+        await page.goto(srv.url + "/")
+        await page.wait_for_selector("#sessions li.active")
+        await page.fill("#message", "my locker code is heron-4417")
+        await page.press("#message", "Enter")
+        await page.locator(".msg.assistant", has_text="noted").first.wait_for(timeout=15_000)
+        memory = srv.app.state.hub.project("proj").runtime.memory
+        for _ in range(100):
+            if await memory.search("locker"):
+                break
+            await page.wait_for_timeout(100)
+        await page.fill("#memory-q", "locker")
+        await page.press("#memory-q", "Enter")
+        hit = page.locator("#memory-hits li.memory")
+        await hit.wait_for(timeout=15_000)
+        await hit.locator("button.forget").click()
+        await hit.locator("button.forget-everywhere").click()
+        await page.locator("#memory-hits li.status-line", has_text="everywhere").wait_for()
+        async with httpx2.AsyncClient(base_url=srv.url, timeout=30) as client:
+            sessions = (await client.get("/v1/projects/proj/sessions")).json()["sessions"]
+            rounds = (await client.get(f"/v1/projects/proj/sessions/{sessions[0]['id']}")).json()
+        assert "heron-4417" not in json.dumps(rounds)
+        assert rounds["rounds"][0]["forgotten"]["by"] == "local"
 
 
 async def test_an_unsaved_round_says_so_in_the_browser(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ REST: dict[tuple[str, str], Row] = {
     ("GET", "/v1/projects/{project}/memory/pinned"): Row("own"),
     ("GET", "/v1/projects/{project}/memory/{memory}"): Row("404"),
     ("POST", "/v1/projects/{project}/memory/{memory}/edit"): Row("404", body={"content": "x"}),
-    ("POST", "/v1/projects/{project}/memory/{memory}/forget"): Row("404"),
+    ("POST", "/v1/projects/{project}/memory/{memory}/forget"): Row("404", query="?everywhere=1"),
     ("POST", "/v1/projects/{project}/memory/{memory}/pin"): Row("404"),
     ("POST", "/v1/projects/{project}/memory/{memory}/unpin"): Row("404"),
     ("POST", "/v1/projects/{project}/ag-ui"): Row("404", body={}),  # filled in by the test

@@ -503,11 +503,25 @@ function memoryItem(h, q) {
     });
     item.append(editor);
   });
-  forget.addEventListener("click", async () => {
-    try {
-      await postJSON(base() + "/memory/" + encodeURIComponent(h.id) + "/forget");
-      item.replaceWith(el("li", { class: "status-line" }, "forgotten"));
-    } catch (err) { notice(err.message); }
+  forget.addEventListener("click", () => {
+    // out of recall only, or everywhere: its text out of its history and the conversation too
+    if (item.querySelector(".forget-choice")) return;
+    const recall = el("button", { type: "button", class: "forget-recall" }, "Out of recall");
+    const everywhere = el("button", { type: "button", class: "forget-everywhere" }, "Everywhere");
+    const cancel = el("button", { type: "button" }, "Cancel");
+    const choice = el("div", { class: "forget-choice" },
+      el("p", {}, "Forget from recall only, or everywhere — also its history's text and the conversation it came from (who asked and when is kept)?"),
+      el("div", { class: "buttons" }, recall, everywhere, cancel));
+    const go = async (all) => {
+      try {
+        await postJSON(base() + "/memory/" + encodeURIComponent(h.id) + "/forget" + (all ? "?everywhere=1" : ""));
+        item.replaceWith(el("li", { class: "status-line" }, all ? "forgotten everywhere" : "forgotten"));
+      } catch (err) { notice(err.message); }
+    };
+    recall.addEventListener("click", () => go(false));
+    everywhere.addEventListener("click", () => go(true));
+    cancel.addEventListener("click", () => choice.remove());
+    item.append(choice);
   });
   const pinned = Boolean(h.meta && h.meta.pinned);
   const pin = el("button", { type: "button", class: "pin", "aria-pressed": String(pinned) }, pinned ? "Unpin" : "Pin");
