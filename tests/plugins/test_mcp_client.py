@@ -3,6 +3,7 @@ a stdio subprocess) become agent tools under ``mcp:<server>``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -498,3 +499,35 @@ async def test_a_servers_tool_list_is_bounded(
     assert sum(len(t.description) for t in flood) <= MAX_TOOL_BYTES + 64 * len(flood)
     warned = [r.getMessage() for r in caplog.records if "lists 2000 tools" in r.getMessage()]
     assert warned and "'flood'" in warned[0]
+
+
+async def test_an_http_servers_headers_are_sent(tmp_path: Path) -> None:
+    """The `headers` of an HTTP server's config (an `Authorization` the user set) were accepted
+    and never sent."""
+    import asyncio
+
+    from memora_plugin_mcp.http_transport import streamable_http
+
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        with contextlib.suppress(Exception):
+            async with streamable_http(
+                f"http://127.0.0.1:{port}/mcp", 5, {"Authorization": "Bearer sesame"}
+            ) as (read, write, *_):
+                from mcp import ClientSession
+
+                async with ClientSession(read, write) as session:
+                    await asyncio.wait_for(session.initialize(), 5)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    assert seen and b"authorization: Bearer sesame" in seen[0].lower().replace(b"bearer", b"Bearer")

@@ -253,7 +253,8 @@ class _Server:
         if not isinstance(target, StdioServerParameters):
             from .http_transport import streamable_http
 
-            return streamable_http(target, self.timeout)
+            headers = {str(k): str(v) for k, v in (self.spec.get("headers") or {}).items()}
+            return streamable_http(target, self.timeout, headers or None)
         from mcp.client.stdio import stdio_client
 
         self.stderr = _StderrLog(self.log_path, self.stderr_bytes)

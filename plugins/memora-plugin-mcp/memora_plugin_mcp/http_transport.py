@@ -99,14 +99,17 @@ class TotalTimeout(httpx2.AsyncBaseTransport):
 
 
 @asynccontextmanager
-async def streamable_http(url: str, seconds: float) -> AsyncIterator[Any]:
+async def streamable_http(
+    url: str, seconds: float, headers: dict[str, str] | None = None
+) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport for ``url`` on a client of our own: its requests
-    bounded by :class:`TotalTimeout`, otherwise as the SDK's default client (connect, write and
-    pool timeouts ``seconds``; redirects left to the SDK, which follows them within the
-    origin)."""
+    bounded by :class:`TotalTimeout`, sent with the server's ``headers`` (the user's config:
+    an ``Authorization``, say), otherwise as the SDK's default client (connect, write and pool
+    timeouts ``seconds``; redirects left to the SDK, which follows them within the origin)."""
     client = httpx2.AsyncClient(
         timeout=httpx2.Timeout(seconds, read=LISTEN_READ_TIMEOUT),
         transport=TotalTimeout(seconds),
+        headers=headers,
     )
     async with client, streamable_http_client(url, http_client=client) as streams:
         yield streams
