@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ..tools.task_table import PlanItem
     from ..tools.works import WorksRegistry
     from ..tracing import Tracer
+    from .context_window import ContextOccupancy
     from .exposure import ToolExposure
     from .prompts import Prompts
     from .record import TurnRecord
@@ -631,6 +632,24 @@ class Agent(PauseVerbs):
         """The output limit requests carry: min(``max_tokens``, the role pack's
         ``act.outputLimit``), ``None`` when neither is set.  Hosts must not recompute it."""
         return self.role_pack.strategy.max_tokens(self.options.max_tokens)
+
+    def context_usage(self) -> ContextOccupancy:
+        """How full the context window is, by part, against the effective window (the seed's
+        occupancy snapshot): the last request's, or — before this session's first — what the
+        next request would hold now.  See :class:`~memora.agent.context_window.ContextOccupancy`."""
+        self._need("tools")
+        last = self._window.occupancy
+        if last is not None:
+            return last
+        chat = self.router.for_task("chat")
+        tools = self._exposure.for_turn(chat)
+        return self._window.measure(
+            self._prompts.system(chat, tools),
+            _assembly().window_of(self, chat),
+            self.effective_max_tokens() or 1024,
+            self._prompts.plan_section(),
+            tools.spec_tokens(),
+        )
 
     async def append_message(self, role: str, content: str) -> None:
         """Add a message to the live conversation between turns (a system note, a message the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..llm.types import Message, ToolSpec, clean_message, clean_text, estimate_text_tokens
@@ -20,7 +21,13 @@ from ..llm.types import Message, ToolSpec, clean_message, clean_text, estimate_t
 if TYPE_CHECKING:
     from ..messages import Messages
 
-__all__ = ["ContextWindow", "estimate_spec_tokens", "estimate_tokens", "trim_history"]
+__all__ = [
+    "ContextOccupancy",
+    "ContextWindow",
+    "estimate_spec_tokens",
+    "estimate_tokens",
+    "trim_history",
+]
 
 logger = logging.getLogger("memora.agent")
 
@@ -79,6 +86,65 @@ def trim_history(history: Sequence[Message], costs: Sequence[int], budget: int) 
     return drop
 
 
+@dataclass(frozen=True, slots=True)
+class ContextOccupancy:
+    """How full the context window is, by part (the seed's occupancy snapshot): estimated
+    tokens of each part of a request against the **effective window** — the provider's window,
+    capped by ``max_context_tokens`` and the role pack's ``contextLimit``, as truncation and the
+    soft limit count it.  ``agent.context_usage()`` gives the last request's (before the first,
+    what one would hold now)."""
+
+    window: int
+    """The effective window, in tokens."""
+    system: int
+    """The system prompt: the role pack's persona, rules and skills, pinned memories, the
+    typed result's instruction."""
+    notice: int
+    """The trim notice (with the digest of trimmed history), when history was trimmed."""
+    plan: int
+    """The task table shown to the model."""
+    history: int
+    """The conversation kept (after trimming)."""
+    tools: int
+    """The tool schemas sent with the request."""
+    reserve: int
+    """Room kept for the answer (the output budget)."""
+    trimmed: int
+    """Messages trimmed from this session's history so far."""
+
+    @property
+    def used(self) -> int:
+        """Tokens the request's input takes."""
+        return self.system + self.notice + self.plan + self.history + self.tools
+
+    @property
+    def free(self) -> int:
+        """Tokens left beside the input and the answer's reserve (never below 0)."""
+        return max(0, self.window - self.used - self.reserve)
+
+    @property
+    def share(self) -> float:
+        """``used`` as a share of the window (0–1; more when estimates overshoot)."""
+        return self.used / self.window if self.window else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "used": self.used,
+            "free": self.free,
+            "share": round(self.share, 4),
+            "parts": {
+                "system": self.system,
+                "notice": self.notice,
+                "plan": self.plan,
+                "history": self.history,
+                "tools": self.tools,
+                "reserve": self.reserve,
+            },
+            "trimmed": self.trimmed,
+        }
+
+
 class ContextWindow:
     """History, per-message token estimates, the trim notice and the provider-bound list."""
 
@@ -88,6 +154,7 @@ class ContextWindow:
         "_head",
         "_heads",
         "_history",
+        "_last",
         "_messages",
         "_note",
         "_prompt",
@@ -123,6 +190,9 @@ class ContextWindow:
         still finds the request's prefix after a session is read again."""
         self.spawn: Callable[[Coroutine[Any, Any, None]], None] = no_background
         """Runs the summariser's coroutine in the background (the Agent tracks it)."""
+        self._last: tuple[Any, ...] | None = None
+        """What :meth:`wire` last built a request of (measured only when asked: no cost on the
+        request's path)."""
 
     # -- the history -------------------------------------------------------------------------
 
@@ -182,10 +252,19 @@ class ContextWindow:
         return used > 0.8 * (window - reserve)
 
     def wire(
-        self, prompt: str, window: int, reserve: int, section: str | None = None
+        self,
+        prompt: str,
+        window: int,
+        reserve: int,
+        section: str | None = None,
+        *,
+        effective: int | None = None,
+        tools: int = 0,
     ) -> list[Message]:
         """The messages for the next request: the system prompt, the trim notice, ``section``
         (the plan), then the history; the oldest messages are trimmed to fit ``window - reserve``.
+        ``effective`` (the effective window) and ``tools`` (the tool schemas' tokens) go into
+        :attr:`occupancy`, the request's snapshot.
 
         The same list object is returned (and appended to) until something above the history
         changes, so providers can encode it incrementally.
@@ -211,7 +290,48 @@ class ContextWindow:
             self._wire = [*head, *self._history]
             self._prompt = prompt
             self._section = section
+        self._last = (prompt, effective or window, reserve, section, tools, self._note,
+                      self._total, self.trimmed)  # fmt: skip
         return self._wire
+
+    @property
+    def occupancy(self) -> ContextOccupancy | None:
+        """The last request's :class:`ContextOccupancy` (``None`` before the first)."""
+        if self._last is None:
+            return None
+        prompt, window, reserve, section, tools, note, history, trimmed = self._last
+        return self._occupancy(prompt, window, reserve, section, tools, note, history, trimmed)
+
+    def measure(
+        self, prompt: str, window: int, reserve: int, section: str | None = None, tools: int = 0
+    ) -> ContextOccupancy:
+        """The :class:`ContextOccupancy` of a request with ``prompt``, ``section`` and this
+        history now, in a window of ``window`` tokens."""
+        return self._occupancy(
+            prompt, window, reserve, section, tools, self._note, self._total, self.trimmed
+        )
+
+    @staticmethod
+    def _occupancy(
+        prompt: str,
+        window: int,
+        reserve: int,
+        section: str | None,
+        tools: int,
+        note: str | None,
+        history: int,
+        trimmed: int,
+    ) -> ContextOccupancy:
+        return ContextOccupancy(
+            window=window,
+            system=estimate_tokens(Message.system(prompt)),
+            notice=estimate_tokens(Message.system(note)) if note else 0,
+            plan=estimate_tokens(Message.system(section)) if section else 0,
+            history=history,
+            tools=tools,
+            reserve=reserve,
+            trimmed=trimmed,
+        )
 
     def _trim(self, budget: int) -> None:
         drop = trim_history(self._history, self._costs, budget)

@@ -142,6 +142,10 @@ class ToolExposure:
             if (t := self.tools.get(name)) is not None and self.visible(t)
         ]
 
+    def spec_tokens(self, provider: Provider, asks_exhausted: bool = False) -> int:
+        """What the schemas sent to ``provider`` cost in the context window."""
+        return self._exposed(provider, asks_exhausted).cost
+
     # -- schemas ---------------------------------------------------------------------------------
 
     def _exposed(self, provider: Provider, asks_exhausted: bool) -> _Exposed:
@@ -253,7 +257,7 @@ class TurnTools:
 
     def spec_tokens(self, asks_exhausted: bool = False) -> int:
         """What those schemas cost in the context window."""
-        return self.exposure._exposed(self.provider, asks_exhausted).cost
+        return self.exposure.spec_tokens(self.provider, asks_exhausted)
 
     def names(self) -> frozenset[str]:
         """The names of the tools sent (the system prompt names only these)."""

@@ -571,11 +571,15 @@ class TurnEngine:
                 prompt = f"{prompt}\n\n{spec.instruction(tool=deps.output_tool and tools)}"
             # the tool schemas go with every request: the history gets what they leave, and
             # 10% stays free for the estimates' error (a local model's window is a hard limit)
-            room = deps.window_tokens * 9 // 10 - (
-                deps.exposure.spec_tokens(asks_exhausted) if tools else 0
-            )
+            schemas = deps.exposure.spec_tokens(asks_exhausted) if tools else 0
+            room = deps.window_tokens * 9 // 10 - schemas
             request_messages = window.wire(
-                prompt, room, deps.output_reserve, deps.prompts.plan_section()
+                prompt,
+                room,
+                deps.output_reserve,
+                deps.prompts.plan_section(),
+                effective=deps.window_tokens,
+                tools=schemas,
             )
             if not record.soft_limit_sent and window.near_soft_limit(
                 prompt, deps.window_tokens, deps.output_reserve
