@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.core.test_providers_cli import endpoint  # noqa: F401
+from tests.core.conftest import endpoint  # noqa: F401  (a fixture shared with tests/core)
 
 pytestmark = pytest.mark.slow
 
