@@ -21,6 +21,12 @@ _LAZY: dict[str, str] = {
     "AgentOptions": "memora.agent",
     "ProjectRuntime": "memora.agent",
     "PausedTurn": "memora.agent",
+    "OutputSpec": "memora.agent",
+    "ApprovalPause": "memora.agent",
+    "QuestionPause": "memora.agent",
+    "HostPause": "memora.agent",
+    "RolePackManager": "memora.role_pack.manager",
+    "check_scope": "memora.memory.types",
     "Forgotten": "memora.memory.forgetting",
     "Messages": "memora.messages",
     "load_config": "memora.settings",
@@ -86,8 +92,12 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
     from .agent import (
         Agent as Agent,
         AgentOptions as AgentOptions,
+        ApprovalPause as ApprovalPause,
+        HostPause as HostPause,
+        OutputSpec as OutputSpec,
         PausedTurn as PausedTurn,
         ProjectRuntime as ProjectRuntime,
+        QuestionPause as QuestionPause,
     )
     from .agent.output import OutputRetry as OutputRetry
     from .capabilities import (
@@ -138,8 +148,10 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         ToolSpec as ToolSpec,
     )
     from .memory.forgetting import Forgotten as Forgotten
+    from .memory.types import check_scope as check_scope
     from .messages import Messages as Messages
     from .plugins import Plugins as Plugins, create_plugin_manager as create_plugin_manager
+    from .role_pack.manager import RolePackManager as RolePackManager
     from .settings import (
         create_provider_from_config as create_provider_from_config,
         load_config as load_config,

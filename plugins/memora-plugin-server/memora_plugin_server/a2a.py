@@ -55,7 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from memora.agent import OutputSpec
+from memora import OutputSpec
 from memora.chunks import (
     AbortedChunk,
     ApprovalPendingChunk,

@@ -46,7 +46,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from memora.agent import OutputSpec
+from memora import OutputSpec
 from memora.chunks import (
     AbortedChunk,
     AgentChunk,

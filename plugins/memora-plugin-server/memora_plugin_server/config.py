@@ -37,13 +37,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from memora import check_scope
 from memora.errors import (
     InvalidConfigError,
     InvalidInputError,
     MemoraError,
     describe_validation_error,
 )
-from memora.memory.types import check_scope
 from memora.security.atomic import atomic_write_bytes
 
 __all__ = [

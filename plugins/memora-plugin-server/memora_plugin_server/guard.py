@@ -14,8 +14,8 @@ from typing import Literal, cast
 from starlette.requests import Request
 from starlette.responses import Response
 
+from memora import check_scope
 from memora.errors import MemoraError
-from memora.memory.types import check_scope
 
 from .config import ServerSettings, TokenEntry, load_server_settings, settings_path
 from .errors import ApiError, error_response

@@ -25,13 +25,20 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memora import Agent, Forgotten, ProjectRuntime
-from memora.agent import ApprovalPause, HostPause, OutputSpec, PausedTurn, QuestionPause
+from memora import (
+    Agent,
+    ApprovalPause,
+    Forgotten,
+    HostPause,
+    OutputSpec,
+    PausedTurn,
+    ProjectRuntime,
+    QuestionPause,
+)
 from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
-from memora.role_pack.manager import RolePackManager
 
 from .config import MAX_OPEN_SESSIONS
 from .shared import (
@@ -43,6 +50,9 @@ from .shared import (
     TurnWriter,
 )
 from .turns import END_TYPES, RemoteTurnLog, TurnLog
+
+if TYPE_CHECKING:
+    from memora import RolePackManager
 
 logger = logging.getLogger("memora.server")
 

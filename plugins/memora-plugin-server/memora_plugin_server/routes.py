@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from memora.agent import OutputSpec
+from memora import OutputSpec
 from memora.errors import ErrorCode, MemoraError
 
 from .bodies import AnswersIn, ApprovalIn, ForkIn, MemoryEditIn, RolePackIn, SessionIn, TurnIn
