@@ -13,6 +13,7 @@ back to the model for another try (``output_retries``); past them the turn ends 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -23,7 +24,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
-from ..errors import describe_validation_error
+from ..errors import InvalidInputError, describe_validation_error
+from ..llm.schema_guard import SchemaCheckTimeout, bounded_validator, schema_errors
 from ..llm.types import OutputFormat, ToolSpec
 
 __all__ = [
@@ -178,7 +180,9 @@ class OutputSpec:
         self.adapter: TypeAdapter[Any] | None = None
         self._validator: Any = None
         if json_schema is not None:
-            self._validator = _schema_validator(json_schema)
+            # a schema is data from outside: checked against the limits and given a validator
+            # that fetches nothing and matches patterns under a deadline (llm/schema_guard.py)
+            self._validator = bounded_validator(json_schema)
             compiled = _compile(_clean_name(name) if name else "output", dict(json_schema))
         else:
             compiled = _compiled_type(output_type)
@@ -201,7 +205,11 @@ class OutputSpec:
         """A result described by a JSON schema instead of a Python type (``memora run
         --output-schema file.json``, a REST turn's ``output_schema``): validated with
         ``jsonschema`` (``pip install 'memora-kernel[schemas]'``); the value is the JSON
-        data.  ``INVALID_INPUT`` for a schema that is not one."""
+        data.  ``INVALID_INPUT``, naming the reason, for a schema that is not one or that
+        passes a limit of :mod:`memora.llm.schema_guard` (a ``$ref`` outside the document,
+        a ``$ref`` cycle, too large, too deep, a ``pattern`` or a length too long...)."""
+        if not isinstance(schema, dict):
+            raise InvalidInputError("output_schema must be a JSON object (a JSON schema)")
         return cls(json_schema=schema, name=name or str(schema.get("title") or ""), retries=retries)
 
     # -- what the model is given -------------------------------------------------------------
@@ -252,6 +260,12 @@ class OutputSpec:
                 message=f"the answer is not valid JSON ({exc.msg} at position {exc.pos})",
                 errors=[{"type": "json_invalid", "loc": [], "msg": exc.msg}],
             )
+        except RecursionError:  # a model's answer of a thousand nested brackets
+            return OutputCheck(
+                False,
+                message="the answer nests too deep",
+                errors=[{"type": "json_invalid", "loc": [], "msg": "nested too deep"}],
+            )
         if raw == "":
             return OutputCheck(
                 False,
@@ -259,7 +273,10 @@ class OutputSpec:
                 errors=[{"type": "missing", "loc": [], "msg": "empty"}],
             )
         if self._validator is not None:
-            problems = _schema_errors(self._validator, self._unwrap(data))
+            try:
+                problems = schema_errors(self._validator, self._unwrap(data))
+            except SchemaCheckTimeout as exc:
+                problems = [("", str(exc))]
             if problems:
                 return OutputCheck(
                     False,
@@ -284,8 +301,13 @@ class OutputSpec:
         return OutputCheck(True, value=value)
 
     async def validate(self, text: str) -> OutputCheck:
-        """:meth:`check`, then the host's validators in order (sync or async)."""
-        result = self.check(text)
+        """:meth:`check`, then the host's validators in order (sync or async).  A result
+        described by a JSON schema is checked on a worker thread: its ``pattern``s may take up
+        to ``CHECK_SECONDS`` on a hostile answer, and the event loop keeps answering."""
+        if self._validator is not None:
+            result = await asyncio.to_thread(self.check, text)
+        else:
+            result = self.check(text)
         if not result.ok:
             return result
         value = result.value
@@ -337,34 +359,3 @@ class OutputSpec:
                 return None
             return data
         return self.adapter.dump_python(value, mode="json")
-
-
-def _schema_validator(schema: dict[str, Any]) -> Any:
-    try:
-        import jsonschema  # type: ignore[import-untyped]  # optional: memora-kernel[schemas]
-    except ImportError:
-        from ..errors import NotAvailableError
-
-        raise NotAvailableError(
-            "a result described by a JSON schema needs the jsonschema package: "
-            "pip install 'memora-kernel[schemas]' (or pass a Python type as output_type)"
-        ) from None
-    from ..errors import InvalidInputError
-
-    if not isinstance(schema, dict):
-        raise InvalidInputError("output_schema must be a JSON object (a JSON schema)")
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise InvalidInputError(
-            f"output_schema is not a valid JSON schema: {exc.message}"
-        ) from None
-    return cls(schema)
-
-
-def _schema_errors(validator: Any, data: Any) -> list[tuple[str, str]]:
-    """``(dotted path, message)`` of each way ``data`` breaks the schema, shortest path
-    first (capped messages: a model's huge wrong value is not echoed back whole)."""
-    found = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), str(e.path)))
-    return [(".".join(str(p) for p in e.absolute_path), str(e.message)[:200]) for e in found]
