@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import ErrorCode, MemoraError
+from ..errors import ErrorCode, InvalidInputError, MemoraError
 from ..security.atomic import atomic_write_text
 from ..security.seal import seal, unseal, user_key
 from ..security.state import user_config_dir
@@ -404,7 +404,14 @@ def load_output_schema(spec: str, project: Path) -> Any:
             raise click.BadParameter(
                 f"{spec} holds no JSON object (a JSON schema)", param_hint="--output-schema"
             )
-        return OutputSpec.from_json_schema(schema, name=path.stem)
+        try:
+            return OutputSpec.from_json_schema(schema, name=path.stem)
+        except InvalidInputError as exc:
+            # a schema refused as data (a $ref outside the file, a cycle, a limit): a usage
+            # error, exit 2 with the reason, before any model is loaded
+            raise click.BadParameter(
+                clean(f"{spec}: {exc.message}"), param_hint="--output-schema"
+            ) from None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(
