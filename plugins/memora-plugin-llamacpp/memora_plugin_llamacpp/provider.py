@@ -29,6 +29,8 @@ from memora.llm.types import (
     UsageDelta,
 )
 
+from .grammar import Grammars
+
 __all__ = [
     "DEFAULT_MODEL_FILE",
     "SAFE_CMAKE_ARGS",
@@ -168,6 +170,7 @@ class LlamaCppProvider:
         self.seed = seed
         self.cache_bytes = int(cache_bytes)
         self._llm: Any = None
+        self._grammars = Grammars()
         self._load_lock = asyncio.Lock()
         self._run_lock = asyncio.Lock()
 
@@ -211,7 +214,35 @@ class LlamaCppProvider:
                 self._llm = await asyncio.to_thread(self._load)
         return self._llm
 
-    def _generate(self, llm: Any, request: LLMRequest) -> Iterator[dict[str, Any]]:
+    async def _grammar(self, request: LLMRequest) -> str | None:
+        """The grammar of a typed turn without tools, built and parsed out of process
+        (``grammar.py``); with tools, each tool's parameters checked the same way, since
+        llama-cpp-python turns them into grammars itself, in this process."""
+        if request.tools:
+            params = [tool_to_openai(t)["function"]["parameters"] for t in request.tools]
+            built = await self._grammars.build_all(params, exact=True)
+            for tool, one in zip(request.tools, built, strict=True):
+                if one.kept != "schema" and one.converted:
+                    raise ProviderError(
+                        f"the parameters of tool {tool.name!r} cannot be a llama.cpp grammar: "
+                        + "; ".join(one.reasons)
+                    )
+            return None
+        if request.output is None:
+            return None
+        grammar = await self._grammars.build(request.output.schema)
+        if grammar.reasons:
+            logger.warning(
+                "output schema %r: the model is held to %s only (%s)",
+                request.output.name,
+                grammar.kept or "nothing",
+                "; ".join(grammar.reasons),
+            )
+        return grammar.text
+
+    def _generate(
+        self, llm: Any, request: LLMRequest, grammar: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
             "messages": [message_to_openai(m) for m in request.messages],
             "stream": True,
@@ -222,10 +253,12 @@ class LlamaCppProvider:
             kwargs["temperature"] = float(request.temperature)
         if isinstance(request.max_tokens, int) and request.max_tokens > 0:
             kwargs["max_tokens"] = request.max_tokens
-        if request.output is not None and not request.tools:
-            # a typed turn: llama.cpp turns the JSON schema into a grammar, so the model can
-            # only emit JSON of that shape (memora still validates it)
-            kwargs["response_format"] = {"type": "json_object", "schema": request.output.schema}
+        if grammar is not None:
+            # a typed turn: a grammar llama.cpp has already parsed out of process, never one
+            # it would build here from the schema (memora still validates the answer)
+            from llama_cpp.llama_grammar import LlamaGrammar
+
+            kwargs["grammar"] = LlamaGrammar.from_string(grammar, verbose=False)
         if request.tools:
             # llama-cpp-python's function-calling format cannot stream with tool_choice="auto":
             # generate the whole answer, then hand it over as one stream chunk
@@ -240,6 +273,7 @@ class LlamaCppProvider:
         return cast(Iterator[dict[str, Any]], llm.create_chat_completion(**kwargs))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Delta]:
+        grammar = await self._grammar(request)
         llm = await self._model()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -251,7 +285,7 @@ class LlamaCppProvider:
                 while True:
                     sent = False
                     try:
-                        for chunk in self._generate(llm, attempt):
+                        for chunk in self._generate(llm, attempt, grammar):
                             if stop.is_set():
                                 break
                             sent = True
