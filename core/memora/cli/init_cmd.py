@@ -74,37 +74,51 @@ def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
 
     user = resolve_settings(None).config
     installed = create_plugin_manager().names("provider")
-
-    def refer(name: str) -> tuple[str, str]:
-        kind = user.providers[name].type
-        return (
-            f"  // your user config's provider {name!r} ({kind}): its endpoint and key stay there\n"
-            f'  "active_provider": {json.dumps(name)},',
-            kind,
-        )
-
     if provider is None and (user.active_provider or "llamacpp" in installed):
-        # nothing asked: the project follows the user's default (a pin here would shadow
-        # `memora providers default` in this project, silently), else the embedded model
-        now = (
-            f"{user.active_provider!r} now"
-            if user.active_provider
-            else "none yet: the embedded model"
-        )
-        default = user.providers.get(user.active_provider or "")
-        kind = default.type if default is not None else (user.active_provider or "llamacpp")
-        return (
-            f"  // your user config's default provider ({now}; `memora providers default NAME`\n"
-            '  // changes it); to pin this project to one: "active_provider": "NAME",',
-            kind,
-        )
-    if provider is not None and provider in user.providers:
-        return refer(provider)
-    if provider is not None and not model:
-        # --provider openai with an openai entry in the user config: that entry, by name
-        same = [n for n, e in user.providers.items() if e.type == provider]
-        if len(same) == 1:
-            return refer(same[0])
+        return _follow_default(user)
+    named = _users_entry(user, provider, model)
+    if named is not None:
+        return _refer(user, named)
+    return _new_entry(_installed_type(provider, installed, user), model)
+
+
+def _follow_default(user: Any) -> tuple[str, str]:
+    """Nothing asked: the project follows the user's default (a pin here would shadow
+    `memora providers default` in this project, silently), else the embedded model."""
+    now = (
+        f"{user.active_provider!r} now" if user.active_provider else "none yet: the embedded model"
+    )
+    default = user.providers.get(user.active_provider or "")
+    kind = default.type if default is not None else (user.active_provider or "llamacpp")
+    return (
+        f"  // your user config's default provider ({now}; `memora providers default NAME`\n"
+        '  // changes it); to pin this project to one: "active_provider": "NAME",',
+        kind,
+    )
+
+
+def _users_entry(user: Any, provider: str | None, model: str | None) -> str | None:
+    """The user's provider ``--provider`` names: by its name, or — ``--provider openai``
+    without ``--model`` — the one entry of that type."""
+    if provider is None:
+        return None
+    if provider in user.providers:
+        return provider
+    same = [n for n, e in user.providers.items() if e.type == provider]
+    return same[0] if not model and len(same) == 1 else None
+
+
+def _refer(user: Any, name: str) -> tuple[str, str]:
+    kind = user.providers[name].type
+    return (
+        f"  // your user config's provider {name!r} ({kind}): its endpoint and key stay there\n"
+        f'  "active_provider": {json.dumps(name)},',
+        kind,
+    )
+
+
+def _installed_type(provider: str | None, installed: list[str], user: Any) -> str:
+    """``--provider`` as an installed type (none asked: the first installed one)."""
     if provider is None:
         choices = [p for p in ("llamacpp", "openai") if p in installed] or installed
         if not choices:
@@ -114,13 +128,17 @@ def _provider_block(provider: str | None, model: str | None) -> tuple[str, str]:
                 "`memora install memora-plugin-llamacpp` (the embedded model) or "
                 "memora-plugin-openai (any OpenAI-compatible API)",
             )
-        provider = choices[0]
+        return choices[0]
     if provider not in installed:
         raise MemoraError(
             ErrorCode.NOT_AVAILABLE,
             f"--provider {provider!r} is neither installed ({', '.join(installed) or 'none'}) "
             f"nor a provider of your user config ({', '.join(user.providers) or 'none'})",
         )
+    return provider
+
+
+def _new_entry(provider: str, model: str | None) -> tuple[str, str]:
     if provider == "openai" and not model:
         raise MemoraError(
             ErrorCode.INVALID_INPUT,
