@@ -240,7 +240,10 @@ class MemoraGroup(click.Group):
             if exc.ctx is not None:
                 click.echo(exc.ctx.get_usage(), err=True)
                 click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
-            click.echo(f"memora: error: {exc.format_message()}", err=True)
+            from ..security.terminal import clean  # as CommandError.show: at the error only
+
+            # a usage error may quote what it was given (a file's text, a server's words)
+            click.echo(f"memora: error: {clean(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             CommandError(exc.format_message()).show()

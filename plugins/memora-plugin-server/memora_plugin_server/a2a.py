@@ -204,11 +204,37 @@ def caller_of(context: ServerCallContext | None) -> Caller:
     return user
 
 
-def _message_user(body: Any) -> object:
-    """``params.message.metadata.user`` of a JSON-RPC body (protocol 1.0 and 0.3 alike)."""
+def _refused_schema(body: Any) -> Response | None:
+    """A message whose ``metadata.output_schema`` is no schema memora takes (see
+    :mod:`memora.llm.schema_guard`): refused before a task is made, as the JSON-RPC error for
+    invalid params naming the reason — JSON-RPC's 400, sent with HTTP 200 as the A2A SDK sends
+    every JSON-RPC error (its client raises it with the message)."""
+    metadata = _metadata(body)
+    schema = metadata.get("output_schema") if isinstance(metadata, dict) else None
+    if schema is None:
+        return None
+    try:
+        if not isinstance(schema, dict):
+            raise InvalidInputError("must be a JSON schema (an object)")
+        OutputSpec.from_json_schema(schema)
+    except MemoraError as exc:
+        said = exc.message.removeprefix("output_schema").lstrip(": ")
+        error = {"code": -32602, "message": f"Invalid params: metadata.output_schema: {said}"}
+        ident = body.get("id") if isinstance(body, dict) else None
+        return JSONResponse({"jsonrpc": "2.0", "id": ident, "error": error})
+    return None
+
+
+def _metadata(body: Any) -> object:
+    """``params.message.metadata`` of a JSON-RPC body (protocol 1.0 and 0.3 alike)."""
     params = body.get("params") if isinstance(body, dict) else None
     message = params.get("message") if isinstance(params, dict) else None
-    metadata = message.get("metadata") if isinstance(message, dict) else None
+    return message.get("metadata") if isinstance(message, dict) else None
+
+
+def _message_user(body: Any) -> object:
+    """``params.message.metadata.user`` of a JSON-RPC body."""
+    metadata = _metadata(body)
     return metadata.get("user") if isinstance(metadata, dict) else None
 
 
@@ -486,6 +512,9 @@ def _guarded(route: Route, guard: Guard, project: str) -> Route:
         request.state.memora_caller = request_caller(
             getattr(request.state, "memora_token", None), request.headers.get(USER_HEADER), body
         )
+        refused = _refused_schema(body)
+        if refused is not None:
+            return refused
         return await inner(request)
 
     return Route(route.path, endpoint, methods=list(route.methods or ["POST"]), name=route.name)

@@ -39,6 +39,7 @@ from memora import (
 )
 from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
+from memora.llm.schema_guard import preload as preload_schema_checks
 
 from .config import MAX_OPEN_SESSIONS
 from .shared import (
@@ -184,6 +185,9 @@ class Hub:
         except BaseException:
             await self.close()  # the projects opened so far let go of their locks and stores
             raise
+        # jsonschema (~65 ms to import) loaded now, off the loop: the first typed request
+        # must not pay for it on the event loop every other request shares
+        await asyncio.to_thread(preload_schema_checks)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="memora-sweep")
         self.ready = True
 
