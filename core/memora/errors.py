@@ -34,6 +34,7 @@ __all__ = [
     "ProjectLockedError",
     "ProviderError",
     "StorageError",
+    "StorageFullError",
     "ToolError",
     "ToolErrorCode",
     "TurnFailedError",
@@ -63,6 +64,9 @@ class ErrorCode(StrEnum):
     """The Agent is already running a turn."""
     STORAGE_ERROR = "STORAGE_ERROR"
     """A storage backend failed to read or write."""
+    STORAGE_FULL = "STORAGE_FULL"
+    """The disk (or the quota, or the database's own limit) a write needed is full; nothing of
+    that write was kept, and the next one works once space is back."""
     PROVIDER_ERROR = "PROVIDER_ERROR"
     """An LLM provider failed in a way retries did not fix."""
     INVALID_INPUT = "INVALID_INPUT"
@@ -211,6 +215,14 @@ class StorageError(_CodedError):
     """``STORAGE_ERROR``: a storage backend failed to read or write."""
 
     default_code = ErrorCode.STORAGE_ERROR
+
+
+class StorageFullError(StorageError):
+    """``STORAGE_FULL``: a write found its disk, quota or database full (``ENOSPC``,
+    ``EDQUOT``, ``SQLITE_FULL``, PostgreSQL's ``53100``); nothing of it was kept.  A
+    ``StorageError`` too, so ``except StorageError:`` still catches it."""
+
+    default_code = ErrorCode.STORAGE_FULL
 
 
 class InvalidInputError(_CodedError):

@@ -22,6 +22,8 @@ STATUS: dict[str, int] = {
     ErrorCode.PROJECT_LOCKED.value: 503,
     ErrorCode.PROVIDER_ERROR.value: 502,
     ErrorCode.NOT_AVAILABLE.value: 501,
+    # the request was fine; the server's disk (or database) has no room to store it
+    ErrorCode.STORAGE_FULL.value: 507,
 }
 
 
