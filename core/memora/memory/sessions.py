@@ -14,6 +14,8 @@ and fork point as created.
 A finished turn is **one** append: its history messages and its round in a single ``write`` +
 ``fsync`` (:meth:`JsonlSessionStore.append_turn`), so a killed process loses at most the turn
 that was running, and never half of one.  A torn last line left by a crash is skipped on read.
+An append a full or failing disk refuses is taken back out of the log and raised
+(``STORAGE_FULL``; :mod:`.log_write`), and the log's reading is :mod:`.log_read`.
 
 The ``fsync`` waits in the kernel where it can (:mod:`memora.security.kernel_fsync`): on Linux,
 with the data folder on a local disk, the ``write`` goes into the page cache from the event loop
@@ -38,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import errno
 import json
 import logging
 import math
@@ -48,16 +49,18 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import ErrorCode, MemoraError
-from ..security.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
-from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk, unsupported
-from ..security.state import check_state_path, ensure_state_dir, open_state_file, warn_once
+from ..security.atomic import atomic_write_bytes, atomic_write_text
+from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk
+from ..security.state import check_state_path, ensure_state_dir, open_state_file
+from .log_read import count_round, open_log, read_logs, scan_log, session_logs
+from .log_write import LogAppend, append_to, disk_error
 from .redaction import redact_log_in_place, redacted, round_lines, title_without
 
 __all__ = [
@@ -190,11 +193,6 @@ def _no_session(session_id: str) -> MemoraError:
     )
 
 
-def _quiet(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
@@ -282,7 +280,7 @@ def lines_until_round(
 def _session_line(log: Path) -> dict[str, Any]:
     """The ``session`` line a log starts with (its fields without ``kind``); for a log written
     without one, the file's times."""
-    with _open_log(log) as fh:
+    with open_log(log) as fh:
         first = fh.readline()
     try:
         item = json.loads(first)
@@ -292,59 +290,6 @@ def _session_line(log: Path) -> dict[str, Any]:
         return {k: v for k, v in item.items() if k in _META_FIELDS}
     created = log.stat().st_mtime
     return {"id": log.parent.name, "created_at": created, "updated_at": created}
-
-
-def _valid_entry(entry: Any) -> bool:
-    return (
-        isinstance(entry, dict)
-        and type(entry.get("size")) is int
-        and type(entry.get("rounds")) is int
-        and entry["size"] >= 0
-        and entry["rounds"] >= 0
-        and (entry.get("first_user") is None or isinstance(entry.get("first_user"), str))
-        and type(entry.get("last_ended")) in (int, float)
-        and math.isfinite(entry["last_ended"])
-    )
-
-
-def _count_round(entry: dict[str, Any], line: dict[str, Any]) -> None:
-    """What a ``round`` line adds to a session's counts (``rounds``, ``first_user``,
-    ``last_ended`` in ``entry``)."""
-    entry["rounds"] += 1
-    if entry["first_user"] is None:
-        entry["first_user"] = str(line.get("user", ""))
-    ended = line.get("ended_at")
-    if isinstance(ended, (int, float)):
-        entry["last_ended"] = max(entry["last_ended"], float(ended))
-
-
-def _scan_log(path: Path, cached: dict[str, Any] | None) -> dict[str, Any]:
-    """Rounds, first user text and last end time of one log file, reading only the bytes after
-    what ``cached`` already covers (logs are append-only)."""
-    size = path.stat().st_size
-    if not _valid_entry(cached):
-        cached = None  # a cache entry of the wrong shape is rebuilt, never trusted
-    if cached is not None and cached.get("size") == size:
-        return cached
-    fresh = cached is None or not isinstance(cached.get("size"), int) or cached["size"] > size
-    entry: dict[str, Any] = (
-        {"size": 0, "rounds": 0, "first_user": None, "last_ended": 0.0} if fresh else dict(cached)  # type: ignore[arg-type]
-    )
-    with _open_log(path) as fh:
-        fh.seek(entry["size"])
-        data = fh.read()
-    end = data.rfind(b"\n") + 1  # a torn last line is left for the next scan
-    for raw in data[:end].splitlines():
-        if b'"round"' not in raw:
-            continue
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(item, dict) and item.get("kind") == "round":
-            _count_round(entry, item)
-    entry["size"] += end
-    return entry
 
 
 class _SessionLocks:
@@ -392,72 +337,6 @@ class _SessionLock:
             del self._held[self._key]
         else:
             self._held[self._key] = (lock, users - 1)
-
-
-def _logs(folder: Path) -> builtins.list[Path]:
-    """A session's logs, oldest first.  A link among them (memora never makes one: planted, it
-    could show another project's conversation as this one's) or a FIFO (a read would wait for
-    a writer) is left unread, with one warning;
-    an append to it is refused (:func:`~memora.security.state.open_state_file`)."""
-    paths = []
-    for path in sorted(folder.glob("*.jsonl")):
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(mode):  # a link, or a FIFO that would block the read
-            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-            warn_once(logger, path, "%s is %s: not read (memora does not follow links)", path, what)
-            continue
-        paths.append(path)
-    return paths
-
-
-def _open_log(path: Path) -> BinaryIO:
-    """A log opened for reading, never through a link put there since it was listed."""
-    return os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC), "rb")
-
-
-def _read_logs(
-    folder: Path, offsets: dict[str, int]
-) -> tuple[builtins.list[dict[str, Any]], tuple[tuple[str, int], ...]] | None:
-    """The lines of a session's logs, each log from its offset in ``offsets`` (0 when absent),
-    and the bytes read of each; ``None`` when a log named in ``offsets`` is gone or shorter."""
-    out: builtins.list[dict[str, Any]] = []
-    sizes = []
-    paths = _logs(folder)
-    if not set(offsets) <= {p.name for p in paths}:
-        return None
-    for path in paths:
-        start = offsets.get(path.name, 0)
-        with _open_log(path) as fh:
-            if start:
-                if os.fstat(fh.fileno()).st_size < start:
-                    return None
-                fh.seek(start)
-            data = fh.read()
-        end = len(data)
-        lines = data.split(b"\n")
-        for n, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                if n == len(lines):
-                    # the last line, not ended: another process's append caught part-way (a
-                    # write reaches the page cache a page at a time) or a killed writer's torn
-                    # line.  Not read, and the mark stops before it: the next read gets it
-                    # whole — or, once the next append has closed a torn line, skips it then
-                    end -= len(raw)
-                    continue
-                where = f"line {n}" if not start else f"line {n} after byte {start}"
-                logger.warning("%s %s is torn or corrupt; skipped", path, where)
-                continue
-            if isinstance(item, dict):
-                out.append(item)
-        sizes.append((path.name, start + end))
-    return out, tuple(sizes)
 
 
 def _with_derived(
@@ -654,7 +533,7 @@ class JsonlSessionStore:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            logs = _logs(folder)
+            logs = session_logs(folder)
             if not logs:
                 raise _no_session(session_id) from None
             data = _session_line(logs[0])
@@ -672,7 +551,7 @@ class JsonlSessionStore:
                 cached = {}
         except (OSError, ValueError, MemoraError):
             cached = {}
-        files = {p.name: _scan_log(p, cached.get(p.name)) for p in _logs(folder)}
+        files = {p.name: scan_log(p, cached.get(p.name)) for p in session_logs(folder)}
         if files != cached:
             # a cache, derivable at any time: no fsync, and a failed write is harmless
             with contextlib.suppress(OSError):
@@ -685,11 +564,11 @@ class JsonlSessionStore:
     def _write_meta(self, info: SessionInfo, *, durable: bool = True) -> None:
         ensure_state_dir(self._dir(info.id), self.root.parent)
         doc = {k: v for k, v in info.to_dict().items() if k in _META_FIELDS}
-        atomic_write_text(
-            self._dir(info.id) / "meta.json",
-            json.dumps(doc, ensure_ascii=False, indent=1),
-            durable=durable,
-        )
+        path = self._dir(info.id) / "meta.json"
+        try:  # whole or not at all (a temporary file renamed over it)
+            atomic_write_text(path, json.dumps(doc, ensure_ascii=False, indent=1), durable=durable)
+        except OSError as exc:
+            raise disk_error(exc, path, "write") from exc
         self._unwritten.pop(info.id, None)
 
     def _open_new_log(self, folder: Path, path: Path) -> int | None:
@@ -715,12 +594,9 @@ class JsonlSessionStore:
         except FileExistsError:
             return None
 
-    def _write(
-        self, session_id: str, lines: Sequence[dict[str, Any]]
-    ) -> tuple[int, Path | None, bool]:
-        """The append's ``write`` into the page cache, not yet durable: the log's open
-        descriptor (the caller fsyncs and closes it), the folder whose new entry must be made
-        durable too (a log this append began), and whether this was the session's first."""
+    def _write(self, session_id: str, lines: Sequence[dict[str, Any]]) -> tuple[LogAppend, bool]:
+        """The append's ``write`` into the page cache, all of it (:mod:`.log_write`), not yet
+        durable; and whether this was the session's first."""
         unwritten = self._pending(session_id)
         if unwritten is not None:
             # the session's first append: the session line leads the turn's lines, in the same
@@ -732,27 +608,18 @@ class JsonlSessionStore:
             folder = self._existing(session_id)
         path = folder / f"{_day(time.time())}.jsonl"
         payload = b"".join(_line_bytes(line) for line in lines)
-        fd = self._open_new_log(folder, path) if unwritten is not None else None
-        fresh = fd is not None
-        if fd is None:
-            try:
-                fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
-            except FileNotFoundError:  # its folder was removed (by hand) since it was found
-                with self._found_lock:
-                    self._found.pop(session_id, None)
-                raise _no_session(session_id) from None
         try:
-            # a previous crash may have left a torn line without its newline: start on a new line
-            size = 0 if fresh else os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                payload = b"\n" + payload
-            os.write(fd, payload)
-        except BaseException:
-            os.close(fd)
-            raise
-        # a log this append began (a new session, a new day): its name in the folder is made
-        # durable too, or a power cut could keep the data and lose the file
-        return fd, (None if size else folder), unwritten is not None
+            fd = self._open_new_log(folder, path) if unwritten is not None else None
+            fresh = fd is not None
+            if fd is None:
+                fd = open_state_file(path, _LOG_FLAGS, self.root.parent)
+        except FileNotFoundError:  # its folder was removed (by hand) since it was found
+            with self._found_lock:
+                self._found.pop(session_id, None)
+            raise _no_session(session_id) from None
+        except OSError as exc:  # a full disk has no room for a new folder or log either
+            raise disk_error(exc, path, "create") from exc
+        return append_to(fd, path, payload, fresh=fresh), unwritten is not None
 
     def _written(self, session_id: str, first: bool) -> None:
         """The append is durable: a session written for the first time is on disk now."""
@@ -762,18 +629,9 @@ class JsonlSessionStore:
 
     def _append(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
         """One whole append, synchronously (on a worker thread, or in a fork's work)."""
-        fd, new_log_in, first = self._write(session_id, lines)
-        self._sync(fd, new_log_in)
+        append, first = self._write(session_id, lines)
+        append.sync()
         self._written(session_id, first)
-
-    @staticmethod
-    def _sync(fd: int, new_log_in: Path | None) -> None:
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if new_log_in is not None:
-            fsync_dir(new_log_in)
 
     async def _kernel(self) -> KernelFsync | None:
         """The running loop's kernel fsync queue, when this store may use it: on, on a local
@@ -791,50 +649,18 @@ class JsonlSessionStore:
     async def _append_durably(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
         """One append (call under the session's lock).  With the kernel's asynchronous I/O, the
         ``write`` runs here, into the page cache, and the event loop awaits the ``fsync`` that
-        the kernel runs; otherwise the whole append runs on a worker thread."""
+        the kernel runs; otherwise the whole append runs on a worker thread.  Either way a
+        failed one is taken back out of the log and raised (:mod:`.log_write`)."""
         queue = await self._kernel()
         if queue is None:
             await asyncio.to_thread(self._append, session_id, lines)
             return
-        fd, new_log_in, first = self._write(session_id, lines)
-        try:
-            file_synced = queue.fsync(fd)
-        except OSError as exc:
-            if not (unsupported(exc) or exc.errno == errno.EAGAIN):
-                os.close(fd)
-                raise
-            # the kernel took no request: the fsync on a worker thread, which closes fd
-            await asyncio.to_thread(self._sync, fd, new_log_in)
-            self._written(session_id, first)
-            return
-        os.close(fd)  # the request holds the file
-        folder_synced = self._sync_folder(queue, new_log_in) if new_log_in is not None else None
-        await file_synced
-        if folder_synced is not None:
-            with contextlib.suppress(OSError):
-                await folder_synced
+        append, first = self._write(session_id, lines)
+        await append.sync_in_kernel(queue)
         self._written(session_id, first)
 
-    @staticmethod
-    def _sync_folder(queue: KernelFsync, folder: Path) -> Awaitable[None] | None:
-        """``fsync_dir`` through the kernel, started now: like it, a folder that cannot be
-        opened or synced is passed over (a file system that has no such thing)."""
-        try:
-            dfd = os.open(folder, os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            synced: asyncio.Future[None] = queue.fsync(dfd)
-        except OSError:
-            synced = asyncio.ensure_future(asyncio.to_thread(fsync_dir, folder))
-        finally:
-            os.close(dfd)
-        # read even when its append was cancelled before it awaited this
-        synced.add_done_callback(_quiet)
-        return synced
-
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
-        read = _read_logs(self._existing(session_id), {})
+        read = read_logs(self._existing(session_id), {})
         assert read is not None  # from the start, every log is read whole
         return read[0]
 
@@ -919,10 +745,10 @@ class JsonlSessionStore:
         # the logs are append-only: from a mark, only the bytes after it are read (a log
         # shorter than its mark, or gone, and it is all read again)
         since = after if isinstance(after, _LogMark) else None
-        read = _read_logs(folder, dict(since.sizes)) if since is not None else None
+        read = read_logs(folder, dict(since.sizes)) if since is not None else None
         if read is None:
             since = None
-            read = _read_logs(folder, {})
+            read = read_logs(folder, {})
             assert read is not None
         lines, sizes = read
         self._seen(session_id)
@@ -934,7 +760,7 @@ class JsonlSessionStore:
         )
         for line in lines:
             if line.get("kind") == "round":
-                _count_round(counts, line)
+                count_round(counts, line)
         rounds, first_user, last_ended = (
             counts["rounds"],
             counts["first_user"],
@@ -1010,7 +836,7 @@ class JsonlSessionStore:
 
             def work() -> bool:
                 folder = self._existing(session_id)
-                for path in _logs(folder):  # a turn is one append: its lines are in one log
+                for path in session_logs(folder):  # a turn is one append: its lines are in one log
                     said = redact_log_in_place(path, round_id, tombstone)
                     if said is None:
                         continue

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from ..errors import ErrorCode, MemoraError, NotAvailableError
+from ..errors import ErrorCode, MemoraError, NotAvailableError, StorageFullError
 from ..security.kernel_fsync import on_local_disk
 from ..security.state import check_state_path, ensure_state_dir, private_file
 from .keywords import index_tokens, query_terms
@@ -54,6 +54,7 @@ __all__ = [
     "fts5_available",
     "open_sqlite_storage",
     "pinned_query",
+    "sqlite_error",
 ]
 
 T = TypeVar("T")
@@ -692,6 +693,20 @@ def pinned_query(
     return sql, [*args, limit]
 
 
+def sqlite_error(exc: sqlite3.Error, path: Path) -> MemoraError:
+    """A SQLite failure on the database at ``path`` as a host's error: ``STORAGE_FULL`` when
+    the disk (or SQLite's own page limit) is full — the transaction was rolled back, nothing
+    of it is stored, and a write once space is back works — else ``STORAGE_ERROR``."""
+    context = {"path": str(path), "sqlite_error": getattr(exc, "sqlite_errorname", None)}
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
+        return StorageFullError(
+            f"the disk holding the memory database {path} is full ({exc}); nothing of this "
+            "write was kept: free some space and the next one is written",
+            context=context,
+        )
+    return MemoraError(ErrorCode.STORAGE_ERROR, f"SQLite error on {path}: {exc}", context=context)
+
+
 class SqliteStorage:
     """SQLite memory storage.  Create with :func:`open_sqlite_storage` (or ``SqliteStorage(path)``
     from synchronous code)."""
@@ -724,11 +739,7 @@ class SqliteStorage:
         try:
             return await loop.run_in_executor(self._executor, self._locked, fn, *args)
         except sqlite3.Error as exc:
-            raise MemoraError(
-                ErrorCode.STORAGE_ERROR,
-                f"SQLite error on {self.path}: {exc}",
-                context={"path": str(self.path)},
-            ) from exc
+            raise sqlite_error(exc, self.path) from exc
 
     async def add(self, item: NewMemory) -> MemoryRecord:
         """Write one memory; it has been committed when this returns.
@@ -822,11 +833,7 @@ class SqliteStorage:
 
     def _storage_error(self, exc: BaseException | None) -> BaseException:
         if isinstance(exc, sqlite3.Error):
-            error = MemoraError(
-                ErrorCode.STORAGE_ERROR,
-                f"SQLite error on {self.path}: {exc}",
-                context={"path": str(self.path)},
-            )
+            error = sqlite_error(exc, self.path)
             error.__cause__ = exc
             return error
         return exc if exc is not None else asyncio.CancelledError()
