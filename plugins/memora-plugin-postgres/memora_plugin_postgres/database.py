@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
-from memora.errors import ErrorCode, MemoraError
+from memora.errors import ErrorCode, MemoraError, StorageError, StorageFullError
 
-__all__ = ["Database", "dsn_from", "namespace_from"]
+__all__ = ["Database", "dsn_from", "namespace_from", "server_disk_error"]
 
 logger = logging.getLogger("memora.plugins.postgres")
 
@@ -254,6 +256,12 @@ class Database:
                     await migration(conn)
                     await conn.execute("INSERT INTO memora_migrations (name) VALUES (%s)", (name,))
 
+    async def connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
+        """A connection from the pool (``async with await db.connection() as conn``); a
+        statement that failed on the server's disk comes out as memora's error for it
+        (:func:`server_disk_error`), after the connection went back to the pool."""
+        return _disk_errors_mapped((await self.pool()).connection())
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -265,3 +273,36 @@ def _safe(dsn: str) -> str:
     return re.sub(
         r"(?i)(password\s*=\s*)\S+", r"\1***", re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", dsn)
     )
+
+
+def server_disk_error(exc: Exception) -> MemoraError | None:
+    """``exc`` as memora's error when it is the server's disk failing: ``STORAGE_FULL`` for
+    SQLSTATE 53100 (``disk_full``: the statement and its transaction were rolled back, nothing
+    of them is stored), ``STORAGE_ERROR`` for 58030 (``io_error``); ``None`` for the rest."""
+    context = {"sqlstate": getattr(exc, "sqlstate", None)}
+    if isinstance(exc, errors.DiskFull):
+        return StorageFullError(
+            "the PostgreSQL server's disk is full (SQLSTATE 53100); nothing of this write was "
+            "kept: free space on the database server and the next one is written",
+            context=context,
+        )
+    if isinstance(exc, errors.IoError):
+        return StorageError(
+            "the PostgreSQL server could not read or write its disk (SQLSTATE 58030); nothing "
+            "of this write was kept",
+            context=context,
+        )
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _disk_errors_mapped(
+    connecting: AbstractAsyncContextManager[AsyncConnection[Any]],
+) -> AsyncIterator[AsyncConnection[Any]]:
+    try:
+        async with connecting as conn:
+            yield conn
+    except (errors.DiskFull, errors.IoError) as exc:
+        mapped = server_disk_error(exc)
+        assert mapped is not None
+        raise mapped from exc

@@ -73,7 +73,7 @@ class PostgresSessionStore:
         return cls(Database.from_options(options), namespace_from(options, "path"))
 
     async def _conn(self) -> Any:
-        return (await self.db.pool()).connection()
+        return await self.db.connection()
 
     async def _one(self, conn: AsyncConnection[Any], session_id: str) -> SessionInfo:
         cur = await conn.execute(_INFO.format(where="AND s.id = %s"), (self.namespace, session_id))

@@ -130,7 +130,7 @@ class PostgresStorage:
 
     async def _conn(self) -> Any:
         self._check_open()
-        return (await self.db.pool()).connection()
+        return await self.db.connection()
 
     # -- writes ----------------------------------------------------------------------------------
 
