@@ -53,9 +53,14 @@ CANARY_SECONDS = 300.0
 _CHILD = """
 import sys
 from llama_cpp import Llama
+embedding = sys.argv[4] == "embed"
 llm = Llama(model_path=sys.argv[1], n_ctx=512, n_batch=int(sys.argv[2]), verbose=False,
-            n_threads=int(sys.argv[3]) or None)
-llm.create_completion("One, two, three, four, five, six, seven, eight, nine,", max_tokens=2)
+            n_threads=int(sys.argv[3]) or None, embedding=embedding)
+text = "One, two, three, four, five, six, seven, eight, nine,"
+if embedding:
+    llm.embed(text, truncate=True)
+else:
+    llm.create_completion(text, max_tokens=2)
 sys.stdout.write("ok\\n")
 """
 
@@ -129,18 +134,22 @@ def _crashed(model: Path, how: str) -> ProviderError:
     )
 
 
-def ensure_runs(model: Path, *, n_batch: int, n_threads: int | None) -> None:
-    """Raise :class:`ProviderError` when this llama.cpp build crashes running ``model`` here;
-    the answer of a check is remembered per build (see the module docstring).  Blocking: call
-    it off the event loop (the provider loads its model on a worker thread)."""
+def ensure_runs(
+    model: Path, *, n_batch: int, n_threads: int | None, embedding: bool = False
+) -> None:
+    """Raise :class:`ProviderError` when this llama.cpp build crashes running ``model`` here
+    (``embedding``: embedding a text, as the embedder does, not completing one); the answer of
+    a check is remembered per build (see the module docstring).  Blocking: call it off the
+    event loop (the provider loads its model on a worker thread)."""
     folder = cache_dir()
-    key = build_key(model)
+    key = build_key(model) + ("-embed" if embedding else "")
     known = _remembered(folder).get(key)
     if isinstance(known, dict) and known.get("ok") is True:
         return
     if isinstance(known, dict) and known.get("ok") is False:
         raise _crashed(model, str(known.get("how", "a crash")))
-    argv = [sys.executable, "-c", _CHILD, str(model), str(n_batch), str(n_threads or 0)]
+    mode = "embed" if embedding else "complete"
+    argv = [sys.executable, "-c", _CHILD, str(model), str(n_batch), str(n_threads or 0), mode]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=CANARY_SECONDS, check=False

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from memora.llm import ProviderError
 
+from .canary import ensure_runs
+
 __all__ = ["LlamaCppEmbedder", "embedder_factory"]
 
 _OPTIONS = {"model_path", "n_ctx", "n_threads", "n_batch", "query_prefix", "document_prefix"}
@@ -52,6 +54,8 @@ class LlamaCppEmbedder:
         from .provider import amx_supported, build_features, check_build
 
         check_build(build_features(), amx_supported())
+        # a crash in llama.cpp takes the process down: asked in a child first, once a build
+        ensure_runs(self.model_path, n_batch=self.n_batch, n_threads=self.n_threads, embedding=True)
         return Llama(
             model_path=str(self.model_path),
             embedding=True,
