@@ -118,9 +118,9 @@ async def test_a_full_disk_acknowledges_only_the_turns_on_it(
         said = [m["content"] for m in await again.messages(sid)]
         assert said == [f"{w} {r[1:]}" for r in acked for w in ("question", "answer")]
         assert len(_log_lines(disk / "sessions" / sid)) == 1 + 3 * len(acked)
-        for exc in refused:
-            assert isinstance(exc, StorageFullError), repr(exc)
-            assert exc.code == ErrorCode.STORAGE_FULL and "full" in exc.message
+        for error in refused:
+            assert isinstance(error, StorageFullError), repr(error)
+            assert error.code == ErrorCode.STORAGE_FULL and "full" in error.message
     assert bool(sent) is in_kernel  # the path under test was the one taken
 
 

@@ -88,8 +88,8 @@ async def test_a_full_disk_on_the_server_is_storage_full(
         assert refused, "the tablespace never filled: the test proves nothing"
         with pytest.raises(StorageFullError):
             await memories.add(NewMemory(source="round_summary", content="m " * 5000))
-        for exc in refused:
-            assert isinstance(exc, StorageFullError) and exc.context["sqlstate"] == "53100"
+        for error in refused:
+            assert isinstance(error, StorageFullError) and error.context["sqlstate"] == "53100"
         filler.unlink()
         await sessions.append_turn(sid, [], RoundRecord("r99", "after", "ok"))
         acked.append("r99")
