@@ -34,7 +34,7 @@ SECRET = "kestrel-5521 我的密码"
 
 
 def _turn(round_id: str, said: str, answer: str) -> tuple[list[dict[str, Any]], RoundRecord]:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": said},
         {
             "role": "assistant",
@@ -44,7 +44,7 @@ def _turn(round_id: str, said: str, answer: str) -> tuple[list[dict[str, Any]], 
         {"role": "tool", "content": f"a says {said}", "tool_call_id": f"c-{round_id}", "name": "read_file"},
         {"role": "assistant", "content": answer},
     ]  # fmt: skip
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "tool_start", "tool_call_id": f"c-{round_id}", "name": "read_file", "args": {"path": said}},
         {"type": "tool_result", "tool_call_id": f"c-{round_id}", "name": "read_file", "ok": True, "summary": said},
     ]  # fmt: skip
