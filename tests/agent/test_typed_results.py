@@ -255,3 +255,55 @@ async def test_a_typed_meeting_ends_with_the_chairs_typed_result(
     chair = provider.requests[1]
     assert chair.output is not None and "Invoice" in chair.messages[0].content
     assert "total" in provider.requests[2].messages[-2].content  # the retry, then the prompt
+
+
+async def test_one_output_spec_serves_two_agents_and_two_turns_at_once(
+    make_agent: Any, tmp_path: Any
+) -> None:
+    """#70 item 1: per-turn state lived on the host's OutputSpec — the Agent appended its
+    validators to it and the loop kept the partial result in it — so one spec passed to two
+    Agents ran agent A's validator in agent B's turn, and two turns at once reset each other's
+    partial results.  Now the spec is the host's and stays as it was; the turn keeps its own."""
+    import asyncio
+    import dataclasses
+
+    from memora import OutputSpec
+
+    spec = OutputSpec(Invoice)
+    slow = '{"number": "%s", "total": 9.5, "items": ["a", "b", "c", "d", "e"]}'
+
+    def answer(number: str) -> Any:
+        body = slow % number
+        return dataclasses.replace(text(body, chunks=len(body)), delay=0.001)
+
+    a = await make_agent(ScriptedProvider(default=answer("A-1")), strategy=NO_TOOLS)
+    (tmp_path / "project-b").mkdir()
+    b = await make_agent(
+        ScriptedProvider(default=answer("B-1")),
+        strategy=NO_TOOLS,
+        project_path=tmp_path / "project-b",
+        data_dir=tmp_path / "data-b",
+    )
+    ran: list[str] = []
+
+    @a.output_validator
+    def agent_a_rule(value: Invoice) -> Invoice:
+        ran.append(value.number)
+        if not value.number.startswith("A-"):
+            raise OutputRetry("agent A's rule: the number starts with A-")
+        return value
+
+    assert (await a.run("invoice", output_type=spec)).number == "A-1"
+    assert ran == ["A-1"]
+    assert (await b.run("invoice", output_type=spec)).number == "B-1"
+    assert ran == ["A-1"], "agent A's validator ran in agent B's turn"
+    assert spec.validators == [], "the host's spec is as the host made it"
+
+    async def partials(agent: Any) -> list[Any]:
+        chunks = await collect(agent.chat("invoice", output_type=spec))
+        assert isinstance(chunks[-1], DoneChunk), chunks[-1]
+        return [c.output for c in chunks if isinstance(c, OutputPartialChunk)]
+
+    alone_a, alone_b = await partials(a), await partials(b)
+    both_a, both_b = await asyncio.gather(partials(a), partials(b))
+    assert (both_a, both_b) == (alone_a, alone_b), "two turns at once reset each other's partials"

@@ -454,18 +454,12 @@ class Agent(PauseVerbs):
             return None
         output = _output()
         if isinstance(output_type, output.OutputSpec):
-            spec = output_type
-            spec.validators = [
-                *spec.validators,
-                *(v for v in self._output_validators if v not in spec.validators),
-            ]
-            if retries is not None:
-                spec.retries = retries
-            return spec
+            # the turn's own copy: the host's spec may serve other Agents and turns at once
+            return output_type.for_turn(self._output_validators, retries)
         return output.OutputSpec(
             output_type,
             retries=self.options.output_retries if retries is None else retries,
-            validators=self._output_validators,
+            validators=list(self._output_validators),
         )
 
     async def _chat_turn(self, text: str, spec: Any = None, deps: Any = None) -> TurnRecord:

@@ -133,20 +133,34 @@ _PARTIAL_EVERY = 24
 (or a value closed): parsing the whole prefix at every token would be quadratic."""
 
 
-def partial_chunk(spec: OutputSpec, parts: list[str], round_id: str) -> OutputPartialChunk | None:
+class PartialProgress:
+    """How far one model call's typed answer has been read for partial results: its length
+    now, its length at the last parse, and what that parse gave.  The call's own — never the
+    host's :class:`OutputSpec`, which one host may pass to many Agents and turns at once."""
+
+    __slots__ = ("parsed_at", "size", "value")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.parsed_at = 0
+        self.value: Any = None
+
+
+def partial_chunk(
+    spec: OutputSpec, progress: PartialProgress, parts: list[str], round_id: str
+) -> OutputPartialChunk | None:
     """The ``output_partial`` chunk for the answer's text so far, when it has grown enough
     since the last one and says something new; ``None`` otherwise."""
     last = parts[-1]
-    state = spec.partial_state
-    size = state[2] + len(last)  # the answer's length so far, kept instead of summed again
-    state[2] = size
-    if size - state[0] < _PARTIAL_EVERY and not any(c in last for c in ",}]"):
+    size = progress.size + len(last)  # the answer's length so far, kept instead of summed again
+    progress.size = size
+    if size - progress.parsed_at < _PARTIAL_EVERY and not any(c in last for c in ",}]"):
         return None
     value = spec.partial("".join(parts))
-    if value is None or value == state[1]:
-        state[0] = size
+    if value is None or value == progress.value:
+        progress.parsed_at = size
         return None
-    state[0], state[1] = size, value
+    progress.parsed_at, progress.value = size, value
     return OutputPartialChunk(output=value, round_id=round_id)
 
 
@@ -596,8 +610,8 @@ class TurnEngine:
             history_key=deps.history_key if messages is None else None,
         )
         partial: OutputSpec | None = None
+        progress = PartialProgress()  # this call's, not the spec's
         if spec is not None:
-            spec.partial_state = [0, None, 0]
             if deps.output_tool and tools:
                 request.tools = [*request.tools, spec.tool()]
             else:
@@ -649,7 +663,7 @@ class TurnEngine:
                                 streamed.append(piece)
                                 yield text_chunk(piece, stage, rid, speaker)
                                 if partial is not None:
-                                    grown = partial_chunk(partial, parts, rid)
+                                    grown = partial_chunk(partial, progress, parts, rid)
                                     if grown is not None:
                                         yield grown
                             continue

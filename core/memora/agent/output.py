@@ -14,6 +14,7 @@ back to the model for another try (``output_retries``); past them the turn ends 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 import json
@@ -194,9 +195,21 @@ class OutputSpec:
         self._schema_text = compiled.schema_text
         self.retries = retries
         self.validators = list(validators)
-        self.partial_state: list[Any] = [0, None, 0]
-        """The streaming answer's size at the last partial parse, what it gave, and its size
-        now."""
+
+    def for_turn(
+        self, validators: Sequence[OutputValidator] = (), retries: int | None = None
+    ) -> OutputSpec:
+        """This spec as one turn uses it: a copy with ``validators`` (an Agent's) after its own
+        and ``retries`` when given.  The host's spec is never changed — one spec may serve many
+        Agents and turns at once, and a turn's validators and retries are its own.  The copy
+        shares what does not change (the compiled schema, the validator)."""
+        turn = copy.copy(self)
+        turn.validators = [*self.validators, *(v for v in validators if v not in self.validators)]
+        if retries is not None:
+            if retries < 0:
+                raise ValueError("output_retries must be 0 or more")
+            turn.retries = retries
+        return turn
 
     @classmethod
     def from_json_schema(
