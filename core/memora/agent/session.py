@@ -13,7 +13,7 @@ import builtins
 import collections
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -134,27 +134,10 @@ class LiveSession:
         history, rounds and plan are read back."""
         store = self._runtime.session_store
         round_store = self._runtime.round_store
-        loaded: SessionContents | None = None
         read, self._read = self._read, None
         if read is not None and (read.session_id != session_id or round_store is not store):
             read = None
-        if session_id is None:
-            existing = [i for i in await store.list() if i.scope == self.scope]
-            info = existing[0] if existing else await self._new(store)
-        elif (
-            opened := await _find(store, session_id, read.mark if read is not None else None)
-        ) is not None:
-            info, loaded = opened
-            if info.scope != self.scope:
-                # another user's session is not there for this one (nor a user's for the
-                # project's unscoped Agent, whose memories would leak its rounds)
-                raise NotFoundError(
-                    f"no session {session_id!r}"
-                    + (f" in memory scope {self.scope!r}" if self.scope else " without a scope"),
-                    context={"session_id": session_id},
-                )
-        else:
-            info = await self._new(store, session_id=session_id)
+        info, loaded = await self._session(store, session_id, read)
         self._runtime.hold(holder, info.id, self.session_id or None)
         messages = loaded.messages if loaded is not None else await store.messages(info.id)
         history = [message_from_dict(m) for m in messages]
@@ -164,23 +147,36 @@ class LiveSession:
             rounds = loaded.rounds
         else:
             rounds = await round_store.rounds(info.id)
-        plan: builtins.list[dict[str, Any]] | None = None
-        for r in reversed(rounds):  # the plan as the last round that changed it left it
-            found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
-            if found is not None:
-                plan = list(found.get("items") or [])
-                break
+        plan = _last_plan(rounds)
         round_ids = [r.round_id for r in rounds]
         if loaded is not None and loaded.since is not None and read is not None:
-            # read on from the last read: what it read, then what was written since (this
-            # Agent's own turns included) — what a read from the start gives
-            history = [*read.history, *history]
-            round_ids = [*read.round_ids, *round_ids]
-            if plan is None:
-                plan = read.plan
+            history, round_ids, plan = _read_on(read, history, round_ids, plan)
         if loaded is not None and loaded.mark is not None and round_store is store:
             self._read = _Read(info.id, loaded.mark, history, list(round_ids), plan or [])
         self.reset(info.id, history, round_ids, plan or [])
+
+    async def _session(
+        self, store: SessionStore, session_id: str | None, read: _Read | None
+    ) -> tuple[SessionInfo, SessionContents | None]:
+        """The session to open — ``session_id`` (created when missing; ``NOT_FOUND`` when it is
+        another scope's), or this scope's most recent, or a new one — and what was read of it
+        (``None`` where only its info was)."""
+        if session_id is None:
+            existing = [i for i in await store.list() if i.scope == self.scope]
+            return (existing[0] if existing else await self._new(store)), None
+        opened = await _find(store, session_id, read.mark if read is not None else None)
+        if opened is None:
+            return await self._new(store, session_id=session_id), None
+        info, loaded = opened
+        if info.scope != self.scope:
+            # another user's session is not there for this one (nor a user's for the
+            # project's unscoped Agent, whose memories would leak its rounds)
+            raise NotFoundError(
+                f"no session {session_id!r}"
+                + (f" in memory scope {self.scope!r}" if self.scope else " without a scope"),
+                context={"session_id": session_id},
+            )
+        return info, loaded
 
     async def _new(
         self, store: SessionStore, *, title: str = "", session_id: str | None = None
@@ -334,3 +330,27 @@ class LiveSession:
     async def idle(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _last_plan(rounds: Sequence[RoundRecord]) -> builtins.list[dict[str, Any]] | None:
+    """The plan as the last round that changed it left it (``None``: no round did)."""
+    for r in reversed(rounds):
+        found = next((e for e in reversed(r.events) if e.get("type") == "plan"), None)
+        if found is not None:
+            return list(found.get("items") or [])
+    return None
+
+
+def _read_on(
+    read: _Read,
+    history: builtins.list[Message],
+    round_ids: builtins.list[str],
+    plan: builtins.list[dict[str, Any]] | None,
+) -> tuple[builtins.list[Message], builtins.list[str], builtins.list[dict[str, Any]] | None]:
+    """A read that went on from the last one: what that one read, then what was written since
+    (this Agent's own turns included) — what a read from the start gives."""
+    return (
+        [*read.history, *history],
+        [*read.round_ids, *round_ids],
+        read.plan if plan is None else plan,
+    )
