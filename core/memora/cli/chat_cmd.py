@@ -506,7 +506,7 @@ def header(agent: Any, project: Path) -> str:
 
     # "openai:gpt-4o-mini" already names its model: shown once
     shown = model_label(agent.router.chat)
-    chosen = agent.router.chosen
+    chosen = getattr(agent.router, "chosen", "")  # a host's own router may not say
     return (
         f"[bold]memora[/bold] · project [cyan]{safe(project)}[/cyan] · "
         f"session [cyan]{safe(agent.session_id)}[/cyan] · "

@@ -154,27 +154,9 @@ def providers_add(
 ) -> None:
     """Add a provider to your user config (also the alias of an endpoint and a model: `memora
     run --provider NAME`)."""
-    from ..settings.secrets import check_name, key_names
+    from ..settings.secrets import key_names
 
-    try:
-        check_name(name)
-    except Exception as exc:
-        raise click.BadParameter(str(_fail(exc).message), param_hint="NAME") from exc
-    installed = _installed()
-    if kind not in installed:
-        raise click.BadParameter(
-            f"{kind!r} is not an installed provider type; installed: "
-            f"{', '.join(installed) or 'none'} (memora install memora-plugin-openai)",
-            param_hint="--type",
-        )
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise click.BadParameter(
-            "an http(s):// URL, e.g. http://127.0.0.1:8080/v1", param_hint="--base-url"
-        )
-    if kind == "openai" and not model:
-        raise click.UsageError("--type openai needs --model NAME: the model the endpoint serves")
-    if api_key_env and api_key_name:
-        raise click.UsageError("--api-key-env and --api-key-name exclude each other")
+    _check_add(name, kind, base_url, model, api_key_env, api_key_name)
     entry: dict[str, Any] = {"type": kind}
     for key, value in (("model", model), ("base_url", base_url), ("api_key_env", api_key_env)):
         if value:
@@ -199,6 +181,38 @@ def providers_add(
     click.echo(f"provider {name!r}{default} is in {path}")
     if entry.get("api_key_name") and entry["api_key_name"] not in stored:
         click.echo(f"store its key with: memora keys set {entry['api_key_name']}", err=True)
+
+
+def _check_add(
+    name: str,
+    kind: str,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    api_key_name: str | None,
+) -> None:
+    """``providers add``'s arguments, each refused with what is legal."""
+    from ..settings.secrets import check_name
+
+    try:
+        check_name(name)
+    except Exception as exc:
+        raise click.BadParameter(str(_fail(exc).message), param_hint="NAME") from exc
+    installed = _installed()
+    if kind not in installed:
+        raise click.BadParameter(
+            f"{kind!r} is not an installed provider type; installed: "
+            f"{', '.join(installed) or 'none'} (memora install memora-plugin-openai)",
+            param_hint="--type",
+        )
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            "an http(s):// URL, e.g. http://127.0.0.1:8080/v1", param_hint="--base-url"
+        )
+    if kind == "openai" and not model:
+        raise click.UsageError("--type openai needs --model NAME: the model the endpoint serves")
+    if api_key_env and api_key_name:
+        raise click.UsageError("--api-key-env and --api-key-name exclude each other")
 
 
 @providers_group.command("remove")

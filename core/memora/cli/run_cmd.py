@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -251,37 +252,51 @@ def _emit(chunk: Any, events: str, *, typed: bool = False) -> None:
         sys.stdout.write(json.dumps(chunk.output, ensure_ascii=False, indent=2) + "\n")
         sys.stdout.flush()
         return
-    # every string below comes from the model, a tool or a server: cleaned before it is printed
     if t == "text":
-        sys.stdout.write(clean(chunk.content))
+        sys.stdout.write(clean(chunk.content))  # the model's: cleaned before it is printed
         sys.stdout.flush()
-    elif t == "thought":
-        click.secho(clean(chunk.content), err=True, dim=True, nl=False)
-    elif t == "tool_start":
-        args = json.dumps(chunk.args, ensure_ascii=False)[:200]
-        click.secho(f"\n→ {clean(chunk.name)} {clean(args)}", err=True, fg="cyan")
-    elif t == "tool_result":
-        mark = "blocked" if chunk.blocked else ("ok" if chunk.ok else "failed")
-        click.secho(
-            f"  {mark}: {clean(chunk.summary)}", err=True, fg="green" if chunk.ok else "yellow"
-        )
-    elif t == "retry":
-        click.secho(
-            f"\n(retrying in {chunk.delay_ms} ms: {clean(chunk.error)})", err=True, fg="yellow"
-        )
-    elif t == "error":
-        click.secho(f"\nerror ({chunk.category}): {clean(chunk.message)}", err=True, fg="red")
-    elif t == "aborted":
-        click.secho(f"\naborted: {clean(chunk.reason)}", err=True, fg="red")
-    elif t == "question_pending":
-        for q in chunk.questions:
-            click.secho(f"\n? {clean(q.question)}", err=True, fg="magenta")
-    elif t == "approval_pending":
-        click.secho(
-            f"\n? approve {clean(chunk.name)}: {clean(chunk.reason or '')}", err=True, fg="magenta"
-        )
     elif t == "done":
         sys.stdout.write("\n")
+    else:
+        said = _ON_STDERR.get(t)
+        if said is not None:
+            for line, style in said(chunk):
+                # a thought streams on: no newline after its piece
+                click.secho(line, err=True, nl=t != "thought", **style)
+
+
+Said = list[tuple[str, dict[str, Any]]]
+"""Lines for stderr and their style (``click.secho``'s keywords)."""
+
+
+def _questions(chunk: Any) -> Said:
+    return [(f"\n? {clean(q.question)}", {"fg": "magenta"}) for q in chunk.questions]
+
+
+def _tool_start(chunk: Any) -> Said:
+    args = json.dumps(chunk.args, ensure_ascii=False)[:200]
+    return [(f"\n→ {clean(chunk.name)} {clean(args)}", {"fg": "cyan"})]
+
+
+def _tool_result(chunk: Any) -> Said:
+    mark = "blocked" if chunk.blocked else ("ok" if chunk.ok else "failed")
+    return [(f"  {mark}: {clean(chunk.summary)}", {"fg": "green" if chunk.ok else "yellow"})]
+
+
+_ON_STDERR: dict[str, Callable[[Any], Said]] = {
+    # every string here comes from the model, a tool or a server: cleaned before it is printed
+    "thought": lambda c: [(clean(c.content), {"dim": True})],
+    "tool_start": _tool_start,
+    "tool_result": _tool_result,
+    "retry": lambda c: [(f"\n(retrying in {c.delay_ms} ms: {clean(c.error)})", {"fg": "yellow"})],
+    "error": lambda c: [(f"\nerror ({c.category}): {clean(c.message)}", {"fg": "red"})],
+    "aborted": lambda c: [(f"\naborted: {clean(c.reason)}", {"fg": "red"})],
+    "question_pending": _questions,
+    "approval_pending": lambda c: [
+        (f"\n? approve {clean(c.name)}: {clean(c.reason or '')}", {"fg": "magenta"})
+    ],
+}
+"""What each chunk type (other than text and done) says on stderr."""
 
 
 @click.command("run")
