@@ -520,6 +520,11 @@ class StorageConformance:
             == set()
         ), "source and scope filters combine"
 
+    async def test_scopes_filter_every_list_and_count_in_the_query(
+        self, store: MemoryStorage
+    ) -> None:
+        seeded = await self._seed_scopes(store)
+        ids = {scope: {r.id for r in records} for scope, records in seeded.items()}
         listed = await store.list(limit=100, scopes=("", "alice"))
         assert {r.id for r in listed} == ids[""] | ids["alice"]
         page = await store.list(limit=2, offset=0, scopes=("alice",))
