@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
+PR_CAPBSET_DROP = 24
 HIDE_FAILED = 125
 """The reaper's exit code when it could not hide what it was asked to: the command never ran."""
 HIDE_MARK = "memora-reaper: cannot hide "
@@ -105,8 +107,8 @@ def _own_namespace(libc: ctypes.CDLL) -> None:
 
 def hide(paths: list[str]) -> None:
     """Put an empty read-only folder over each of ``paths`` (existing folders), in a mount
-    namespace of this process's own — nothing changes outside it; raise ``OSError`` when any of
-    it cannot be done."""
+    namespace of this process's own — nothing changes outside it — and give up the power to
+    take them off; raise ``OSError`` when any of it cannot be done."""
     libc = ctypes.CDLL(None, use_errno=True)
     _own_namespace(libc)
     # private first: the mounts below must not propagate back to the host's namespace
@@ -119,6 +121,26 @@ def hide(paths: list[str]) -> None:
         if libc.mount(b"memora-hidden", os.fsencode(path), b"tmpfs", flags, b"size=4k,mode=0555"):
             err = ctypes.get_errno()
             raise OSError(err, f"{path}: {os.strerror(err)}")
+    _drop_capabilities(libc)
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty the capability bounding set, so the command starts with no capability at all.
+    Why: these mounts belong to this namespace, so whoever holds CAP_SYS_ADMIN in it may
+    ``umount`` them — and when memora runs as root, uid 0 keeps every capability across
+    ``execve``, so its command would be root here and could uncover the folders.  With the
+    bounding set empty, ``execve`` grants none (setuid binaries included).  A nested user
+    namespace the command makes gets capabilities back, but only there, where these mounts are
+    locked to what they cover (the kernel's rule for a less privileged mount namespace)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last = int(fh.read())
+    except (OSError, ValueError):
+        last = 63  # every capability number the kernel may know; unknown ones fail EINVAL
+    for cap in range(last + 1):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            err = ctypes.get_errno()
+            raise OSError(err, f"capability {cap} cannot be dropped: {os.strerror(err)}")
 
 
 def main(argv: list[str]) -> int:
