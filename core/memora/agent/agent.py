@@ -29,18 +29,16 @@ from collections.abc import (
 )
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from .._lazy import lazy_exports, lazy_module
+from .._lazy import lazy_exports
 from ..errors import BusyError, InvalidInputError, NotInitializedError
 from ..events import EventEmitter, GoalDriftDetected, SessionForked
 from ..llm.retry import RetryPolicy
 from ..llm.router import ProviderRouter
-from ..llm.types import Message, clean_text
-from .context_window import ContextWindow
+from ..llm.types import Message
 from .driver import TurnDriver
 from .options import AgentOptions, check_session_options
 from .pause import PAUSE_STATE_VERSION, PausedTurn, PauseVerbs
 from .project import ProjectResources
-from .serialize import message_to_dict
 from .state import AfterInit, DuplicateCallInterceptor, Outbox, SessionState
 
 # The turn loop, the stores, the role packs and the tools are imported where they are first
@@ -60,8 +58,7 @@ if TYPE_CHECKING:
     from ..tools.works import WorksRegistry
     from ..tracing import Tracer
     from .context_window import ContextOccupancy
-    from .exposure import ToolExposure
-    from .prompts import Prompts
+    from .machinery import SessionMachinery
     from .record import TurnRecord
     from .results import (
         Checkpoint,
@@ -70,7 +67,6 @@ if TYPE_CHECKING:
         SessionManager,
         ToolCallResult,
     )
-    from .session import LiveSession
     from .state import StatusTransition
 
 __all__ = [
@@ -89,15 +85,22 @@ logger = logging.getLogger("memora.agent")
 _RESULTS = ("Checkpoint", "PolishManager", "SecurityManager", "SessionManager", "ToolCallResult")
 __getattr__, _ = lazy_exports(__name__, dict.fromkeys(_RESULTS, "memora.agent.results"), ())
 
-# the session's machinery (role packs, tools, the turn loop): loaded by init(), not the import
-_assembly = lazy_module("memora.agent.assembly")
-_output = lazy_module("memora.agent.output")  # typed results: loaded by the first typed turn
-
 T = TypeVar("T")
 
 
 def _nothing() -> None:
     return None
+
+
+def _part(agent: Agent, name: str) -> Any:
+    """``agent.<name>`` for an :class:`AfterInit` attribute: the session's part."""
+    return getattr(agent._ready(name), name)
+
+
+def _shared(agent: Agent, name: str) -> Any:
+    """``agent.<name>`` for a shared :class:`AfterInit` attribute: the runtime's."""
+    agent._ready(name)
+    return getattr(agent._runtime, name)
 
 
 class Agent(PauseVerbs):
@@ -108,17 +111,8 @@ class Agent(PauseVerbs):
     ``Agent(runtime=runtime, ...)``) shares an open :class:`ProjectRuntime` with other sessions.
     """
 
-    # the session's parts, built at init() by memora.agent.assembly.build_session
-    _role_pack: RolePackManager
-    _tools: ToolRegistry
-    _plugin_tools: dict[str, Tool]
-    _live: LiveSession
-    _tool_context: ToolContext
-    _exposure: ToolExposure
-    _prompts: Prompts
-    _polish: PolishManager
-    _sessions: SessionManager
-    _memory: MemoryManager
+    _parts: SessionMachinery
+    """The session's machinery (memora.agent.machinery), built by init()."""
 
     def __init__(
         self,
@@ -147,13 +141,11 @@ class Agent(PauseVerbs):
         self._closed = False
         self._output_validators: builtins.list[Callable[[Any], Any]] = []
         self._driver = TurnDriver()
-        self._control = self._driver.control
         self._override_router: ProviderRouter | None = None
         self._router_fixed: tuple[ProviderRouter, ProviderRouter] | None = None
         self._sync_runner: asyncio.Runner | None = None
         self._unlisten: Callable[[], None] = _nothing
         self.session_state = SessionState(on_drift=self._drift)
-        self._window = ContextWindow(self.messages, summarise=opts.enable_context_summary)
         self._duplicates = DuplicateCallInterceptor(opts.duplicate_call_threshold)
         self.retry_policy = RetryPolicy(
             max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
@@ -180,22 +172,24 @@ class Agent(PauseVerbs):
     # ------------------------------------------------------------------------------------------
     # managers (available after init)
 
-    def _need(self, name: str) -> None:
+    def _ready(self, name: str) -> SessionMachinery:
+        """The session's machinery, or ``NOT_INITIALIZED`` naming ``agent.<name>``."""
         if not self._initialised:
             raise NotInitializedError(
                 f"agent.{name} is available after `await agent.init()` (or `async with Agent(...)`)"
             )
+        return self._parts
 
-    role_pack: AfterInit[RolePackManager] = AfterInit()
-    tools: AfterInit[ToolRegistry] = AfterInit()
-    polish: AfterInit[PolishManager] = AfterInit()
-    sessions: AfterInit[SessionManager] = AfterInit()
-    tool_context: AfterInit[ToolContext] = AfterInit()
-    memory: AfterInit[MemoryManager] = AfterInit()
+    role_pack: AfterInit[RolePackManager] = AfterInit(_part)
+    tools: AfterInit[ToolRegistry] = AfterInit(_part)
+    polish: AfterInit[PolishManager] = AfterInit(_part)
+    sessions: AfterInit[SessionManager] = AfterInit(_part)
+    tool_context: AfterInit[ToolContext] = AfterInit(_part)
+    memory: AfterInit[MemoryManager] = AfterInit(_part)
     """Memory as this Agent sees it: its ``memory_scope``'s and the project's unscoped."""
-    works: AfterInit[WorksRegistry] = AfterInit(shared=True)
-    security: AfterInit[SecurityManager] = AfterInit(shared=True)
-    plugins: AfterInit[Plugins] = AfterInit(shared=True)
+    works: AfterInit[WorksRegistry] = AfterInit(_shared)
+    security: AfterInit[SecurityManager] = AfterInit(_shared)
+    plugins: AfterInit[Plugins] = AfterInit(_shared)
 
     @property
     def settings(self) -> Settings:
@@ -209,17 +203,17 @@ class Agent(PauseVerbs):
     @property
     def outbox(self) -> Outbox:
         """The executed non-idempotent calls of the session (never run twice)."""
-        return self._live.outbox if self._initialised else Outbox()
+        return self._parts.live.outbox if self._initialised else Outbox()
 
     @property
     def duplicate_interceptor(self) -> DuplicateCallInterceptor:
         """The session's duplicate-call state (a host may replace it between turns)."""
-        return self._live.duplicates if self._initialised else self._duplicates
+        return self._parts.live.duplicates if self._initialised else self._duplicates
 
     @duplicate_interceptor.setter
     def duplicate_interceptor(self, value: DuplicateCallInterceptor) -> None:
         if self._initialised:
-            self._live.duplicates = value
+            self._parts.live.duplicates = value
         else:
             self._duplicates = value
 
@@ -227,11 +221,11 @@ class Agent(PauseVerbs):
     def router(self) -> ProviderRouter:
         """Task type -> provider; ``act.providerRouting = fixed`` sends everything to the chat
         provider."""
-        self._need("tools")
+        parts = self._ready("router")
         if self._override_router is not None:
             return self._override_router
         base = self._runtime.router
-        if self._role_pack.strategy.provider_routing == "fixed":
+        if parts.role_pack.strategy.provider_routing == "fixed":
             if self._router_fixed is None or self._router_fixed[0] is not base:
                 self._router_fixed = (base, base.with_fixed(True))
             return self._router_fixed[1]
@@ -244,14 +238,13 @@ class Agent(PauseVerbs):
 
     @property
     def session_id(self) -> str:
-        self._need("session_id")
-        return str(self._live.session_id)
+        return str(self._ready("session_id").live.session_id)
 
     @property
     def history(self) -> tuple[Message, ...]:
         """The live conversation of the current session as the model sees it (oldest first,
         without the system prompt); a read-only copy.  Trimmed messages are not in it."""
-        return self._window.messages
+        return self._parts.window.messages if self._initialised else ()
 
     @property
     def plan(self) -> builtins.list[PlanItem]:
@@ -264,9 +257,9 @@ class Agent(PauseVerbs):
         LLM call on — a model switch in a host, or a scripted provider in tests
         (:mod:`memora.testing`).  ``background`` keeps a separate background provider.
         The Agent does not close providers passed here."""
-        self._need("tools")
+        parts = self._ready("set_provider")
         self._override_router = ProviderRouter(provider, background=background)
-        self._exposure.invalidate()
+        parts.exposure.invalidate()
 
     @contextlib.contextmanager
     def override(self, *, provider: Provider) -> Iterator[Agent]:
@@ -299,21 +292,24 @@ class Agent(PauseVerbs):
             await runtime.open()
         runtime.attach(self)
         try:
-            _assembly().build_session(self)
-            await self._live.open(self.options.session_id, self)
+            from .machinery import SessionMachinery  # the machinery is loaded by init()
+
+            opts = self.options
+            self.messages = opts.messages
+            self.approvals = self._session_options.get("approvals", runtime.approvals)
+            self.retry_policy = RetryPolicy(
+                max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
+            )
+            self._parts = SessionMachinery(self, self._driver)
+            await self._parts.live.open(opts.session_id, self)
         except BaseException:
             runtime.detach(self)
             if self._owns_runtime:
                 await runtime.close()
             raise
-        self._unlisten = runtime.plugins.add_listener(self._plugins_changed)
+        self._unlisten = runtime.plugins.add_listener(self._parts.plugins_changed)
         self._initialised = True
         return self
-
-    def _plugins_changed(self) -> None:
-        """A plugin was registered or unregistered on ``agent.plugins`` after init()."""
-        _assembly().sync_plugin_tools(self)
-        self._exposure.invalidate()
 
     async def close(self) -> None:
         """Finish the round summaries; then, when the runtime is this Agent's own, kill
@@ -324,8 +320,8 @@ class Agent(PauseVerbs):
         self._closed = True
         self._unlisten()
         self._unlisten = _nothing
-        await self._live.idle()  # round summaries still being written
-        _assembly().release_session(self)
+        await self._parts.live.idle()  # round summaries still being written
+        self._parts.release()
         self._runtime.detach(self)
         if self._owns_runtime:
             await self._runtime.close()
@@ -340,24 +336,22 @@ class Agent(PauseVerbs):
     def capability_map(self) -> CapabilityMap:
         """The active role pack's capability map: which privileged capabilities are on, and
         ``unavailable``: the declared ones no plugin provides, with the reason."""
-        self._need("tools")
-        return self._exposure.capability_map()
+        return self._ready("capability_map").exposure.capability_map()
 
     async def load_capability_tools(self) -> None:
         """Bring the tools of the capabilities the active role pack declares and a tool source
         serves (``mcp:<server>``...) up to date: started on first use, listed again before
         every turn.  A source that fails costs only its capability: its tools disappear, the
         reason is in ``capability_map().unavailable``."""
-        self._need("tools")
-        await self._exposure.load_capability_tools()
+        await self._ready("load_capability_tools").exposure.load_capability_tools()
 
     @property
     def tools_withheld(self) -> str | None:
         """Why no tool is sent to the model: its provider says it does not use tools
         (``supports_tools = False``), or the tool schemas would take more than half of its
         context window (a small local model); ``None`` when tools are sent."""
-        self._need("tools")
-        return self._exposure.withheld(self.router.for_task("chat"))
+        parts = self._ready("tools_withheld")
+        return parts.exposure.withheld(self.router.for_task("chat"))
 
     async def idle(self) -> None:
         """Wait until the work the Agent does after ``done`` (round summaries) has finished.
@@ -365,37 +359,29 @@ class Agent(PauseVerbs):
         Failures are not raised: they are logged and emitted as ``ArchiveFailed`` events.
         """
         if self._initialised:
-            await self._live.idle()
+            await self._parts.live.idle()
             await self._runtime.memory.idle()  # the new memories' vectors (an embedder)
 
     # ------------------------------------------------------------------------------------------
     # chat
 
-    def _start(self) -> None:
+    def _start(self) -> SessionMachinery:
+        """The session's machinery, once no turn runs or waits paused."""
         if not self._initialised:
             raise NotInitializedError("call `await agent.init()` before chatting")
         if self._closed:
             raise NotInitializedError("this agent is closed")
-        live = self._live
-        if live.busy:
-            raise BusyError(
-                "a turn is already running on this agent (one session runs at a time); wait for it, "
-                "or use one Agent per project to work in parallel"
-            )
-        if live.turn is not None and live.turn.paused is not None:
-            raise BusyError(
-                "the current turn is paused; answer it through agent.paused_turn (answer, approve "
-                "or deny, then resume()), or drop it with agent.paused_turn.discard()"
-            )
+        self._parts.check_idle()
+        return self._parts
 
-    def _begin(self, text: str) -> TurnRecord:
-        """A new turn's record, the session moved to ``running``."""
-        self._start()
-        text = clean_text(text)  # a lone surrogate would make every later request unencodable
-        self.session_state.start()  # raises while an unrecovered error stands
-        self.session_state.set_goal(text)
-        self._live.busy = True
-        return self._live.new_record(text)
+    def _begin(self, text: str, spec: Any, deps: Any) -> TurnRecord:
+        """A new turn's record (typed by ``spec``, with the host's ``deps``), the session moved
+        to ``running``."""
+        record = self._start().begin(text)
+        record.deps = deps
+        if spec is not None:
+            record.output_spec, record.output_schema = spec, spec.schema
+        return record
 
     def chat(
         self,
@@ -438,7 +424,9 @@ class Agent(PauseVerbs):
             records.append(record)
             return record
 
-        return await _assembly().turn_result(self._drive(start), records)
+        from .outcome import turn_result
+
+        return await turn_result(self._drive(start), records)
 
     def output_validator(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Register a check of every typed result (sync or async ``fn(value) -> value``):
@@ -452,7 +440,8 @@ class Agent(PauseVerbs):
         (``OutputSpec.from_json_schema(...)``), with the Agent's validators and retries."""
         if output_type is None:
             return None
-        output = _output()
+        from . import output  # typed results: loaded by the first typed turn
+
         if isinstance(output_type, output.OutputSpec):
             # the turn's own copy: the host's spec may serve other Agents and turns at once
             return output_type.for_turn(self._output_validators, retries)
@@ -463,22 +452,8 @@ class Agent(PauseVerbs):
         )
 
     async def _chat_turn(self, text: str, spec: Any = None, deps: Any = None) -> TurnRecord:
-        await self._driver.release_left_turn(self._live)
-        record = self._begin(text)
-        record.deps = deps
-        if spec is not None:
-            record.output_spec, record.output_schema = spec, spec.schema
-        live = self._live
-        live.duplicates.reset()
-        self._exposure.plan_asked = self._prompts.asks_for_plan(record.user_text)
-        try:
-            await self._exposure.load_capability_tools()
-            self._prompts.pinned = await self._pinned_block()
-        except BaseException:
-            live.busy = False
-            raise
-        live.turn = record
-        return record
+        await self._driver.release_left_turn(self._ready("chat").live)
+        return await self._parts.chat_turn(self._begin(text, spec, deps))
 
     def meeting(
         self,
@@ -503,52 +478,21 @@ class Agent(PauseVerbs):
         spec = self._output_spec(output_type, output_retries)
 
         async def start() -> TurnRecord:
-            self._need("tools")
-            await self._driver.release_left_turn(self._live)
-            chosen, speakers = self._prompts.meeting_team(
+            parts = self._ready("meeting")
+            await self._driver.release_left_turn(parts.live)
+            chosen, speakers = parts.prompts.meeting_team(
                 team, list(members) if members is not None else None
             )
-            record = self._begin(question)
-            record.deps = deps
-            if spec is not None:
-                record.output_spec, record.output_schema = spec, spec.schema
+            record = self._begin(question, spec, deps)
             record.step = "meeting"
             record.meeting = {"members": speakers, "chair": chosen.leader, "spoken": []}
-            self._live.turn = record
+            parts.live.turn = record
             return record
 
         return self._drive(start)
-
-    async def _pinned_block(self) -> str | None:
-        """The scope's pinned memories for this turn's prompt; a store that fails to answer
-        costs the block, never the turn."""
-        try:
-            return await self._memory.pinned_block()
-        except Exception as exc:
-            logger.warning("reading the pinned memories failed: %s", exc)
-            return None
 
     def _drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
-        return self._driver.drive(self._live, start, self._run_turn)
-
-    def _run_turn(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
-        assembly = _assembly()
-        chunks: AsyncIterator[AgentChunk] = assembly.TurnEngine(
-            assembly.turn_deps(self, record), record
-        ).run()
-        return chunks
-
-    def _continue(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
-        """Run a paused turn on (after :class:`PausedTurn` checked it may)."""
-
-        async def start() -> TurnRecord:
-            if self._live.busy:
-                raise BusyError("a turn is already running")
-            self.session_state.start()
-            self._live.busy = True
-            return record
-
-        return self._drive(start)
+        return self._ready("chat").drive(start)
 
     async def chat_text(self, text: str) -> str:
         """Run one turn and return the final answer text.  Raises by what ended the turn:
@@ -556,8 +500,8 @@ class Agent(PauseVerbs):
         plugin failed), ``AbortedError``, ``BusyError`` (the turn paused) — each a
         ``MemoraError`` with its code."""
         from ..chunks import DoneChunk
+        from .outcome import chat_text_error
 
-        chat_text_error = _assembly().chat_text_error
         turn = cast("AsyncGenerator[AgentChunk, None]", self.chat(text))
         async with contextlib.aclosing(turn) as stream:
             async for chunk in stream:
@@ -600,7 +544,7 @@ class Agent(PauseVerbs):
         """Host abort signal: the running turn ends with ``aborted(stop_reason=reason)`` —
         ``"user"`` (a stop button), or ``"timeout"`` for the host's own deadline; the iterator
         then ends normally (no exception reaches the host)."""
-        self._driver.abort(self._live if self._initialised else None, reason)
+        self._driver.abort(self._parts.live if self._initialised else None, reason)
 
     # ------------------------------------------------------------------------------------------
     # host control
@@ -608,9 +552,9 @@ class Agent(PauseVerbs):
     def switch_role_pack(self, name: str) -> None:
         """Activate another role pack (``agent.role_pack.activate``): prompt, strategy,
         capability map and tool set follow from the next LLM call on."""
-        self._start()
-        self.role_pack.activate(name)
-        self._exposure.invalidate()
+        parts = self._start()
+        parts.role_pack.activate(name)
+        parts.exposure.invalidate()
 
     def reload_config(self) -> builtins.list[str]:
         """Read the configuration again: role packs changed on disk (the active one is rebuilt
@@ -618,9 +562,15 @@ class Agent(PauseVerbs):
         and skills, and the Agent ``options`` of the config files.  Providers, storage, the
         session store and the lock stay as they are (they hold connections and files; build a
         new Agent to change them).  Returns the names of the packs read again."""
-        self._start()
-        changed: builtins.list[str] = _assembly().reload_config(self)
-        return changed
+        parts = self._start()
+        self._runtime.resolve()
+        opts = self.options
+        if "approvals" not in self._session_options:
+            self.approvals = self._runtime.approvals
+        self.retry_policy = RetryPolicy(
+            max_attempts=opts.retry_attempts, base_delay=opts.retry_base_delay
+        )
+        return parts.reload()
 
     def effective_max_tokens(self) -> int | None:
         """The output limit requests carry: min(``max_tokens``, the role pack's
@@ -631,33 +581,13 @@ class Agent(PauseVerbs):
         """How full the context window is, by part, against the effective window (the seed's
         occupancy snapshot): the last request's, or — before this session's first — what the
         next request would hold now.  See :class:`~memora.agent.context_window.ContextOccupancy`."""
-        self._need("tools")
-        last = self._window.occupancy
-        if last is not None:
-            return last
-        chat = self.router.for_task("chat")
-        tools = self._exposure.for_turn(chat)
-        return self._window.measure(
-            self._prompts.system(chat, tools),
-            _assembly().window_of(self, chat),
-            self.effective_max_tokens() or 1024,
-            self._prompts.plan_section(),
-            tools.spec_tokens(),
-        )
+        return self._ready("context_usage").context_usage()
 
     async def append_message(self, role: str, content: str) -> None:
         """Add a message to the live conversation between turns (a system note, a message the
         host received elsewhere): the next request carries it and the session store keeps it.
         ``role`` is ``user``, ``assistant`` or ``system``."""
-        self._start()
-        if role not in ("user", "assistant", "system"):
-            raise InvalidInputError(
-                f"append_message role must be user, assistant or system, not {role!r}"
-            )
-        message = self._window.append(Message(role, clean_text(content)))  # type: ignore[arg-type]
-        await self._runtime.session_store.append_messages(
-            self._live.session_id, [message_to_dict(message)]
-        )
+        await self._start().append_message(role, content)
 
     # ------------------------------------------------------------------------------------------
     # tools outside the conversation
@@ -665,8 +595,8 @@ class Agent(PauseVerbs):
     def exposed_tools(self) -> builtins.list[Tool]:
         """The tools the model sees under the active role pack (flags, capability map,
         ``resident_tools``), in registration order."""
-        self._need("tools")
-        return self._exposure.exposed(self.router.for_task("chat"))
+        parts = self._ready("exposed_tools")
+        return parts.exposure.exposed(self.router.for_task("chat"))
 
     async def call_tool(
         self,
@@ -681,8 +611,7 @@ class Agent(PauseVerbs):
 
         A check answering ``Ask`` runs the call only with ``approve=True``; otherwise the result
         says approval is needed (``needs_approval``)."""
-        result: ToolCallResult = await _assembly().direct_call(self, name, args, approve=approve)
-        return result
+        return await self._start().direct_call(name, args, approve=approve)
 
     # ------------------------------------------------------------------------------------------
     # pauses: the PausedTurn value (the Agent's own older names warn and forward to it)
@@ -692,22 +621,26 @@ class Agent(PauseVerbs):
         """The paused turn (:class:`~memora.agent.pause.PausedTurn`: ``paused`` is a
         ``QuestionPause``, an ``ApprovalPause`` or a ``HostPause``; ``approve``, ``deny``,
         ``answer``, ``to_json``, ``discard``, ``resume``), or ``None``."""
-        turn = self._live.turn if self._initialised else None
-        return PausedTurn(self, turn) if turn is not None and turn.paused is not None else None
+        if not self._initialised:
+            return None
+        turn = self._parts.live.turn
+        if turn is None or turn.paused is None:
+            return None
+        return PausedTurn(self, self._parts, turn)
 
     def request_pause(self, reason: str = "") -> None:
         """Ask the running turn to pause before its next model call (a host's "pause" button):
         it yields ``paused``; ``continue_after_pause()`` resumes it where it stopped.  The
         checkpoint's ``pause_meta`` says ``source="user"``."""
-        if not self._initialised or not self._live.busy or self._live.turn is None:
+        live = self._parts.live if self._initialised else None
+        if live is None or not live.busy or live.turn is None:
             raise InvalidInputError("no turn is running")
-        self._control.pause_reason = reason
+        self._driver.control.pause_reason = reason
 
     def checkpoint(self) -> Checkpoint:
         """The session's checkpoint: status and error, goals, the plan and its step log, the
         pause (with its source), executed tool calls, heartbeat."""
-        self._need("checkpoint")
-        return _assembly().checkpoint(self)  # type: ignore[no-any-return]
+        return self._ready("checkpoint").checkpoint()
 
     async def resume(
         self,
@@ -720,51 +653,41 @@ class Agent(PauseVerbs):
         """Restore a paused turn saved with ``paused_turn.to_json()`` (after a restart).  A
         typed turn needs its ``output_type`` again (its schema is checked against the saved
         one); ``deps`` are the host's, never saved."""
-        if self._live.busy or self.paused_turn is not None:
+        parts = self._ready("resume")
+        if parts.live.busy or self.paused_turn is not None:
             raise BusyError("another turn is active")
         spec = self._output_spec(output_type, output_retries)
-        await _assembly().restore_pause(self, state, spec, deps)
+        await parts.restore_pause(state, spec, deps)
 
     def _drop_paused(self, record: TurnRecord | None) -> None:
-        if not self._initialised:
-            return
-        live = self._live
-        if record is not None and record is not live.turn:
-            return  # a stale PausedTurn: the Agent has moved on
-        if record is not None and record.paused is not None:
-            self._window.rollback(len(record.messages))
-        live.turn = None
-        self.session_state.finish("paused turn discarded")
+        if self._initialised:
+            self._parts.drop_paused(record)
 
     # ------------------------------------------------------------------------------------------
     # sessions and background tasks
 
     async def switch_session(self, session_id: str) -> None:
-        self._start()
-        await self._live.open(session_id, self)
+        await self._start().live.open(session_id, self)
 
     async def new_session(self, title: str = "") -> str:
-        self._start()
-        return await self._live.create(title, self)
+        return await self._start().live.create(title, self)
 
     async def fork_session(self, at_round_id: str | None = None, *, switch: bool = True) -> str:
         """Copy this session's rounds up to ``at_round_id`` into a new session (emits
         ``SessionForked`` with the round count)."""
-        self._start()
-        current = self._live.session_id
+        live = self._start().live
+        current = live.session_id
         info, count = await self._runtime.session_store.fork(current, at_round_id)
         self.events.emit(SessionForked(current, info.id, count))
         if switch:
-            await self._live.open(info.id, self)
+            await live.open(info.id, self)
         return str(info.id)
 
     def list_background_tasks(self) -> builtins.list[dict[str, object]]:
         """The background commands of this Agent's scope (another user's are not there)."""
-        self._need("tools")
         return self._runtime.background.for_scope(self.memory.scope).list()
 
     async def kill_background_task(self, task_id: str) -> bool:
-        self._need("tools")
         return await self._runtime.background.for_scope(self.memory.scope).kill(task_id)
 
     def mark_recovered(self) -> StatusTransition:

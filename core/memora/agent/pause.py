@@ -22,9 +22,17 @@ from ..errors import InvalidInputError, PauseExpiredError, ToolError
 if TYPE_CHECKING:  # a PausedTurn holds a TurnRecord: .record is loaded by the time one exists
     from ..chunks import AgentChunk
     from .agent import Agent
+    from .machinery import SessionMachinery
     from .record import ApprovalPause, Pause, PauseMeta, TurnRecord
 
-__all__ = ["PAUSE_STATE_VERSION", "PauseVerbs", "PausedTurn", "TurnControl", "deprecated_verb"]
+__all__ = [
+    "PAUSE_STATE_VERSION",
+    "PauseVerbs",
+    "PausedTurn",
+    "TurnControl",
+    "deprecated_verb",
+    "upgrade_pause_state",
+]
 
 PAUSE_STATE_VERSION = 2
 
@@ -119,10 +127,11 @@ class PauseVerbs:
 class PausedTurn:
     """A turn waiting for the host (see the module docstring)."""
 
-    __slots__ = ("_agent", "record")
+    __slots__ = ("_agent", "_session", "record")
 
-    def __init__(self, agent: Agent, record: TurnRecord) -> None:
+    def __init__(self, agent: Agent, session: SessionMachinery, record: TurnRecord) -> None:
         self._agent = agent
+        self._session = session
         self.record = record
         """The turn's record (messages, events, pending calls)."""
 
@@ -163,7 +172,7 @@ class PausedTurn:
         """Drop the turn with ``PAUSE_EXPIRED`` when it waited past ``pause_timeout``, and
         refuse a turn that is no longer the Agent's paused one."""
         agent = self._agent
-        if agent._live.turn is not self.record or self.record.paused is None:
+        if self._session.live.turn is not self.record or self.record.paused is None:
             raise InvalidInputError("this turn is no longer paused")
         timeout = agent.options.pause_timeout
         state = agent.session_state
@@ -252,7 +261,7 @@ class PausedTurn:
         """Drop the turn without finishing it: its messages leave the live history (they were
         never stored), so no tool call is left without a result; nothing of it is stored.
         Calls it already executed stay in the outbox."""
-        self._agent._drop_paused(self.record)
+        self._session.drop_paused(self.record)
 
     async def resume(self) -> AsyncIterator[AgentChunk]:
         """Run the turn on (same round) after answering or approving — or, for a pause the
@@ -264,10 +273,31 @@ class PausedTurn:
         if isinstance(record.paused, HostPause):
             record.paused = None
             record.pause_meta = None
-            self._agent._control.pause_reason = None
+            self._session.driver.control.pause_reason = None
         if isinstance(record.paused, QuestionPause) and not record.answers:
             raise InvalidInputError("answer the pending question first (paused_turn.answer)")
         if isinstance(record.paused, ApprovalPause) and record.approval is None:
             raise InvalidInputError("approve or reject the pending call first")
-        async for chunk in self._agent._continue(record):
+        async for chunk in self._session.continue_turn(record):
             yield chunk
+
+
+def upgrade_pause_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The turn of a saved pause state, in version 2's shape (version 1 kept the outbox, the
+    duplicate-call state and the plan next to the turn)."""
+    version = state.get("version")
+    if version not in (1, PAUSE_STATE_VERSION):
+        raise InvalidInputError(
+            f"unsupported pause state version {version!r} (this memora reads 1 and "
+            f"{PAUSE_STATE_VERSION})"
+        )
+    data = dict(state["turn"])
+    if version == 1:
+        data.setdefault("outbox", state.get("outbox") or [])
+        data.setdefault("duplicates", state.get("duplicates") or {})
+        data.setdefault("plan", state.get("task_table") or [])
+        paused = data.get("paused") or {}
+        data.setdefault("step", "tools" if data.get("pending_calls") else "model")
+        if paused.get("kind") == "question":
+            paused.setdefault("name", "ask_user")
+    return data

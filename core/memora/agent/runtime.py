@@ -48,7 +48,7 @@ class ProjectRuntime(ProjectResources):
         """The project's role packs as a new session sees them (read from disk once; call
         ``refresh()`` on the result to read them again).  Needs no open runtime."""
         if self._packs is None:
-            from .assembly import role_packs_for  # the session machinery: loaded when asked
+            from .machinery import role_packs_for  # the session machinery: loaded when asked
 
             self._packs = role_packs_for(self.options)
         return self._packs

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar, cast, overload
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from ..errors import ErrorCode, MemoraError
 
@@ -27,20 +27,16 @@ __all__ = [
 T = TypeVar("T")
 
 
-class _Initialised(Protocol):
-    def _need(self, name: str) -> None: ...
-
-
 class AfterInit(Generic[T]):
     """An attribute a host reads after ``init()`` (``agent.role_pack: AfterInit[RolePackManager]``):
-    the owner's own ``_name`` or, ``shared``, its runtime's ``name``; before ``init()`` it is
-    the owner's ``NOT_INITIALIZED`` error naming the attribute.  Typed, unlike a property
-    lambda."""
+    ``get(owner, name)`` finds it — the owner's session part or its runtime's — and raises the
+    owner's ``NOT_INITIALIZED`` error naming the attribute before ``init()``.  Typed, unlike a
+    property lambda."""
 
-    __slots__ = ("name", "shared")
+    __slots__ = ("get", "name")
 
-    def __init__(self, *, shared: bool = False) -> None:
-        self.shared = shared
+    def __init__(self, get: Callable[[Any, str], Any]) -> None:
+        self.get = get
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -49,14 +45,11 @@ class AfterInit(Generic[T]):
     @overload
     def __get__(self, owner: None, owner_type: type) -> AfterInit[T]: ...
     @overload
-    def __get__(self, owner: _Initialised, owner_type: type) -> T: ...
-    def __get__(self, owner: _Initialised | None, owner_type: type) -> T | AfterInit[T]:
+    def __get__(self, owner: object, owner_type: type) -> T: ...
+    def __get__(self, owner: object | None, owner_type: type) -> T | AfterInit[T]:
         if owner is None:
             return self
-        owner._need(self.name)
-        if self.shared:
-            return cast("T", getattr(owner._runtime, self.name))  # type: ignore[attr-defined]
-        return cast("T", getattr(owner, "_" + self.name))
+        return cast("T", self.get(owner, self.name))
 
 
 _KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode

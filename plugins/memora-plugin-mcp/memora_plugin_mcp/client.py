@@ -165,6 +165,8 @@ class McpTool(Tool):
         )
         self.server = server
         self.remote_name = str(remote.name)
+        self.signature = (remote.description, repr(remote.input_schema))
+        """What the server said of the tool: listed again unchanged, the same tool is kept."""
         schema = dict(remote.input_schema or {"type": "object"})
         schema.pop("title", None)
         self._schema = schema
@@ -369,9 +371,8 @@ class _Server:
             spent += size
             tool = self._tools.get(remote.name)
             signature = (remote.description, repr(remote.input_schema))
-            if tool is None or getattr(tool, "_signature", None) != signature:
+            if tool is None or tool.signature != signature:
                 tool = McpTool(self, remote)
-                tool._signature = signature  # type: ignore[attr-defined]
             fresh[remote.name] = tool
         self._tools = fresh
         self._failures = 0  # it answered: the back-off starts over
