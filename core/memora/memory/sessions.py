@@ -49,11 +49,11 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
@@ -61,7 +61,19 @@ from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk
 from ..security.state import check_state_path, ensure_state_dir, open_state_file
 from .log_read import count_round, open_log, read_logs, scan_log, session_logs
 from .log_write import LogAppend, append_to, disk_error
-from .redaction import redact_log_in_place, redacted, round_lines, title_without
+from .redaction import redact_log_in_place, title_without
+from .session_memory import InMemorySessionStore
+from .session_types import (
+    RoundRecord,
+    SessionContents,
+    SessionInfo,
+    SessionStore,
+    lines_until_round,
+    messages_of,
+    new_session_id,
+    no_session,
+    rounds_of,
+)
 
 __all__ = [
     "InMemorySessionStore",
@@ -78,100 +90,6 @@ logger = logging.getLogger("memora.sessions")
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
-def new_session_id() -> str:
-    """A fresh session id: the UTC time it was made and eight random hex digits."""
-    return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
-class SessionInfo:
-    """A session's metadata: title, times, where it was forked from, rounds so far."""
-
-    id: str
-    title: str = ""
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    parent_id: str | None = None
-    fork_round_id: str | None = None
-    archived: bool = False
-    round_count: int = 0
-    scope: str | None = None
-    """The user, tenant or agent the session belongs to (``None``: the project's); an Agent of
-    one scope opens and lists only that scope's sessions."""
-
-    def to_dict(self) -> dict[str, Any]:
-        # every field is a plain value: a shallow dict (asdict() deep-copies each one, the
-        # largest cost of a new session's first append)
-        return {name: getattr(self, name) for name in _INFO_FIELDS}
-
-    def copy(self) -> SessionInfo:
-        """A copy (every field is a plain value: no deep copy needed)."""
-        return replace(self)
-
-
-_INFO_FIELDS = tuple(f.name for f in fields(SessionInfo))
-
-
-@dataclass
-class RoundRecord:
-    """One question and its answer, with what happened in between."""
-
-    round_id: str
-    user: str
-    assistant: str = ""
-    events: builtins.list[dict[str, Any]] = field(default_factory=list)
-    status: str = "done"
-    """``done``, ``aborted``, ``error`` or ``paused``."""
-    started_at: float = 0.0
-    ended_at: float = 0.0
-    usage: dict[str, int] = field(default_factory=dict)
-    output: Any = None
-    """A typed turn's validated result, as JSON data (``None``: a text turn)."""
-    model: str = ""
-    """Which provider and model answered (``openai:gpt-4o-mini``); empty in rounds stored
-    before memora recorded it."""
-    forgotten: dict[str, Any] | None = None
-    """Set when the round's text was forgotten (``forget --everywhere``): who asked (``by``),
-    when (``at``) and for which memory; the round's text, answer and events are gone."""
-
-    def to_dict(self) -> dict[str, Any]:
-        # shallow on purpose: events are plain JSON values, about to be serialised (asdict()
-        # deep-copies every event dict, a measurable cost per turn)
-        data = {
-            "round_id": self.round_id,
-            "user": self.user,
-            "assistant": self.assistant,
-            "events": list(self.events),
-            "status": self.status,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "usage": dict(self.usage),
-        }
-        if self.output is not None:
-            data["output"] = self.output
-        if self.model:
-            data["model"] = self.model
-        if self.forgotten is not None:
-            data["forgotten"] = dict(self.forgotten)
-        return data
-
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> RoundRecord:
-        return RoundRecord(
-            round_id=str(data["round_id"]),
-            user=str(data.get("user", "")),
-            assistant=str(data.get("assistant", "")),
-            events=list(data.get("events") or []),
-            status=str(data.get("status", "done")),
-            started_at=float(data.get("started_at") or 0.0),
-            ended_at=float(data.get("ended_at") or 0.0),
-            usage=dict(data.get("usage") or {}),
-            output=data.get("output"),
-            model=str(data.get("model") or ""),
-            forgotten=dict(data["forgotten"]) if isinstance(data.get("forgotten"), dict) else None,
-        )
-
-
 def _line_bytes(line: dict[str, Any]) -> bytes:
     """One JSONL line, readable UTF-8; a line holding text UTF-8 cannot carry (a lone
     surrogate in a tool's output, say) is written with JSON escapes instead, so it is stored
@@ -185,12 +103,6 @@ def _line_bytes(line: dict[str, Any]) -> bytes:
 
 _LINE_JSON = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(..., ensure_ascii=False)`` without a new encoder per line."""
-
-
-def _no_session(session_id: str) -> MemoraError:
-    return MemoraError(
-        ErrorCode.NOT_FOUND, f"no session {session_id!r}", context={"session_id": session_id}
-    )
 
 
 def _day(ts: float) -> str:
@@ -251,30 +163,6 @@ def _meta_info(session_id: str, data: Any, path: Path) -> SessionInfo:
         raise bad("archived")
     info.archived = archived
     return info
-
-
-def lines_until_round(
-    lines: Iterable[dict[str, Any]], session_id: str, at_round_id: str | None
-) -> builtins.list[dict[str, Any]]:
-    """The lines of a session up to and including round ``at_round_id`` (all when ``None``),
-    for a fork; ``NOT_FOUND`` when the session has no such round.  Lines are dicts with
-    ``kind`` (and ``round_id`` for rounds), as every session store keeps them."""
-    kept: builtins.list[dict[str, Any]] = []
-    for line in lines:
-        kept.append(line)
-        if (
-            at_round_id is not None
-            and line.get("kind") == "round"
-            and line.get("round_id") == at_round_id
-        ):
-            return kept
-    if at_round_id is not None:
-        raise MemoraError(
-            ErrorCode.NOT_FOUND,
-            f"session {session_id!r} has no round {at_round_id!r}",
-            context={"session_id": session_id, "round_id": at_round_id},
-        )
-    return kept
 
 
 def _session_line(log: Path) -> dict[str, Any]:
@@ -349,21 +237,6 @@ def _with_derived(
         info.title = first_user.strip().splitlines()[0][:80] if first_user.strip() else ""
 
 
-class SessionContents(NamedTuple):
-    """What an Agent reads when it opens a session: ``get``, ``messages`` and ``rounds`` in
-    one (``load``)."""
-
-    info: SessionInfo
-    messages: builtins.list[dict[str, Any]]
-    rounds: builtins.list[RoundRecord]
-    mark: Any = None
-    """Where this read ended, in the store's own terms: ``load(session_id, after=mark)`` may
-    then read only what was written since (``None``: the store cannot)."""
-    since: Any = None
-    """The ``after`` mark this read went on from — ``messages`` and ``rounds`` are then only
-    what was written after it — or ``None``: the whole session."""
-
-
 @dataclass(frozen=True, slots=True)
 class _LogMark:
     """Where a read of a session's logs ended (a JSONL store's ``SessionContents.mark``): the
@@ -373,60 +246,6 @@ class _LogMark:
     rounds: int
     first_user: str | None
     last_ended: float
-
-
-def _messages_of(lines: Iterable[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
-    return [
-        {k: v for k, v in x.items() if k != "kind"} for x in lines if x.get("kind") == "message"
-    ]
-
-
-def _rounds_of(session_id: str, lines: Iterable[dict[str, Any]]) -> builtins.list[RoundRecord]:
-    out = []
-    for line in lines:
-        if line.get("kind") == "round" and "round_id" in line:
-            try:
-                out.append(RoundRecord.from_dict(line))
-            except (TypeError, ValueError) as exc:
-                logger.warning("session %s: malformed round skipped: %s", session_id, exc)
-    return out
-
-
-@runtime_checkable
-class SessionStore(Protocol):
-    """What a session store does (``register_session_stores``; the built-in ``jsonl`` and
-    ``memory`` stores, ``postgres``): sessions with their message history and their rounds.
-    A store may also offer ``append_turn(session_id, messages, record)``, one write for a
-    finished turn's messages and round, and ``load(session_id)``, a :class:`SessionContents`
-    (or ``None`` when there is no such session) read at once — what an Agent reads when it
-    opens a session, otherwise asked for with ``exists``, ``get``, ``messages`` and ``rounds``.
-    A store that can forget a round's text offers ``redact_round(session_id, round_id,
-    tombstone) -> bool`` (``memora memory forget --everywhere``; see
-    :mod:`memora.memory.redaction`): the round's line and its turn's messages keep their place
-    and structure and lose their text, the round gaining ``forgotten`` (the ``tombstone``:
-    who asked and when); ``False`` when the session has no such round."""
-
-    async def create(
-        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
-    ) -> SessionInfo:
-        """A new session (of ``scope``: a store without the parameter serves unscoped agents
-        only)."""
-        ...
-
-    async def get(self, session_id: str) -> SessionInfo: ...
-    async def exists(self, session_id: str) -> bool: ...
-    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]: ...
-    async def append_messages(
-        self, session_id: str, messages: Sequence[dict[str, Any]]
-    ) -> None: ...
-    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]: ...
-    async def append_round(self, session_id: str, record: RoundRecord) -> None: ...
-    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]: ...
-    async def fork(
-        self, session_id: str, at_round_id: str | None = None, title: str = ""
-    ) -> tuple[SessionInfo, int]: ...
-    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo: ...
-    async def close(self) -> None: ...
 
 
 class JsonlSessionStore:
@@ -500,7 +319,7 @@ class JsonlSessionStore:
         if session_id in self._found or session_id in self._unwritten:
             return folder
         if not self._is_session(folder):
-            raise _no_session(session_id)
+            raise no_session(session_id)
         self._seen(session_id)
         return folder
 
@@ -535,7 +354,7 @@ class JsonlSessionStore:
         except FileNotFoundError:
             logs = session_logs(folder)
             if not logs:
-                raise _no_session(session_id) from None
+                raise no_session(session_id) from None
             data = _session_line(logs[0])
             path = logs[0]
         except ValueError as exc:
@@ -616,7 +435,7 @@ class JsonlSessionStore:
         except FileNotFoundError:  # its folder was removed (by hand) since it was found
             with self._found_lock:
                 self._found.pop(session_id, None)
-            raise _no_session(session_id) from None
+            raise no_session(session_id) from None
         except OSError as exc:  # a full disk has no room for a new folder or log either
             raise disk_error(exc, path, "create") from exc
         return append_to(fd, path, payload, fresh=fresh), unwritten is not None
@@ -725,7 +544,7 @@ class JsonlSessionStore:
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         if self._pending(session_id) is not None:
             return []
-        return _messages_of(await asyncio.to_thread(self._lines, session_id))
+        return messages_of(await asyncio.to_thread(self._lines, session_id))
 
     async def load(self, session_id: str, *, after: object = None) -> SessionContents | None:
         """The session's info, messages and rounds (``get``, ``messages``, ``rounds``) in one
@@ -769,8 +588,8 @@ class JsonlSessionStore:
         _with_derived(info, rounds, first_user, last_ended)
         return SessionContents(
             info,
-            _messages_of(lines),
-            _rounds_of(session_id, lines),
+            messages_of(lines),
+            rounds_of(session_id, lines),
             _LogMark(sizes, rounds, first_user, last_ended),
             since,
         )
@@ -790,7 +609,7 @@ class JsonlSessionStore:
     async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
         if self._pending(session_id) is not None:
             return []
-        return _rounds_of(session_id, await asyncio.to_thread(self._lines, session_id))
+        return rounds_of(session_id, await asyncio.to_thread(self._lines, session_id))
 
     async def fork(
         self, session_id: str, at_round_id: str | None = None, title: str = ""
@@ -862,120 +681,6 @@ class JsonlSessionStore:
             return info
 
         return await asyncio.to_thread(work)
-
-    async def close(self) -> None:
-        return None
-
-
-class InMemorySessionStore:
-    """Sessions in a dict (``memory``): for hosts that persist conversations themselves, and for
-    tests.  Same API as :class:`JsonlSessionStore`; nothing survives the process."""
-
-    def __init__(self) -> None:
-        self._meta: dict[str, SessionInfo] = {}
-        self._lines: dict[str, builtins.list[dict[str, Any]]] = {}
-
-    def _get(self, session_id: str) -> SessionInfo:
-        info = self._meta.get(session_id)
-        if info is None:
-            raise _no_session(session_id)
-        return info
-
-    def _info(self, session_id: str) -> SessionInfo:
-        info = self._get(session_id).copy()
-        rounds = [x for x in self._lines[session_id] if x["kind"] == "round"]
-        info.round_count = len(rounds)
-        if rounds:
-            info.updated_at = max(info.updated_at, max(float(r["ended_at"]) for r in rounds))
-            if not info.title and rounds[0]["user"].strip():
-                info.title = rounds[0]["user"].strip().splitlines()[0][:80]
-        return info
-
-    async def create(
-        self, title: str = "", session_id: str | None = None, *, scope: str | None = None
-    ) -> SessionInfo:
-        sid = session_id or new_session_id()
-        if sid in self._meta:
-            raise MemoraError(ErrorCode.INVALID_INPUT, f"session {sid!r} already exists")
-        t = time.time()
-        self._meta[sid] = SessionInfo(id=sid, title=title, created_at=t, updated_at=t, scope=scope)
-        self._lines[sid] = []
-        return self._info(sid)
-
-    async def get(self, session_id: str) -> SessionInfo:
-        return self._info(session_id)
-
-    async def exists(self, session_id: str) -> bool:
-        return session_id in self._meta
-
-    async def list(self, *, include_archived: bool = False) -> builtins.list[SessionInfo]:
-        infos = [self._info(s) for s in self._meta]
-        infos = [i for i in infos if include_archived or not i.archived]
-        infos.sort(key=lambda i: -i.updated_at)
-        return infos
-
-    async def append_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
-        self._get(session_id)
-        self._lines[session_id].extend({"kind": "message", **m} for m in messages)
-
-    async def append_round(self, session_id: str, record: RoundRecord) -> None:
-        await self.append_turn(session_id, (), record)
-
-    async def append_turn(
-        self, session_id: str, messages: Sequence[dict[str, Any]], record: RoundRecord
-    ) -> None:
-        await self.append_messages(session_id, messages)
-        self._lines[session_id].append({"kind": "round", **record.to_dict()})
-
-    async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
-        self._get(session_id)
-        return [
-            {k: v for k, v in x.items() if k != "kind"}
-            for x in self._lines[session_id]
-            if x["kind"] == "message"
-        ]
-
-    async def rounds(self, session_id: str) -> builtins.list[RoundRecord]:
-        self._get(session_id)
-        return [RoundRecord.from_dict(x) for x in self._lines[session_id] if x["kind"] == "round"]
-
-    async def load(self, session_id: str) -> SessionContents | None:
-        if session_id not in self._meta:
-            return None
-        return SessionContents(
-            self._info(session_id),
-            await self.messages(session_id),
-            await self.rounds(session_id),
-        )
-
-    async def fork(
-        self, session_id: str, at_round_id: str | None = None, title: str = ""
-    ) -> tuple[SessionInfo, int]:
-        source = self._info(session_id)
-        kept = lines_until_round(self._lines[session_id], session_id, at_round_id)
-        info = await self.create(title or (source.title + " (fork)").strip(), scope=source.scope)
-        meta = self._meta[info.id]
-        meta.parent_id, meta.fork_round_id = session_id, at_round_id
-        self._lines[info.id] = list(kept)
-        new = self._info(info.id)
-        return new, new.round_count
-
-    async def redact_round(self, session_id: str, round_id: str, tombstone: dict[str, Any]) -> bool:
-        lines = self._lines.get(session_id, [])
-        targets = round_lines(lines, round_id)
-        if targets:
-            title = title_without(self._get(session_id).title, lines[targets[-1]].get("user", ""))
-            if title is not None:
-                self._meta[session_id].title = title
-        for index in targets:
-            lines[index] = redacted(lines[index], tombstone)
-        return bool(targets)
-
-    async def archive(self, session_id: str, archived: bool = True) -> SessionInfo:
-        meta = self._get(session_id)
-        meta.archived = archived
-        meta.updated_at = time.time()
-        return self._info(session_id)
 
     async def close(self) -> None:
         return None
