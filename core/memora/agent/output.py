@@ -273,6 +273,13 @@ class OutputSpec:
                 message=f"the answer is not valid JSON ({exc.msg} at position {exc.pos})",
                 errors=[{"type": "json_invalid", "loc": [], "msg": exc.msg}],
             )
+        except ValueError as exc:  # JSON, but a number of over 4,300 digits (Python's limit)
+            said = str(exc).split(";")[0]
+            return OutputCheck(
+                False,
+                message=f"the answer holds a number memora cannot read ({said})",
+                errors=[{"type": "json_invalid", "loc": [], "msg": said}],
+            )
         except RecursionError:  # a model's answer of a thousand nested brackets
             return OutputCheck(
                 False,

@@ -23,10 +23,10 @@ into N rules and dies on a left-recursive grammar), and the prompt.  So a schema
 
 An admitted schema is checked by :func:`bounded_validator`: jsonschema with a registry that
 retrieves nothing, and ``pattern`` / ``patternProperties`` / ``additionalProperties`` matched by
-the ``regex`` engine with the GIL released and one deadline for the whole check
-(:func:`schema_errors`, :data:`CHECK_SECONDS`), so a catastrophic pattern ends as
-:class:`SchemaCheckTimeout` instead of a stalled process.  A host's own Python types are not
-data from outside and do not come through here.
+the ``regex`` engine with the GIL released, every keyword under one deadline for the whole check
+(:func:`schema_errors`, :data:`CHECK_SECONDS`), so a catastrophic pattern — or a schema whose
+``$ref``s fan out exponentially — ends as :class:`SchemaCheckTimeout` instead of a stalled
+process.  A host's own Python types are not data from outside and do not come through here.
 """
 
 from __future__ import annotations
@@ -467,16 +467,30 @@ def bounded_validator(schema: dict[str, Any]) -> Any:
 
 @functools.cache
 def _bounded_class(base: Any) -> Any:
-    """``base`` (a draft's validator class) with its three regex keywords on ``regex``."""
+    """``base`` (a draft's validator class) with its three regex keywords on ``regex``, and
+    every keyword under the check's deadline: a schema within every limit can still cost time
+    exponential in its size — 40 ``$defs``, each ``allOf`` the next one twice, is 2**40 checks
+    of one string — and only a deadline looked at on each keyword ends that."""
     validators = _jsonschema().validators
-    return validators.extend(
-        base,
-        {
-            "pattern": _pattern,
-            "patternProperties": _pattern_properties,
-            "additionalProperties": _additional_properties,
-        },
-    )
+    own = {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    keywords = {**base.VALIDATORS, **own}
+    return validators.extend(base, {k: _timed(f) for k, f in keywords.items()})
+
+
+def _timed(keyword: Any) -> Any:
+    """``keyword`` (a jsonschema keyword function) refused past the check's deadline."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        deadline = _DEADLINE.get()
+        if deadline is not None and time.monotonic() > deadline:
+            raise SchemaCheckTimeout(_TIMEOUT)
+        return keyword(validator, value, instance, schema)
+
+    return check
 
 
 def _search(pattern: str, text: str) -> bool:
@@ -492,7 +506,9 @@ def _search(pattern: str, text: str) -> bool:
         raise SchemaCheckTimeout(_TIMEOUT) from None
 
 
-_TIMEOUT = f"checking the answer took over {CHECK_SECONDS:g} s (a pattern too slow for it)"
+_TIMEOUT = (
+    f"checking the answer took over {CHECK_SECONDS:g} s (a pattern or a schema too costly for it)"
+)
 
 
 def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator[Any]:
@@ -544,6 +560,9 @@ def schema_errors(
                 break
     except RecursionError:
         return [("", "the answer nests too deep to be checked")]
+    except (ArithmeticError, ValueError):
+        # NaN, Infinity or 1e999 (Python's json reads them) against multipleOf and the like
+        return [("", "the answer holds a number that cannot be checked (NaN or infinite)")]
     finally:
         _DEADLINE.reset(token)
     found.sort(key=lambda e: (len(e.absolute_path), str(e.path)))
