@@ -596,9 +596,16 @@ class Hub:
         forgotten = await served.runtime.forget_everywhere(memory_id, by=by, scope=scope)
         for session_id in forgotten.sessions:
             slot = self._slots.get((project, session_id))
-            if slot is not None and not slot.busy:
-                await self._close_agent(slot)  # reopened from the store, without the text
+            if slot is not None:
+                # the events of its finished turns, kept for a client that reconnects, hold
+                # the text too: gone (the session's rounds say what is left of them)
+                for turn_id, log in list(slot.logs.items()):
+                    if log.ended:
+                        del slot.logs[turn_id]
+                if not slot.busy:
+                    await self._close_agent(slot)  # reopened from the store, without the text
             if served.shared is not None:
+                await served.shared.forget_turns(session_id)
                 await served.shared.bump(session_id)
         return forgotten
 

@@ -275,6 +275,20 @@ class PgSharedState:
                 )
         return len(gone)
 
+    async def forget_turns(self, session: str) -> None:
+        async with await self._conn() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM memora_server_turns WHERE namespace = %s AND session_id = %s "
+                "AND ended RETURNING turn_id",
+                (self.namespace, session),
+            )
+            gone = [r[0] for r in await cur.fetchall()]
+            if gone:
+                await conn.execute(
+                    "DELETE FROM memora_server_events WHERE namespace = %s AND turn_id = ANY(%s)",
+                    (self.namespace, gone),
+                )
+
     async def close(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:

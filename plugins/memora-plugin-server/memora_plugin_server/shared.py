@@ -120,6 +120,10 @@ class SharedState(Protocol):
     async def created_session(self, session: str) -> dict[str, Any] | None: ...
     async def forget_created(self, session: str) -> None: ...
     async def prune(self, older_than: float) -> int: ...
+    async def forget_turns(self, session: str) -> None:
+        """Remove the events of the session's finished turns (``forget --everywhere``: they
+        hold the forgotten text); a turn running there keeps its own."""
+        ...
 
 
 async def one_by_one(
@@ -246,6 +250,18 @@ class FileSharedState:
             return removed
 
         return await asyncio.to_thread(work)
+
+    async def forget_turns(self, session: str) -> None:
+        folder = self.root / "turns" / _name(session)
+        running = await self.current_turn(session)
+
+        def work() -> None:
+            for path in folder.glob("*.jsonl"):
+                if running is None or path.name != f"{_name(running)}.jsonl":
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+
+        await asyncio.to_thread(work)
 
     def _mkdirs(self) -> None:
         root = self.root
