@@ -85,6 +85,7 @@ def create_app(
     shared: bool | None = None,
     settings_dir: Path | None = None,
     rate_file: Path | None = None,
+    secured: bool = False,
     **runtime_options: Any,
 ) -> Starlette:
     """The service as an ASGI app, for ``memora serve`` or a host's own ASGI server.
@@ -101,7 +102,10 @@ def create_app(
     processes are one allowance (``memora serve --workers N`` passes one; see
     :mod:`.ratelimit`); None: each process counts alone.  ``idle_seconds`` and
     ``max_open_sessions``: how long and how many sessions keep their Agent open between
-    requests, per process.  See :class:`~.hub.Hub`."""
+    requests, per process.  ``secured``: ask every caller for a token even when ``settings``
+    names none — the app of a worker of a server that was started with tokens (``memora serve
+    --workers N`` passes it), which a restart after the last token was revoked must not open.
+    See :class:`~.hub.Hub`."""
     named = project_names(projects)
     settings = settings or ServerSettings()
     hub = Hub(
@@ -112,8 +116,8 @@ def create_app(
         max_open_sessions=max_open_sessions,
         shared=shared,
     )
-    guard = Guard(settings, follow=settings_dir, rate_file=rate_file)
-    if not settings.tokens:
+    guard = Guard(settings, follow=settings_dir, rate_file=rate_file, secured=secured)
+    if not guard.secured:
         logger.warning(
             "no server token is configured: only this machine may call "
             "(memora serve-tokens add NAME)"
@@ -145,7 +149,7 @@ def create_app(
         Route(api.path, _endpoint(api, hub, guard), methods=[api.method]) for api in API
     ]
     routes += [Route("/", page), Route("/static/{name}", static_file)]
-    routes += a2a_routes(hub, secured=bool(settings.tokens), guard=guard.refusal)
+    routes += a2a_routes(hub, secured=guard.secured, guard=guard.refusal)
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.hub = hub
     return app

@@ -128,6 +128,9 @@ def serve_cmd(
         "shared": True if workers > 1 else None,  # None: shared on PostgreSQL storage
         # the workers draw on one rate-limit allowance, kept in a file named by the port
         "rate_file": str(user_dir / f"serve-{port}.rate") if workers > 1 else None,
+        # started with tokens: a worker uvicorn restarts (a crash, SIGHUP) after the last one
+        # was revoked must come up closed, as the running ones are — never open
+        "secured": bool(settings.tokens),
     }
     # open every project once before serving: a bad config, a missing provider or a project
     # locked by `memora chat` is one clear line and exit 1, not a server failing its start-up
@@ -239,6 +242,7 @@ def _app_from(spec: dict[str, Any], settings: Any = None) -> Any:
             max_open_sessions=int(spec.get("max_open_sessions", MAX_OPEN_SESSIONS)),
             shared=spec.get("shared"),
             rate_file=Path(spec["rate_file"]) if spec.get("rate_file") else None,
+            secured=bool(spec.get("secured")),
             **options,
         )
     )

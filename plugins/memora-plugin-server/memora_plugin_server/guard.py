@@ -122,6 +122,7 @@ class Guard:
         *,
         follow: Path | None = None,
         rate_file: Path | None = None,
+        secured: bool = False,
     ) -> None:
         self.settings = settings
         self._rates = RateFile(rate_file) if rate_file is not None else None
@@ -130,12 +131,13 @@ class Guard:
         self.buckets = self._buckets("requests", settings.rate_limit_per_minute)
         self.failures = self._buckets("failed-auth", FAILED_AUTH_PER_MINUTE)
         """Requests whose token was missing or wrong, per address (see :func:`client_key`)."""
-        self.secured = bool(settings.tokens)
-        """The server asks for tokens.  Set at start when tokens are configured, or when one is
-        added while it runs, and never unset while it runs: revoking the last token (or losing
-        ``server.json``) closes the server to every caller instead of opening it to this
-        machine as its owner — running open is a choice made at start, never a state reached
-        by removing credentials."""
+        self.secured = secured or bool(settings.tokens)
+        """The server asks for tokens.  Set at start when tokens are configured (or ``secured``:
+        a worker of a server that was started with tokens, restarted after the last one was
+        revoked), or when one is added while it runs, and never unset while it runs: revoking
+        the last token (or losing ``server.json``) closes the server to every caller instead of
+        opening it to this machine as its owner — running open is a choice made at start,
+        never a state reached by removing credentials."""
         self._follow = follow
         """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
         within a second, in every worker (each reads the file), with no restart."""
