@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,7 +72,7 @@ async def test_a_key_for_the_default_endpoint_never_follows_memora_base_url(
         _home(home, active=active)
         monkeypatch.setenv("MEMORA_HOME", str(home))
         name, options = choose_provider(named, None, "m")  # as `memora run` reads its flags
-        kwargs = {"provider": name} if name else {}
+        kwargs: dict[str, Any] = {"provider": name} if name else {}
         b.auth.clear()
         async with Agent(
             project_path=project,
@@ -118,7 +119,7 @@ async def test_the_embedders_key_stays_with_its_endpoint_too(
         else:
             monkeypatch.delenv("MEMORA_BASE_URL", raising=False)
         b.auth.clear()
-        extra = (
+        extra: dict[str, Any] = (
             {"embedder": "openai", "embedder_options": {"base_url": host_url}} if host_url else {}
         )
         async with Agent(
