@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memora.errors import MemoraError, NotAvailableError
-from memora.memory import JsonFileStorage, NewMemory, sqlite_store
+from memora.memory import JsonFileStorage, NewMemory, sqlite_file, sqlite_store
 from memora.memory.sqlite_store import SqliteStorage, build_match_query, open_sqlite_storage
 
 WRITER = textwrap.dedent(
@@ -139,7 +139,7 @@ async def test_read_only_view_has_no_write_methods(tmp_path: Path) -> None:
 
 
 def test_missing_fts5_is_not_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_store, "fts5_available", lambda: False)
+    monkeypatch.setattr(sqlite_file, "fts5_available", lambda: False)  # the file checks it
     with pytest.raises(NotAvailableError, match="FTS5"):
         SqliteStorage(tmp_path / "x.db")
 

@@ -15,12 +15,8 @@ import pytest
 
 from memora.errors import ErrorCode, MemoraError
 from memora.memory import NewMemory
-from memora.memory.sqlite_store import (
-    MIGRATIONS,
-    SqliteStorage,
-    open_sqlite_storage,
-    pinned_query,
-)
+from memora.memory.sqlite_file import MIGRATIONS
+from memora.memory.sqlite_store import SqliteStorage, open_sqlite_storage, pinned_query
 from memora.memory.vectors import normalize
 
 
