@@ -17,16 +17,11 @@ from memora.llm import ProviderError
 from memora.llm.openai_format import message_to_openai, tool_to_openai
 from memora.llm.types import (
     Delta,
-    FinishDelta,
     LLMRequest,
     Message,
-    ReasoningDelta,
-    TextDelta,
     TokenUsage,
     ToolCall,
-    ToolCallDelta,
     ToolSpec,
-    UsageDelta,
 )
 
 from .deadline import Deadline, DeadlineExceeded
@@ -39,6 +34,7 @@ from .endpoint import (
     endpoint_url,
     seconds,
 )
+from .events import coalesce, event_deltas
 from .sse import SSEDecoder, SSELineTooLong
 
 __all__ = ["Completion", "OpenAIProvider", "encode_message"]
@@ -64,52 +60,6 @@ def _encode_tools(tools: list[ToolSpec]) -> str:
     return json.dumps([tool_to_openai(t) for t in tools], ensure_ascii=False)
 
 
-def coalesce(deltas: list[Delta]) -> list[Delta]:
-    """``deltas`` with each run of text, of reasoning, or of one tool call's argument fragments
-    joined into one delta (order kept; a fragment naming a call starts a new one)."""
-    out: list[Delta] = []
-    run: list[str] = []  # the pieces of the run that out[-1] starts
-
-    def close() -> None:
-        if len(run) > 1:
-            head = out[-1]
-            text = "".join(run)
-            if isinstance(head, TextDelta):
-                out[-1] = TextDelta(text)
-            elif isinstance(head, ReasoningDelta):
-                out[-1] = ReasoningDelta(text)
-            elif isinstance(head, ToolCallDelta):
-                out[-1] = ToolCallDelta(head.index, head.id, head.name, text)
-        run.clear()
-
-    for delta in deltas:
-        head = out[-1] if out else None
-        if head is not None and run:
-            if isinstance(delta, TextDelta) and isinstance(head, TextDelta):
-                run.append(delta.text)
-                continue
-            if isinstance(delta, ReasoningDelta) and isinstance(head, ReasoningDelta):
-                run.append(delta.text)
-                continue
-            if (
-                isinstance(delta, ToolCallDelta)
-                and isinstance(head, ToolCallDelta)
-                and delta.index == head.index
-                and delta.id is None
-                and delta.name is None
-            ):
-                run.append(delta.arguments)
-                continue
-        close()
-        out.append(delta)
-        if isinstance(delta, (TextDelta, ReasoningDelta)):
-            run.append(delta.text)
-        elif isinstance(delta, ToolCallDelta):
-            run.append(delta.arguments)
-    close()
-    return out
-
-
 @dataclass
 class _HistoryEntry:
     ref: list[Message] | None = None
@@ -118,96 +68,6 @@ class _HistoryEntry:
     parts: list[str] = field(default_factory=list)
     snapshot: list[Message] = field(default_factory=list)
     snapshot_ref: list[Message] | None = None
-
-
-def _count(value: Any, what: str) -> int:
-    """A token count: a non-negative integer (NaN, strings, floats with a fraction refused)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} is {type(value).__name__}, not a number")
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"{what} is {value!r}, not a whole number")
-    return max(0, int(value))
-
-
-def _text(value: Any, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} is {type(value).__name__}, not a string")
-    return value
-
-
-def _deltas(obj: dict[str, Any]) -> list[Delta]:
-    """The deltas of one event; a wrong type anywhere raises TypeError/ValueError."""
-    choices = obj.get("choices")
-    if type(choices) is list and len(choices) == 1 and not obj.get("usage"):
-        # the usual event mid-answer, a choice whose delta is a piece of text and nothing else:
-        # what the full reading below makes of it, with a fraction of its checks
-        choice = choices[0]
-        if type(choice) is dict and not choice.get("finish_reason"):
-            delta = choice.get("delta")
-            if type(delta) is dict and len(delta) == 1:
-                content = delta.get("content")
-                if type(content) is str:
-                    return [TextDelta(content)] if content else []
-    out: list[Delta] = []
-    if choices:
-        if not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise TypeError("choices is not a list of objects")
-        choice = choices[0]
-        delta = choice.get("delta") or choice.get("message") or {}
-        if not isinstance(delta, dict):
-            raise TypeError(f"delta is {type(delta).__name__}, not an object")
-        reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
-        if reasoning:
-            out.append(ReasoningDelta(reasoning))
-        content = _text(delta.get("content"), "content")
-        if content:
-            out.append(TextDelta(content))
-        calls = delta.get("tool_calls")
-        if calls:
-            if not isinstance(calls, list):
-                raise TypeError("tool_calls is not a list")
-            for pos, tc in enumerate(calls):
-                if not isinstance(tc, dict):
-                    raise TypeError("a tool call is not an object")
-                fn = tc.get("function") or {}
-                if not isinstance(fn, dict):
-                    raise TypeError("a tool call's function is not an object")
-                index = tc.get("index", pos)
-                if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 128:
-                    raise ValueError(f"tool call index {index!r} is not an integer in 0..127")
-                call_id = tc.get("id")
-                out.append(
-                    ToolCallDelta(
-                        index,
-                        _text(call_id, "tool call id") or None,
-                        _text(fn.get("name"), "tool name") or None,
-                        _text(fn.get("arguments"), "tool arguments"),
-                    )
-                )
-        reason = choice.get("finish_reason")
-        if reason:
-            out.append(FinishDelta(_text(reason, "finish_reason")))
-    usage = obj.get("usage")
-    if usage:
-        if not isinstance(usage, dict):
-            raise TypeError("usage is not an object")
-        details = usage.get("completion_tokens_details") or {}
-        if not isinstance(details, dict):
-            raise TypeError("completion_tokens_details is not an object")
-        out.append(
-            UsageDelta(
-                TokenUsage(
-                    _count(usage.get("prompt_tokens"), "prompt_tokens"),
-                    _count(usage.get("completion_tokens"), "completion_tokens"),
-                    _count(details.get("reasoning_tokens"), "reasoning_tokens"),
-                )
-            )
-        )
-    return out
 
 
 @dataclass
@@ -645,7 +505,7 @@ class OpenAIProvider(HTTPEndpoint):
                 f"{self.base_url} reported an error mid-stream: {msg}", category="unknown"
             )
         try:
-            return _deltas(obj)
+            return event_deltas(obj)
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
             raise ProviderError(
                 f"{self.base_url} sent an event of the wrong shape ({exc}): {data[:200]!r}",
