@@ -7,21 +7,21 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
-    "BUILTIN_FALLBACK": "memora.role_pack.manager",
+    "BUILTIN_FALLBACK": "memora.role_pack.pack",
     "EffectiveStrategy": "memora.role_pack.strategy",
     "Issue": "memora.role_pack.validator",
     "KeySpec": "memora.role_pack.strategy_keys",
     "NOT_SENT": "memora.role_pack.strategy_keys",
     "Report": "memora.role_pack.validator",
-    "RolePack": "memora.role_pack.manager",
+    "RolePack": "memora.role_pack.pack",
     "RolePackManager": "memora.role_pack.manager",
-    "RolePackMeta": "memora.role_pack.manager",
+    "RolePackMeta": "memora.role_pack.pack",
     "STRATEGY_KEYS": "memora.role_pack.strategy_keys",
     "Skill": "memora.role_pack.skills",
     "build_system_prompt": "memora.role_pack.manager",
     "check_references": "memora.role_pack.validator",
     "extract_skill_references": "memora.role_pack.text",
-    "load_pack": "memora.role_pack.manager",
+    "load_pack": "memora.role_pack.pack",
     "markdown_table": "memora.role_pack.strategy_keys",
     "parse_front_matter": "memora.role_pack.text",
     "parse_rules": "memora.role_pack.text",
@@ -56,11 +56,13 @@ __all__ = [
 
 if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
     from .manager import (
+        RolePackManager as RolePackManager,
+        build_system_prompt as build_system_prompt,
+    )
+    from .pack import (
         BUILTIN_FALLBACK as BUILTIN_FALLBACK,
         RolePack as RolePack,
-        RolePackManager as RolePackManager,
         RolePackMeta as RolePackMeta,
-        build_system_prompt as build_system_prompt,
         load_pack as load_pack,
     )
     from .skills import (
