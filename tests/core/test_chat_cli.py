@@ -166,7 +166,7 @@ def test_init_then_chat_tools_questions_stop_and_resume(
     config_path.write_text(json.dumps(config), encoding="utf-8")
 
     child = _chat(project, url, env)
-    found = re.search(r"session \S*?(\d{8}-\d{6}-[0-9a-f]+)", child.before)
+    found = re.search(r"session\s+\S*?(\d{8}-\d{6}-[0-9a-f]+)", child.before)
     assert found is not None, child.before
     session = found.group(1)
     # a plain answer, streamed, with its usage
