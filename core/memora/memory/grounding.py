@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .keywords import _STOP_EN, _STOP_ZH, MAX_STEMMED, _scan, _stem, normalise
+from .keywords import MAX_STEMMED, STOP_EN, STOP_ZH, normalise, scan_words, stem
 from .numbers import number_spans, numbers_in
 
 __all__ = [
@@ -73,10 +73,10 @@ def _word_term(word: str) -> str | None:
 
 
 def _term(word: str) -> str | None:
-    if word in _STOP_EN or word in _LABELS or (len(word) < 2 and not word.isdigit()):
+    if word in STOP_EN or word in _LABELS or (len(word) < 2 and not word.isdigit()):
         return None
     if word.isascii() and word.isalpha():
-        return _stem(word)
+        return stem(word)
     return word
 
 
@@ -104,19 +104,19 @@ def content_terms(text: str) -> list[str]:
 
 def _word_terms(text: str) -> list[str]:
     out: list[str] = []
-    for cjk, word in _scan(text):
+    for cjk, word in scan_words(text):
         if word:
             term = _word_term(word)
             if term is not None:
                 out.append(term)
             continue
         if len(cjk) == 1:
-            if cjk not in _STOP_ZH:
+            if cjk not in STOP_ZH:
                 out.append(cjk)
             continue
         for i in range(len(cjk) - 1):
             gram = cjk[i : i + 2]
-            if gram[0] in _STOP_ZH or gram[1] in _STOP_ZH:
+            if gram[0] in STOP_ZH or gram[1] in STOP_ZH:
                 continue
             out.append(gram)
     return out
@@ -270,7 +270,7 @@ def short_name(text: str, limit: int = 60) -> str:
 
 
 def _is_cjk(ch: str) -> bool:
-    return bool(_scan(ch)) and bool(_scan(ch)[0][0])
+    return bool(scan_words(ch)) and bool(scan_words(ch)[0][0])
 
 
 def _inside_word(left: str, right: str) -> bool:

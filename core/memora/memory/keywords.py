@@ -24,11 +24,16 @@ __all__ = [
     "CJK_RANGES",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
+    "MAX_STEMMED",
+    "STOP_EN",
+    "STOP_ZH",
     "QueryTerm",
     "extract_keywords",
     "index_tokens",
     "normalise",
     "query_terms",
+    "scan_words",
+    "stem",
 ]
 
 MAX_QUERY_CHARS = 1000
@@ -51,7 +56,7 @@ def _token_re() -> re.Pattern[str]:
     return re.compile(rf"([{CJK_RANGES}]+)|([^\W{CJK_RANGES}]+)")
 
 
-_STOP_EN = frozenset(
+STOP_EN = frozenset(
     [
         "a",
         "an",
@@ -154,7 +159,8 @@ _STOP_EN = frozenset(
         "other",
     ]
 )
-_STOP_ZH = frozenset(
+"""English stop words: no keyword, query term or grounding evidence is one of them."""
+STOP_ZH = frozenset(
     [
         "的了是在和有就不也都而及与着或一个我们你们他们这个那个什么怎么因为所以但是如果然后可以这样那样",
         "的",
@@ -169,6 +175,7 @@ _STOP_ZH = frozenset(
         "都",
     ]
 )
+"""Chinese stop characters and words: a bigram holding one is not a keyword."""
 
 
 def normalise(text: str) -> str:
@@ -176,7 +183,7 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower()
 
 
-def _scan(text: str) -> list[tuple[str, str]]:
+def scan_words(text: str) -> list[tuple[str, str]]:
     """``(cjk_run, word)`` pairs; words are trimmed of ``_`` and dropped when nothing is left."""
     out = []
     for cjk, word in _token_re().findall(normalise(text)):
@@ -198,7 +205,7 @@ def _bigrams(run: str) -> list[str]:
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9]+(?:_+[a-z0-9]+)*")
-"""A word of lowercased ASCII text as :func:`_scan` reads it: letters, digits and ``_``, without
+"""A word of lowercased ASCII text as :func:`scan_words` reads it: letters, digits and ``_``, without
 the ``_`` at either end."""
 
 
@@ -207,7 +214,7 @@ def index_tokens(text: str) -> list[str]:
     if text.isascii():  # NFKC leaves ASCII as it is, and it has no CJK: words only
         return _ASCII_WORD.findall(text.lower())
     out: list[str] = []
-    for cjk, word in _scan(text):
+    for cjk, word in scan_words(text):
         if cjk:
             out.extend(_bigrams(cjk))
         elif word:
@@ -235,7 +242,7 @@ def query_terms(query: str) -> list[QueryTerm]:
     function word: "visit in May" searches for ``may``."""
     terms = _query_terms(query)
     months = {_MONTH_NAMES[p.month - 1] for p in query_periods(query) if p.month}
-    content = [t for t in terms if t.text not in _STOP_EN or t.text in months] or terms
+    content = [t for t in terms if t.text not in STOP_EN or t.text in months] or terms
     out: list[QueryTerm] = []
     seen: set[str] = set()
     for term in content:
@@ -268,13 +275,13 @@ def _stemmed(term: QueryTerm) -> QueryTerm:
     word = term.text
     if term.prefix or len(term.tokens) != 1 or not (word.isascii() and word.isalpha()):
         return term
-    stem = _stem(word)
-    if len(stem) < MIN_STEM or not word.startswith(stem):
+    root = stem(word)
+    if len(root) < MIN_STEM or not word.startswith(root):
         return term
-    return QueryTerm((stem,), stem, prefix=True)
+    return QueryTerm((root,), root, prefix=True)
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """The English stem of ``word`` (ASCII letters); a word longer than :data:`MAX_STEMMED`
     is no English word (a blob a tool returned, say) and is its own stem."""
     # the Snowball stemmer is pure Python (~15 µs a word, 0.3 ms a thousand letters): a host's
@@ -290,7 +297,7 @@ def _stem_short(word: str) -> str:
 def _query_terms(query: str) -> list[QueryTerm]:
     terms: list[QueryTerm] = []
     seen: set[str] = set()
-    for cjk, word in _scan(query[:MAX_QUERY_CHARS]):
+    for cjk, word in scan_words(query[:MAX_QUERY_CHARS]):
         text = cjk or word
         if not text or text in seen:
             continue
@@ -318,16 +325,16 @@ def extract_keywords(text: str, limit: int = 10) -> list[str]:
     first: dict[str, int] = {}
     pos = 0
     norm = normalise(text)
-    for cjk, word in _scan(text):
+    for cjk, word in scan_words(text):
         if word:
-            if len(word) >= 2 and word not in _STOP_EN and not word.isdigit():
+            if len(word) >= 2 and word not in STOP_EN and not word.isdigit():
                 counts[word] += 1
                 first.setdefault(word, pos)
                 pos += 1
             continue
         for i in range(len(cjk) - 1):
             gram = cjk[i : i + 2]
-            if gram[0] in _STOP_ZH or gram[1] in _STOP_ZH or gram in _STOP_ZH:
+            if gram[0] in STOP_ZH or gram[1] in STOP_ZH or gram in STOP_ZH:
                 continue
             counts[gram] += 1
             first.setdefault(gram, pos)
@@ -337,7 +344,7 @@ def extract_keywords(text: str, limit: int = 10) -> list[str]:
         for size in (4, 3):
             for i in range(len(cjk) - size + 1):
                 phrase = cjk[i : i + size]
-                if any(ch in _STOP_ZH for ch in phrase):
+                if any(ch in STOP_ZH for ch in phrase):
                     continue
                 n = norm.count(phrase)
                 if n >= 2 and phrase not in counts:
