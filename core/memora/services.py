@@ -31,13 +31,15 @@ __all__ = [
 ]
 
 
-_ROUND: ContextVar[str | None] = ContextVar("memora_round_id", default=None)
+ROUND_ID: ContextVar[str | None] = ContextVar("memora_round_id", default=None)
+"""The round a tool runs for: set by the turn loop in the tool's task, read by services
+through :func:`current_round_id`."""
 
 
 def current_round_id() -> str | None:
     """The round (turn) a service call is made for, while the loop runs a tool; ``None``
     outside a turn.  Services use it for per-turn state, e.g. a result cache."""
-    return _ROUND.get()
+    return ROUND_ID.get()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ class StallWatch:
 _eager: Callable[..., asyncio.Task[None]] | None = getattr(asyncio, "eager_task_factory", None)
 
 
-def _start_task(
+def start_task(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
 ) -> asyncio.Task[None]:
     """A task that runs at once until it first waits (Python 3.12+; before, on the next trip

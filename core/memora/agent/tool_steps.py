@@ -29,12 +29,12 @@ from ..chunks import (
 )
 from ..errors import ToolErrorCode, is_retryable
 from ..llm.types import Message
-from ..services import _ROUND
+from ..services import ROUND_ID
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
 from .gates import Approve, GateCall, Refuse, Reuse, duplicate_warning, run_gates
 from .record import ApprovalPause, PendingCall, PlanItemOutcome, QuestionPause
-from .timing import _start_task
+from .timing import start_task
 from .transitions import Goto, Suspend, Transition
 
 if TYPE_CHECKING:
@@ -127,13 +127,13 @@ class ToolSteps:
                 wake.set_result(None)
 
         async def one(call: PendingCall) -> None:
-            _ROUND.set(self.record.round_id)  # this task's context: services see the round
+            ROUND_ID.set(self.record.round_id)  # this task's context: services see the round
             try:
                 await self._resolve(call, put)
             finally:
                 put(None)
 
-        tasks = [_start_task(loop, one(call)) for call in batch]
+        tasks = [start_task(loop, one(call)) for call in batch]
         remaining = len(tasks)
         try:
             if not all(t.done() for t in tasks):

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .base import _console, emit_json
+from .base import emit_json, rich_console
 from .common import config_dir_option, project_option
 
 
@@ -74,7 +74,7 @@ def _plugins_table(plugins: Any, infos: list[Any], show_all: bool) -> None:
 
     from .common import safe
 
-    console = _console()
+    console = rich_console()
     table = Table(title="memora plugins")
     # names whole (a folded "memora.default_p/lugins.checks" reads as a cut name); the
     # other columns wrap at word boundaries

@@ -17,7 +17,8 @@ import click
 _handler: logging.Handler | None = None
 
 
-def _console() -> Any:
+def rich_console() -> Any:
+    """A rich Console (rich is imported when a command first prints a table)."""
     from rich.console import Console
 
     return Console()
