@@ -50,6 +50,7 @@ from ._lazy import lazy_module
 from ._version import __version__
 from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
 from .security.trust import factory_rules
+from .tools import DeferredTool
 
 if TYPE_CHECKING:  # memora.checks is imported by the first check, not by `memora plugins`
     from .checks import CheckContext, CheckDecision, CheckOutcome, Deny, ToolCallInfo
@@ -666,7 +667,17 @@ class Plugins:
 
     def registered(self, kind: Kind) -> dict[str, Registered]:
         """Everything registered for ``kind``, by name."""
-        return dict(self._registry.get(kind, {}))
+        table = self._registry.get(kind, {})
+        for name, reg in table.items():
+            if isinstance(reg.value, DeferredTool):
+                table[name] = self._loaded(reg)  # same keys: the dict is not resized
+        return dict(table)
+
+    @staticmethod
+    def _loaded(reg: Registered) -> Registered:
+        """``reg`` with its built-in tool imported (:class:`~memora.tools.DeferredTool`): the
+        built-ins are registered by name so that listing plugins imports no tool module."""
+        return Registered(reg.kind, reg.name, reg.value.load(), reg.plugin)
 
     def names(self, kind: Kind) -> list[str]:
         return sorted(self._registry.get(kind, {}))
@@ -698,7 +709,7 @@ class Plugins:
         """The factory (or tool) registered as ``name``; a clear error listing what exists."""
         table = self._registry.get(kind, {})
         try:
-            return table[name].value
+            reg = table[name]
         except KeyError:
             available = sorted(table)
             label = kind.replace("_", " ")
@@ -720,6 +731,9 @@ class Plugins:
             raise NotAvailableError(
                 msg, context={"kind": kind, "name": name, "available": available}
             ) from None
+        if isinstance(reg.value, DeferredTool):
+            reg = table[name] = self._loaded(reg)
+        return reg.value
 
     def create(self, kind: Kind, name: str, options: Mapping[str, Any] | None = None) -> Any:
         """Look up the factory ``name`` of ``kind`` and call it with ``options``."""

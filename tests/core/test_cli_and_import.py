@@ -110,3 +110,7 @@ def test_memora_plugins_json_imports_no_command_module_nor_asyncio() -> None:
     )
     modules = ("memora.cli.chat_cmd", "memora.cli.run_cmd", "memora.cli.tools_cmd", "asyncio")
     assert _loaded_after(code, modules) == []
+    # issue #70 item 7: the built-in tools are registered by name; their modules, and pydantic's
+    # schema machinery they bring, load when a tool is first looked up
+    tools = ("memora.tools.base", "memora.tools.files", "memora.tools.privileged", "pydantic")
+    assert _loaded_after(code, tools) == []

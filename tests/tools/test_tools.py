@@ -405,3 +405,23 @@ def test_every_builtin_tool_builds_its_argument_model() -> None:
     for t in [*resident_tools(), *PRIVILEGED_TOOLS]:
         assert t.takes_context, t.name
         assert t.parameters["type"] == "object", t.name
+
+
+def test_the_builtin_plugin_registers_every_builtin_tool_by_name_in_order() -> None:
+    """The built-in plugin registers the kernel's tools by name (so listing plugins imports no
+    tool module); the manager hands out the modules' own Tool objects, in the order the model
+    saw them before: resident, then privileged."""
+    from memora.plugins import create_plugin_manager
+    from memora.tools import builtin_tools, resident_tools
+    from memora.tools.privileged import PRIVILEGED_TOOLS
+
+    real = [*resident_tools(), *PRIVILEGED_TOOLS]
+    assert [d.name for d in builtin_tools()] == [t.name for t in real]
+    assert [d.load() for d in builtin_tools()] == real  # each loads its module's own object
+    plugins = create_plugin_manager(load_entrypoints=False)
+    table = plugins.registered("tool")
+    assert list(table) == [t.name for t in real]
+    assert all(reg.value is t for reg, t in zip(table.values(), real, strict=True))
+    assert plugins.get("tool", "run_code") is PRIVILEGED_TOOLS[-1]
+    fresh = create_plugin_manager(load_entrypoints=False)
+    assert fresh.get("tool", "read_file") is real[0]  # get() before registered() loads too

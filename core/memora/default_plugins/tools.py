@@ -10,10 +10,10 @@ from ..hookspecs import hookimpl
 
 @hookimpl
 def register_tools(register: Any) -> None:
-    from ..tools import resident_tools
-    from ..tools.privileged import PRIVILEGED_TOOLS
+    # by name: each tool's module (and pydantic with it) is imported when the tool is looked up
+    from ..tools import builtin_tools
 
-    for t in [*resident_tools(), *PRIVILEGED_TOOLS]:
+    for t in builtin_tools():
         register(t)
 
 
