@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import math
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Literal, cast
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from memora import check_scope
-from memora.errors import MemoraError
+from memora.errors import InvalidConfigError, MemoraError
 
 from .config import ServerSettings, TokenEntry, load_server_settings, settings_path
 from .errors import ApiError, error_response
@@ -104,12 +105,17 @@ FOLLOW_SECONDS = 1.0
 """How often a running server looks at ``server.json`` for changed tokens and limits."""
 
 
-def _stamp(folder: Path) -> tuple[int, int] | None:
+Stamp = tuple[int, int, int, int, bool]
+"""What tells a changed ``server.json``: its times, size and inode (a rewrite is a new file,
+whose times a coarse clock may give the old one's), and whether it is a regular file."""
+
+
+def _stamp(folder: Path) -> Stamp | None:
     try:
         st = settings_path(folder).stat()
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, stat.S_ISREG(st.st_mode)
 
 
 class Guard:
@@ -141,7 +147,7 @@ class Guard:
         self._follow = follow
         """The folder of ``server.json`` to follow: tokens added, changed or revoked there apply
         within a second, in every worker (each reads the file), with no restart."""
-        self._seen: tuple[int, int] | None = _stamp(follow) if follow is not None else None
+        self._seen: Stamp | None = _stamp(follow) if follow is not None else None
         self._checked = time.monotonic()
 
     def _buckets(self, kind: str, per_minute: int) -> Buckets | SharedBuckets:
@@ -166,9 +172,13 @@ class Guard:
         if stamp == self._seen:
             return
         try:
+            if stamp is not None and not stamp[-1]:
+                # a directory or a pipe: reading one here would stall every request
+                raise InvalidConfigError(f"{settings_path(self._follow)} is not a regular file")
             fresh = load_server_settings(self._follow)
-        except MemoraError as exc:  # a broken edit keeps the settings in force, said once
-            logger.warning("%s; the server keeps its previous settings", exc.message)
+        except (MemoraError, OSError) as exc:  # a broken edit keeps the settings in force
+            said = exc.message if isinstance(exc, MemoraError) else str(exc)
+            logger.warning("%s; the server keeps its previous settings", said)
             self._seen = stamp
             return
         self._seen = stamp
