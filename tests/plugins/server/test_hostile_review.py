@@ -491,3 +491,43 @@ def test_server_json_made_a_pipe_or_a_folder_keeps_the_server_answering_and_clos
                     assert c.get("/v1/projects", timeout=10).status_code in (401, 429)
             (path.rmdir if path.is_dir() else path.unlink)()
             path.write_bytes(saved)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
+async def test_bobs_command_finds_nothing_of_a_data_folder_outside_the_project(
+    tmp_path: Path,
+) -> None:
+    """Held: with the data folder outside the project (``data_dir``), bob's approved commands
+    reach none of alice's words — not by its path, not through a link from the project, not
+    in its SQLite write-ahead files, not by a hard link made to them (the folder is empty for
+    the command: there is nothing to link), not under /dev/shm."""
+    project = project_dir(tmp_path)
+    data = tmp_path / "elsewhere" / "data"
+    model = Model()
+    async with (
+        serve(
+            project,
+            settings=ServerSettings(tokens=[*ROSTER.tokens]),
+            data_dir=data,
+            **scripted(tmp_path, ScriptedProvider(default=model)),
+        ) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        await _alice_says_it(client, {"Authorization": "Bearer tok-alice"})
+        assert any(SECRET.encode() in p.read_bytes() for p in data.rglob("*") if p.is_file())
+        (project / "shortcut").symlink_to(data)
+        part = SECRET[6:14]  # not the command's own text echoed back
+        commands = [
+            f"grep -r -a -o {part} {tmp_path} {project}/shortcut/ /dev/shm 2>/dev/null; echo g",
+            f"for f in {data}/*.db* {data}/*/*; do ln $f {project}/got-$(basename $f); done; "
+            f"cat {project}/got-* 2>&1 | grep -a -o {part}; echo linked",
+            f"ls -la {data} {project}/shortcut/; echo listed",
+        ]
+        bob = {"Authorization": "Bearer tok-bob"}
+        for command, done in zip(commands, ("g", "linked", "listed"), strict=True):
+            seen = await _bobs_command(client, model, bob, command)
+            assert seen.rstrip().endswith(done), seen  # it ran to its end
+            assert SECRET not in seen and part not in seen, seen
+        assert not list(project.glob("got-*")) or all(
+            SECRET.encode() not in p.read_bytes() for p in project.glob("got-*")
+        )
