@@ -224,6 +224,12 @@ def test_an_unreachable_postgres_is_one_clear_line(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # the pool tries again until its connect_timeout (default 10 s): 2 s is as unreachable
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(
+        json.dumps({"plugins": {"postgres": {"connect_timeout": 2}}}), encoding="utf-8"
+    )
     r = subprocess.run(
         [
             sys.executable,
@@ -240,7 +246,7 @@ def test_an_unreachable_postgres_is_one_clear_line(tmp_path: Path) -> None:
         text=True,
         env={
             **os.environ,
-            "MEMORA_HOME": str(tmp_path / "home"),
+            "MEMORA_HOME": str(home),
             "MEMORA_POSTGRES_DSN": f"host=127.0.0.1 port={port} user=x connect_timeout=2",
         },
         timeout=120,
