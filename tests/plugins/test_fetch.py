@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Iterator
@@ -119,6 +120,15 @@ def server() -> Iterator[str]:
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _extractors_loaded() -> None:
+    """trafilatura and charset_normalizer imported before the first fetch: these fetches have 1 s
+    in all (so a stalled server is cut quickly), and the first extraction's import took longer
+    than that on a busy 2-core machine with the suite on both cores."""
+    importlib.import_module("trafilatura")
+    importlib.import_module("charset_normalizer")
 
 
 @pytest.fixture
