@@ -17,6 +17,11 @@ _CACHE = tempfile.mkdtemp(prefix="memora-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE
 # the user's own ~/.config/memora/config.json must not change what the tests see
 _HOME = tempfile.mkdtemp(prefix="memora-test-home-")
+# llama.cpp's threads (OpenMP) spin while they wait for each other: with the suite on both cores
+# (pytest-xdist), a model sharing the cores with another process spun 3x as long, where waiting
+# asleep costs the 2x sharing does (two bundled-model stress runs at once: 42 s each, 24 s with
+# PASSIVE; 13 s alone either way).  Set before llama.cpp loads; subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parent.parent
 
