@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -92,9 +93,34 @@ def _echo(request: LLMRequest) -> ScriptedResponse:
     return text(f"noted: {request.messages[-1].content}")
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["one-worker", "workers"])
+@pytest.fixture(params=["one-worker", "workers", "postgres"])
+def where(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, object]]:
+    """How the server keeps its turns' events: in memory, in ``<data>/server/`` (workers on
+    one machine), in PostgreSQL (its storage, which shares them between machines)."""
+    if request.param != "postgres":
+        yield {"shared": request.param == "workers"}
+        return
+    from memora_plugin_postgres.testing import ClusterUnavailable, temporary_cluster
+
+    try:
+        with temporary_cluster() as dsn:
+            monkeypatch.setenv("MEMORA_POSTGRES_DSN", dsn)
+            namespace = f"forget-{os.getpid()}-{time.time_ns()}"
+            yield {
+                "storage": "postgres",
+                "plugin_options": {"postgres": {"namespace": namespace}},
+                "load_entrypoints": True,  # the postgres plugin
+            }
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"PostgreSQL tests cannot run: {exc}")
+        pytest.skip(f"PostgreSQL tests SKIPPED: {exc}")
+
+
 async def test_forget_everywhere_leaves_no_turn_events_holding_the_text(
-    tmp_path: Path, shared: bool
+    tmp_path: Path, where: dict[str, object]
 ) -> None:
     """Found: after ``forget?everywhere=1`` the session's log and the memory were clean, but
     the server still replayed the turn that said it — ``GET …/turns/{turn}/events`` from the
@@ -103,9 +129,8 @@ async def test_forget_everywhere_leaves_no_turn_events_holding_the_text(
     rest; then nothing under the data folder holds the words (SQLite, JSONL logs)."""
     project = project_dir(tmp_path)
     provider = ScriptedProvider(default=_echo)
-    async with serve(
-        project, settings=ALICE_ONLY, shared=shared, **scripted(tmp_path, provider)
-    ) as srv:
+    options = {**scripted(tmp_path, provider), **where}
+    async with serve(project, settings=ALICE_ONLY, **options) as srv:
         runtime = srv.app.state.hub.project("proj").runtime
         async with httpx2.AsyncClient(base_url=srv.url, timeout=30) as client:
             made = await client.post("/v1/projects/proj/sessions", json={}, headers=ALICE)
@@ -141,6 +166,15 @@ async def test_forget_everywhere_leaves_no_turn_events_holding_the_text(
         data = Path(runtime.options.data_dir)
         holding = [p for p in data.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
         assert holding == [], holding
+        if where.get("storage") == "postgres":  # the turn events the workers share, there
+            import psycopg
+
+            with psycopg.connect(os.environ["MEMORA_POSTGRES_DSN"]) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM memora_server_events WHERE data LIKE %s",
+                    (f"%{SECRET}%",),
+                ).fetchone()
+            assert row is not None and row[0] == 0, row
 
 
 # -- fail closed on tokens (item 4) -----------------------------------------------------------
