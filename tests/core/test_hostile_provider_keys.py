@@ -14,6 +14,8 @@ import contextlib
 import itertools
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +139,31 @@ async def test_the_embedders_key_stays_with_its_endpoint_too(
                 await asyncio.sleep(0.02)
         # B was asked (the embedder ran), with the environment's loose key, never the bound one
         assert set(b.auth) == {f"Bearer {LOOSE}"}, (env, host_url, b.auth)
+
+
+def test_models_never_sends_a_bound_key_where_memora_base_url_points(
+    tmp_path: Path, endpoint_b: tuple[str, Endpoint]
+) -> None:
+    """``memora models NAME`` built NAME's provider from its entry alone — a key and no
+    ``base_url`` — and the type asked ``MEMORA_BASE_URL``'s endpoint for its models, with the
+    key.  Now it says why it does not."""
+    b_url, b = endpoint_b
+    home = tmp_path / "home"
+    _home(home, active="cloud")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORA_", "OPENAI_"))}
+    env.update({"MEMORA_HOME": str(home), "MEMORA_BASE_URL": b_url, "CLOUD_KEY": BOUND_ENV})
+    project = tmp_path / "p"
+    project.mkdir()
+    for name in ("cloud", "cloud-env"):
+        shown = subprocess.run(
+            [sys.executable, "-m", "memora", "models", name],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shown.returncode == 1, shown.stdout + shown.stderr
+        assert "MEMORA_BASE_URL" in shown.stderr and "base_url" in shown.stderr, shown.stderr
+    assert b.auth == []  # not asked at all

@@ -7,7 +7,6 @@ the CLI ask it (through :class:`~memora.agent.runtime.ProjectRuntime`) instead o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 
 from ..errors import ErrorCode, MemoraError
 from ..settings import Settings, resolve_settings
+from ..settings.resolve import KEY_BINDINGS, other_endpoint
 from .options import AgentOptions
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class AgentSettings:
         if entry is None or (host is not None and host != entry.type):
             return host, options
         mine = entry.options()
-        if _KEY_BINDINGS & set(mine) and _other_endpoint(mine, options.get("base_url")):
+        if KEY_BINDINGS & set(mine) and other_endpoint(mine, options.get("base_url")):
             # as for a provider: the entry's key stays with the entry's endpoint
             return entry.type, options
         return entry.type, {**mine, **options}
@@ -133,7 +133,7 @@ class AgentSettings:
             return name, extra, f"the {name} plugin ({by})"
         kind, options = self.settings.provider(name) or (entry.type, {})
         endpoint = options.get("base_url")
-        asked = _other_endpoint(options, extra.get("base_url"))
+        asked = other_endpoint(options, extra.get("base_url"))
         if asked is not None:
             return (
                 kind,
@@ -143,21 +143,6 @@ class AgentSettings:
             )
         where = f" at {endpoint}" if endpoint else ""
         return kind, {**options, **extra}, f"your provider {name!r} ({kind}{where}; {by})"
-
-
-_KEY_BINDINGS = frozenset({"api_key_name", "api_key_env", "headers"})
-"""Options of a provider entry that bind a key (or an ``Authorization`` header) to it."""
-
-
-def _other_endpoint(entry: Mapping[str, Any], asked: str | None) -> str | None:
-    """The endpoint other than ``entry``'s that the host asks for (``asked``: its
-    ``base_url``), or None.  An entry with a key and no endpoint means its type's own (OpenAI's
-    for openai), which the type would replace with ``MEMORA_BASE_URL``: that variable then
-    names another endpoint, as ``--base-url`` would, and the entry's key must not follow it."""
-    endpoint = entry.get("base_url")
-    if asked is None and endpoint is None and _KEY_BINDINGS & set(entry):
-        asked = os.environ.get("MEMORA_BASE_URL") or None
-    return asked if asked is not None and asked != endpoint else None
 
 
 def agent_settings(

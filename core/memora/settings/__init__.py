@@ -59,7 +59,13 @@ from .files import (
     strip_json_comments,
 )
 from .keys import CONFIG_OPTIONS, ENVIRONMENT, PROJECT_KEYS, USER_SIDE_KEYS
-from .resolve import Settings, TrustAnswer, read_project_layer, resolve_settings
+from .resolve import (
+    Settings,
+    TrustAnswer,
+    other_endpoint,
+    read_project_layer,
+    resolve_settings,
+)
 
 __all__ = [
     "ANY",
@@ -140,5 +146,16 @@ def create_provider_from_config(name: str | None, config: MemoraConfig, plugins:
             ErrorCode.NOT_FOUND,
             f"no provider {name!r} in the config; configured: {', '.join(config.providers) or 'none'}",
         )
+    options = entry.options()
+    elsewhere = other_endpoint(options, None)
+    if elsewhere is not None:
+        # its key is bound to its type's own endpoint; the type would take MEMORA_BASE_URL
+        raise MemoraError(
+            ErrorCode.INVALID_CONFIG,
+            f"provider {name!r} names no base_url, so its key goes to its type's own endpoint "
+            f"only, and MEMORA_BASE_URL names {elsewhere}: give the provider its base_url, or "
+            "unset MEMORA_BASE_URL",
+            context={"provider": name},
+        )
     pm = plugins or create_plugin_manager()
-    return pm.create("provider", entry.type, entry.options())
+    return pm.create("provider", entry.type, options)

@@ -42,7 +42,30 @@ OPTION_RULES: dict[str, ProjectRule] = {
 """Options a project's ``options`` may set only within a rule (the others in CONFIG_OPTIONS
 it may set freely)."""
 
-__all__ = ["RuleLookup", "Settings", "TrustAnswer", "read_project_layer", "resolve_settings"]
+__all__ = [
+    "KEY_BINDINGS",
+    "RuleLookup",
+    "Settings",
+    "TrustAnswer",
+    "other_endpoint",
+    "read_project_layer",
+    "resolve_settings",
+]
+
+KEY_BINDINGS = frozenset({"api_key_name", "api_key_env", "headers"})
+"""Options of a provider entry that bind a key (or an ``Authorization`` header) to it."""
+
+
+def other_endpoint(entry: Mapping[str, Any], asked: str | None) -> str | None:
+    """The endpoint other than ``entry``'s (a provider's options) that is asked for —
+    ``asked``, a host's ``base_url`` — or None.  An entry with a key and no endpoint means its
+    type's own (OpenAI's for openai), which the type would replace with ``MEMORA_BASE_URL``:
+    that variable then names another endpoint, as ``--base-url`` would, and the entry's key
+    must not follow it."""
+    endpoint = entry.get("base_url")
+    if asked is None and endpoint is None and KEY_BINDINGS & set(entry):
+        asked = os.environ.get("MEMORA_BASE_URL") or None
+    return asked if asked is not None and asked != endpoint else None
 
 
 @dataclass(frozen=True)
