@@ -219,7 +219,7 @@ def test_two_workers_are_one_rate_limit(server: tuple[str, Script], tmp_path: Pa
         time.sleep(7)  # the allowance spent by the start-up polls refilled (2 a second)
         granted: dict[str, int] = {}
         refused_early = 0  # refused by a worker that had itself granted fewer than a burst
-        answers = []
+        answers: list[tuple[int, str]] = []
         started = time.monotonic()
         while len(answers) < 200:
             r = srv.request("GET", "/v1/projects")
