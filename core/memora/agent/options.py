@@ -135,6 +135,11 @@ class AgentOptions(BaseModel):
     """Take the project lock shared: several processes (a service's workers) serve the project
     at once and serialise turns per session themselves; an exclusive holder (``memora chat``)
     excludes them and they exclude it.  The lock gets the option ``shared``."""
+    many_sessions: bool = False
+    """The runtime serves many conversations at once (a server: ``memora serve``): its stores
+    favour many writers over one conversation's latency — the built-in ``sqlite`` memory store
+    writes on its worker thread, sharing commits, rather than a lone write on the event loop
+    (its ``write_inline`` plugin option, where the user set it, wins)."""
     round_store: Any = None
     """Rounds live in the session store; set only to use a different object for them."""
     session_id: str | None = None

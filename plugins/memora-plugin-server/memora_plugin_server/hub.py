@@ -134,38 +134,27 @@ class Hub:
             raise InvalidInputError(f"max_open_sessions: at least 1, not {max_open_sessions}")
         options = dict(runtime_options or {})
         # many people's sessions in one process: every session's tools find memora's data and
-        # the user's config folder empty (a host turns it off with isolate_tools=False)
+        # the user's config folder empty (a host turns it off with isolate_tools=False), and the
+        # stores favour many writers over one conversation's latency
         options.setdefault("isolate_tools", True)
+        options.setdefault("many_sessions", True)
         if "data_dir" in options and len(projects) > 1:
             raise InvalidInputError(
                 "data_dir: one folder cannot hold several projects' data; leave it out (each "
                 "project keeps its data in <project>/.memora/data)"
             )
-
-        def runtime_of(folder: Path) -> ProjectRuntime:
-            per_project = {"data_dir": folder / ".memora" / "data", **options}
-            runtime = ProjectRuntime(project_path=folder, **per_project)
-            if "write_inline" in runtime.configured_options("sqlite"):
-                return runtime
-            # many conversations at once: the memory store's writes share commits on its
-            # worker thread (group commit) and leave the event loop to the streams; written on
-            # the loop, as an embedded Agent's are, a turn's p50 rose 5% at 100 conversations
-            plugins = dict(per_project.get("plugin_options") or {})
-            plugins["sqlite"] = {**plugins.get("sqlite", {}), "write_inline": False}
-            return ProjectRuntime(project_path=folder, **{**per_project, "plugin_options": plugins})
-
-        if shared is None:  # PostgreSQL storage: other machines may serve the same projects
-            # the runtime answers with the one precedence of the settings (opening nothing)
-            shared = any(
-                runtime_of(Path(p)).storage_name() == "postgres" for p in projects.values()
-            )
-        self.shared = shared
-        if shared:
-            options["project_lock_shared"] = True
         self.projects: dict[str, Project] = {}
         for name, path in projects.items():
             folder = Path(path)
-            self.projects[name] = Project(name, folder, runtime_of(folder))
+            per_project = {"data_dir": folder / ".memora" / "data", **options}
+            self.projects[name] = Project(
+                name, folder, ProjectRuntime(project_path=folder, **per_project)
+            )
+        if shared is None:  # PostgreSQL storage: other machines may serve the same projects
+            # the runtime answers with the one precedence of the settings (opening nothing)
+            shared = any(p.runtime.storage_name() == "postgres" for p in self.projects.values())
+        self.shared = shared
+        """Several processes serve the projects: each takes its project lock shared."""
         self.approvals = approvals
         self.idle_seconds = idle_seconds
         self.max_open_sessions = max_open_sessions
@@ -178,7 +167,7 @@ class Hub:
     async def start(self) -> None:
         try:
             for project in self.projects.values():
-                await project.runtime.open()
+                await project.runtime.open(shared_lock=self.shared)
                 if self.shared:
                     project.shared = _shared_state(project)
                     await project.shared.start()
