@@ -19,25 +19,17 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import secrets
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memora import (
     Agent,
-    ApprovalPause,
     Forgotten,
-    HostPause,
     OutputSpec,
-    PausedTurn,
     ProjectRuntime,
-    QuestionPause,
 )
-from memora.chunks import AgentChunk, ErrorChunk
 from memora.errors import BusyError, ErrorCode, InvalidInputError, MemoraError, NotFoundError
 from memora.llm.schema_guard import preload as preload_schema_checks
 
@@ -48,9 +40,9 @@ from .shared import (
     Lease,
     SessionView,
     SharedState,
-    TurnWriter,
 )
-from .turns import END_TYPES, RemoteTurnLog, TurnLog
+from .slots import Project, Slot, pause_doc, run_turn
+from .turns import RemoteTurnLog, TurnLog
 
 if TYPE_CHECKING:
     from memora import RolePackManager
@@ -59,46 +51,9 @@ logger = logging.getLogger("memora.server")
 
 __all__ = ["Hub", "Project", "RemoteTurnLog", "TurnLog"]
 
-KEPT_LOGS = 8
-"""Finished turn logs kept per session for clients that reconnect late."""
-
 EVICT_GRACE_SECONDS = 1.0
 """A session used this recently keeps its Agent even over the cap: a request that has just
 looked its session up must find the Agent it is about to use."""
-
-
-@dataclass
-class _Slot:
-    """A session served by this process: its Agent, the running turn, recent turn logs."""
-
-    project: Project
-    session_id: str
-    agent: Agent | None = None
-    version: str = ""
-    """The shared version of the session the Agent was opened at (shared mode)."""
-    running: asyncio.Task[None] | None = None
-    logs: OrderedDict[str, TurnLog] = field(default_factory=OrderedDict)
-    last_used: float = field(default_factory=time.monotonic)
-    opening: asyncio.Lock = field(default_factory=asyncio.Lock)
-    scope: str | None = None
-    """The memory scope (user) the session belongs to, known once its Agent was opened."""
-    pack: str | None = None
-    """The shared role pack the Agent was opened with or switched to (shared mode)."""
-
-    @property
-    def busy(self) -> bool:
-        return self.running is not None and not self.running.done()
-
-
-@dataclass
-class Project:
-    """A served project: its name in URLs, its folder, its runtime and, when several workers
-    serve it, what they share (:class:`~.shared.FileSharedState`)."""
-
-    name: str
-    path: Path
-    runtime: ProjectRuntime
-    shared: SharedState | None = None
 
 
 class Hub:
@@ -158,7 +113,7 @@ class Hub:
         self.approvals = approvals
         self.idle_seconds = idle_seconds
         self.max_open_sessions = max_open_sessions
-        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._slots: dict[tuple[str, str], Slot] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.ready = False
 
@@ -217,14 +172,14 @@ class Hub:
             await self._trim(self.max_open_sessions)
 
     @staticmethod
-    def _closable(slot: _Slot) -> bool:
+    def _closable(slot: Slot) -> bool:
         """No turn runs in the session, and no pause lives only in its Agent (the workers
         share theirs in a file or table)."""
         return not slot.busy and (
             slot.agent is None or slot.agent.paused_turn is None or slot.project.shared is not None
         )
 
-    async def _trim(self, room: int, keep: _Slot | None = None) -> None:
+    async def _trim(self, room: int, keep: Slot | None = None) -> None:
         """Close the least recently used idle Agents until at most ``room`` stay open."""
         open_slots = [s for s in self._slots.values() if s.agent is not None]
         excess = len(open_slots) - room
@@ -232,7 +187,7 @@ class Hub:
             return
         settled = time.monotonic() - EVICT_GRACE_SECONDS
 
-        def evictable(s: _Slot) -> bool:
+        def evictable(s: Slot) -> bool:
             return (
                 s.agent is not None
                 and s.last_used < settled
@@ -245,13 +200,13 @@ class Hub:
             if evictable(slot):  # still: a request may have found it during the awaits
                 await self._drop(slot)
 
-    async def _drop(self, slot: _Slot) -> None:
+    async def _drop(self, slot: Slot) -> None:
         key = (slot.project.name, slot.session_id)
         if self._slots.get(key) is slot:
             del self._slots[key]
         await self._close_agent(slot)
 
-    async def _close_agent(self, slot: _Slot) -> None:
+    async def _close_agent(self, slot: Slot) -> None:
         if slot.agent is not None:
             agent, slot.agent = slot.agent, None
             try:
@@ -270,15 +225,15 @@ class Hub:
                 context={"project": name},
             ) from None
 
-    def _slot(self, project: str, session_id: str) -> _Slot:
+    def _slot(self, project: str, session_id: str) -> Slot:
         key = (project, session_id)
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = _Slot(self.project(project), session_id)
+            slot = self._slots[key] = Slot(self.project(project), session_id)
         slot.last_used = time.monotonic()
         return slot
 
-    def _own_slot(self, slot: _Slot, scope: str | None) -> None:
+    def _own_slot(self, slot: Slot, scope: str | None) -> None:
         """``NOT_FOUND`` when the session open here is another scope's (before anything else
         is said about it: not even that a turn runs there)."""
         if slot.agent is not None and slot.scope != scope:
@@ -367,7 +322,7 @@ class Hub:
             return slot.agent
 
     @staticmethod
-    async def _reread(slot: _Slot, view: SessionView) -> bool:
+    async def _reread(slot: Slot, view: SessionView) -> bool:
         """Another worker moved the session on: read its history and rounds again into the
         open Agent when nothing else changed — the role pack is the one it has, and no turn
         is paused on either side.  A fraction of closing the Agent and opening a new one (its
@@ -495,7 +450,7 @@ class Hub:
             if lease is not None:
                 await lease.release()
             raise
-        log = await self._run(slot, "turn", chunks, lease)
+        log = await run_turn(slot, "turn", chunks, lease)
         log.output = output
         log.text = text
         return log
@@ -541,7 +496,7 @@ class Hub:
             if lease is not None:
                 await lease.release()
             raise
-        log = await self._run(slot, "continue", chunks, lease)
+        log = await run_turn(slot, "continue", chunks, lease)
         log.output = paused.record.output_spec
         return log
 
@@ -598,14 +553,14 @@ class Hub:
                 await served.shared.bump(session_id)
         return forgotten
 
-    def _refuse_busy(self, slot: _Slot) -> None:
+    def _refuse_busy(self, slot: Slot) -> None:
         if slot.busy:
             raise BusyError(
                 f"a turn is running in session {slot.session_id}; wait for it or abort it",
                 context={"session_id": slot.session_id},
             )
 
-    async def _lease(self, slot: _Slot) -> Lease | None:
+    async def _lease(self, slot: Slot) -> Lease | None:
         """The session's lock across the workers (shared mode; None otherwise)."""
         shared = slot.project.shared
         if shared is None:
@@ -618,100 +573,6 @@ class Hub:
                 context={"session_id": slot.session_id},
             )
         return lease
-
-    async def _run(
-        self, slot: _Slot, kind: str, chunks: AsyncIterator[Any], lease: Lease | None
-    ) -> TurnLog:
-        log = TurnLog("t_" + secrets.token_hex(8), kind)
-        slot.logs[log.id] = log
-        while len(slot.logs) > KEPT_LOGS:
-            slot.logs.popitem(last=False)
-        shared = slot.project.shared
-        writer = await shared.writer(slot.session_id, log.id) if shared is not None else None
-        slot.running = asyncio.get_running_loop().create_task(
-            self._drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
-        )
-        return log
-
-    async def _drive(
-        self,
-        slot: _Slot,
-        log: TurnLog,
-        chunks: AsyncIterator[Any],
-        lease: Lease | None,
-        writer: TurnWriter | None,
-    ) -> None:
-        # The closing chunk (done, paused...) is published only once the Agent's generator has
-        # finished and, with several workers, the pause is saved and the session's lock let go:
-        # a client that acts on it at once (a new message, an approval, a role-pack switch)
-        # must find the session free, on whichever worker its request lands.
-        def publish(chunk: AgentChunk) -> None:
-            data = log.add(chunk)
-            if writer is not None:
-                writer.add(data)
-
-        last: AgentChunk | None = None
-        watcher = await self._watch_aborts(slot) if lease is not None else None
-        try:
-            async with contextlib.aclosing(chunks):  # type: ignore[type-var]
-                async for chunk in chunks:
-                    if last is not None:
-                        publish(last)
-                        last = None
-                    if chunk.type in END_TYPES:
-                        last = chunk
-                    else:
-                        publish(chunk)
-        except MemoraError as exc:
-            last = ErrorChunk(message=exc.message, code=exc.code.value)
-        except Exception as exc:
-            logger.exception("turn %s in session %s failed", log.id, slot.session_id)
-            last = ErrorChunk(
-                message=f"{type(exc).__name__}: {exc}", code=ErrorCode.TURN_FAILED.value
-            )
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            try:
-                await self._share_outcome(slot, last.type if last is not None else None)
-            finally:
-                if writer is not None:
-                    if last is not None:
-                        writer.add(last.model_dump_json())
-                    await writer.end()
-                if lease is not None:
-                    await lease.release()
-                if last is not None:
-                    log.add(last)
-                log.end()
-                slot.last_used = time.monotonic()
-
-    async def _share_outcome(self, slot: _Slot, ended_as: str | None) -> None:
-        """Shared mode: save the turn's pause (or clear it) and move the session's version on."""
-        shared, agent = slot.project.shared, slot.agent
-        if shared is None or agent is None:
-            return
-        paused = agent.paused_turn
-        pause = (
-            {"state": paused.to_json(), "doc": pause_doc(paused)} if paused is not None else None
-        )
-        slot.version = await shared.settle(slot.session_id, pause)
-        if paused is None and ended_as in ("done", "aborted"):
-            await shared.forget_created(
-                slot.session_id
-            )  # its round is in the store for every worker
-
-    async def _watch_aborts(self, slot: _Slot) -> asyncio.Task[None]:
-        shared = slot.project.shared
-        assert shared is not None  # an old abort request went when the turn took the lock
-
-        async def watch() -> None:
-            while True:
-                await shared.wait_abort(slot.session_id)
-                if slot.agent is not None:
-                    slot.agent.abort()
-
-        return asyncio.get_running_loop().create_task(watch(), name="memora-abort-watch")
 
     async def turn_log(
         self, project: str, session_id: str, turn_id: str, *, scope: str | None = None
@@ -777,19 +638,3 @@ def _shared_state(project: Project) -> SharedState:
             return found
     options = project.runtime.options
     return FileSharedState(Path(options.data_dir) / "server", options.config_dir)
-
-
-def pause_doc(paused: PausedTurn) -> dict[str, Any]:
-    """What the API shows of a :class:`~memora.PausedTurn`: its kind and round, and what the
-    pause waits for (the call to approve, or the questions to answer)."""
-    doc: dict[str, Any] = {"kind": paused.kind, "round_id": paused.record.round_id}
-    match paused.paused:
-        case ApprovalPause(tool_call_id=call_id, name=name, args=args, reason=reason):
-            doc.update(tool_call_id=call_id, name=name, args=args, reason=reason)
-        case QuestionPause(tool_call_id=call_id, name=name, questions=questions):
-            doc.update(
-                tool_call_id=call_id, name=name, questions=[q.model_dump() for q in questions]
-            )
-        case HostPause(tool_call_id=call_id, reason=reason):
-            doc.update(tool_call_id=call_id, reason=reason)
-    return doc
