@@ -44,10 +44,18 @@ browser:
 	echo "installing chromium (apt-get) for the browser tests" >&2; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: install browser lint typecheck pytest
+# the checks run side by side (mypy and ruff fill the gaps pytest's workers leave), each one's
+# output printed whole when it ends; any failure fails make test
+test: install browser
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest
 
+# pytest on every core (pytest-xdist, a worker a core), a test file's tests on one worker: what a
+# module builds once (test_outside_the_repo's wheels, test_real_servers' llama.cpp server) is built
+# once, as in one process (--dist loadgroup's xdist_group marks are ignored with pytest 9.2:
+# pytest-xdist issue #1386).  PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= auto
 pytest:
-	@$(RUN) pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(RUN) pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating that as a failure" >&2; exit 1; fi; \
 	exit $$rc
 
