@@ -318,17 +318,27 @@ USER_HEADER = "x-memora-user"
 
 def scope_for(token: TokenEntry | None, user: object = None) -> str | None:
     """The memory scope a request acts in: the user it names (``user``: the ``X-Memora-User``
-    header, a body's ``user``, A2A metadata, AG-UI forwarded props) when its caller may act for
-    users — a token with ``act_for_users``, or this machine without tokens — or the token's own
-    scope.  Another user named by a token that may not: ``403 FORBIDDEN``; a malformed name:
-    ``400``."""
+    header, a body's ``user``, A2A metadata, AG-UI forwarded props) when its token may act for
+    users (``act_for_users``), or the token's own scope.  Another user named by a token that
+    may not: ``403 FORBIDDEN``; a malformed name: ``400``.  A server without tokens serves one
+    person: every process on this machine is its owner — a user's tool command as much as the
+    owner's browser — so it cannot keep users apart, and a request naming one is ``403``."""
     if user is None or user == "":
         return token.scope if token is not None else None
     try:
         named = check_scope(user, "user")
     except MemoraError as exc:
         raise ApiError(400, "INVALID_INPUT", exc.message) from None
-    if token is None or token.act_for_users or named == token.scope:
+    if token is None:
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            f"this server has no tokens, so it cannot act for user {named!r}: without tokens "
+            "every process on this machine is its owner (a user's tool command too) and users "
+            "cannot be kept apart; add a token per person (memora serve-tokens add NAME) or "
+            "one for your backend (memora serve-tokens add NAME --act-for-users)",
+        )
+    if token.act_for_users or named == token.scope:
         return named
     raise ApiError(
         403,
