@@ -164,3 +164,34 @@ async def test_a_scoped_agents_commands_do_not_see_memoras_data(
         assert ".jsonl:" in seen, seen  # its own session log, found
     else:
         assert ".jsonl" not in seen and "[ok]" in seen, seen
+
+
+async def test_a_memora_folder_holding_the_project_refuses_an_isolated_agents_commands(
+    tmp_path: Path,
+) -> None:
+    """The user's config folder holds the project (``config_dir=/srv/memora``, the project in
+    it): it cannot be hidden from a command working in the project without hiding the project,
+    so an isolated Agent's commands, background commands and ``run_code`` are refused, saying
+    why; an Agent whose tools are not isolated runs them, as one person's would."""
+    home = tmp_path / "memora-home"
+    project = home / "projects" / "proj"
+    project.mkdir(parents=True)
+    (home / "keys.json").write_text(f'{{"shop": "sk-{SECRET}"}}')
+    common = {
+        "project_path": project,
+        "data_dir": tmp_path / "data",
+        "config_dir": home,
+        "provider": ScriptedProvider([text("ok")]),
+        "load_entrypoints": False,
+    }
+    async with Agent(**common, isolate_tools=True) as agent:
+        for args in (
+            {"command": f"cat {home}/keys.json"},
+            {"command": f"cat {home}/keys.json", "background": True},
+        ):
+            result = await agent.call_tool("run_command", args, approve=True)
+            assert not result.ok and result.error_code == "NOT_AVAILABLE", result
+            assert "holds the project" in result.content and SECRET not in result.content
+    async with Agent(**common, isolate_tools=False) as agent:
+        result = await agent.call_tool("run_command", {"command": "echo ran"}, approve=True)
+        assert result.ok and "ran" in result.content, result

@@ -82,6 +82,7 @@ class SessionMachinery:
         runtime = agent.runtime
         opts = agent.options
         project = Path(opts.project_path)
+        isolated = bool(opts.isolate_tools if opts.isolate_tools is not None else opts.memory_scope)
         self.role_pack = role_packs_for(
             opts,
             disabled_skills=opts.disabled_skills,
@@ -126,9 +127,8 @@ class SessionMachinery:
             branch_round_ids=_branch_rounds(self.live),
             consistency_check=opts.file_consistency_check,
             # one of several people's Agents: what a tool starts finds memora's data empty
-            hide=runtime.hidden
-            if (opts.isolate_tools if opts.isolate_tools is not None else opts.memory_scope)
-            else (),
+            hide=runtime.hidden if isolated else (),
+            hide_refused=_unhideable(runtime.unhideable) if isolated else None,
         )
         self.live.bind(self.tool_context)
         self.window.spawn = self.live.spawn
@@ -525,6 +525,20 @@ async def _summarise_trimmed(agent: Agent, dropped: list[Message]) -> str:
     )
     text = await complete_text(agent.router.for_task("background"), request)
     return f"{agent.messages.recent_conversation_label} (summary): {text.strip()}"
+
+
+def _unhideable(folders: tuple[Path, ...]) -> str | None:
+    """Why an isolated Agent's tools start no process: one of memora's folders holds the
+    project, so a command working there could read memora's data (keys, tokens, other people's
+    sessions), and hiding that folder would hide the project too."""
+    if not folders:
+        return None
+    return (
+        f"commands are refused: memora's folder {folders[0]} holds the project, so a command "
+        "working in the project could read memora's data (keys, tokens, other people's "
+        "sessions) and the folder cannot be hidden without hiding the project; keep memora's "
+        "data and config folders apart from the project (docs/service.md)"
+    )
 
 
 def _executor(agent: Agent) -> Callable[..., Awaitable[ToolCallResult]]:

@@ -54,23 +54,26 @@ def _host_check(fn: Callable[[ToolCallInfo, CheckContext], CheckDecision | None]
     return HostCheck()
 
 
-def _memora_folders(project: Path, *folders: Path) -> tuple[Path, ...]:
-    """``folders`` as absolute paths, less any that holds the project (its tools cannot be kept
-    out of the folder they work in: said once)."""
+def _memora_folders(project: Path, *folders: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """``folders`` as absolute paths, split: those a tool can be kept out of, and those that
+    hold the project (its tools cannot be kept out of the folder they work in: said once)."""
     root = os.path.realpath(project)
     kept: list[Path] = []
+    holding: list[Path] = []
     for folder in folders:
         real = os.path.realpath(folder)
         if os.path.commonpath([real, root]) == real:
             logger.warning(
-                "%s holds the project %s: its tools are not kept out of it (keep memora's data "
-                "and config folders apart from the project)",
+                "%s holds the project %s: its tools are not kept out of it, and the commands "
+                "of an Agent whose tools are isolated are refused (keep memora's data and "
+                "config folders apart from the project)",
                 real,
                 root,
             )
+            holding.append(Path(real))
             continue
         kept.append(Path(real))
-    return tuple(kept)
+    return tuple(kept), tuple(holding)
 
 
 async def maybe_await(result: Any) -> Any:
@@ -303,11 +306,13 @@ class ProjectResources:
         )
         self.memory.embed_pending()  # memories written before, or while the embedder was down
         self.services = LazyServices(self._service_sources())
-        self.hidden: tuple[Path, ...] = _memora_folders(
+        self.hidden, self.unhideable = _memora_folders(
             project, data_dir, user_config_dir(opts.config_dir)
         )
-        """memora's data and the user's config folder: no file tool reaches them, and the
-        processes of an isolated Agent's tools find them empty (``isolate_tools``)."""
+        """``hidden``: memora's data and the user's config folder — no file tool reaches them,
+        and the processes of an isolated Agent's tools find them empty (``isolate_tools``);
+        ``unhideable``: those of them that hold the project, which cannot be hidden from a
+        process working in it: an isolated Agent's tools start no process there."""
         self.guard = PathGuard(project, opts.allowed_paths, hidden=self.hidden)
         self.security = SecurityManager(self.guard, opts.permission, lock)
         self.background = BackgroundTasks()

@@ -66,7 +66,7 @@ async def run_command(
     if "\x00" in command:
         raise ToolError(ToolErrorCode.INVALID_ARGS, "command contains a NUL byte")
     if background:
-        task = await ctx.background.start(command, cwd=folder, env=ctx.env, hide=ctx.hide)
+        task = await ctx.background.start(command, cwd=folder, env=ctx.env, hide=ctx.hiding())
         text = f"started background task {task.id}: {command[:200]}"
         return ToolOutput(text, text, {"task_id": task.id})
     result = await run_process(
@@ -75,7 +75,7 @@ async def run_command(
         timeout=min(timeout, ctx.command_timeout_max),
         env=ctx.env,
         progress=ctx.progress,
-        hide=ctx.hide,
+        hide=ctx.hiding(),
     )
     return _result_text(
         command, result.exit_code, result.output, result.timed_out, timeout, result.total_bytes
@@ -141,7 +141,7 @@ async def _run_script(
         raise ToolError(ToolErrorCode.INVALID_ARGS, "an argument contains a NUL byte")
     argv = script_argv(script, args, ctx.node_path)
     result = await run_process(
-        argv, cwd=cwd, timeout=timeout, env=ctx.env, progress=ctx.progress, hide=ctx.hide
+        argv, cwd=cwd, timeout=timeout, env=ctx.env, progress=ctx.progress, hide=ctx.hiding()
     )
     return _result_text(
         " ".join(argv[1:2] + args),

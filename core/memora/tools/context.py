@@ -59,6 +59,9 @@ class ToolContext(Generic[DepsT]):
     hide: tuple[Path, ...] = ()
     """Folders every process a tool starts finds empty (memora's data, the user's config
     folder): set for one of several people's Agents (``isolate_tools``)."""
+    hide_refused: str | None = None
+    """Why no process may start for this Agent's tools, when one of memora's folders that must
+    be hidden cannot be (it holds the project): :meth:`hiding` raises it."""
     counters: dict[str, int] = field(default_factory=dict)
     """Per-turn counters (``web_search`` calls...); the loop resets them each turn."""
     web_search_limit: int = 5
@@ -83,6 +86,16 @@ class ToolContext(Generic[DepsT]):
                 raise TypeError(f"ToolContext has no field {key!r}")
             setattr(ctx, key, value)
         return ctx
+
+    def hiding(self) -> tuple[Path, ...]:
+        """The folders a process this tool starts must find empty (:attr:`hide`);
+        ``NOT_AVAILABLE`` when they cannot be hidden (:attr:`hide_refused`): never run
+        unhidden."""
+        if self.hide_refused is not None:
+            from ..errors import ToolError, ToolErrorCode
+
+            raise ToolError(ToolErrorCode.NOT_AVAILABLE, self.hide_refused)
+        return self.hide
 
     def service(self, kind: str, capability: str) -> Any:
         """The service of ``kind``, created on first use; a ``NOT_AVAILABLE`` tool error when no

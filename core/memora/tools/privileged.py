@@ -93,7 +93,8 @@ async def run_code(
 ) -> ToolOutput:
     """Run a code snippet in the code-execution sandbox and return its output."""
     svc = ctx.service("code_executor", "code:execute")
-    if ctx.hide:
+    hide = ctx.hiding()
+    if hide:
         # one of several people's Agents: the snippet must not find memora's data; an executor
         # that cannot hide it (it takes no ``hide``) is refused, not run unhidden
         if "hide" not in inspect.signature(svc.execute).parameters:
@@ -103,7 +104,7 @@ async def run_code(
                 "memora's data from a snippet (it takes no `hide`), and this Agent's tools "
                 "must not reach it (isolate_tools)",
             )
-        result = await svc.execute(code, language=language, timeout=timeout, hide=ctx.hide)
+        result = await svc.execute(code, language=language, timeout=timeout, hide=hide)
     else:
         result = await svc.execute(code, language=language, timeout=timeout)
     isolation = f"\n[isolation: {result.isolation}]" if result.isolation else ""

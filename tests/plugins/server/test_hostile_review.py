@@ -588,19 +588,15 @@ async def test_bobs_command_finds_nothing_of_a_data_folder_outside_the_project(
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a memora folder that holds the project is left unhidden with a warning "
-    "(_memora_folders): hiding it would hide the project; needs the folder's other entries "
-    "hidden one by one, or commands refused for such a layout",
-)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
 async def test_bobs_command_cannot_read_keys_when_the_config_folder_holds_the_project(
     tmp_path: Path,
 ) -> None:
-    """Open: a deployment that keeps its projects inside memora's user folder (``--config-dir
-    /srv/memora``, projects in ``/srv/memora/projects/``) gets a warning in the log, and every
-    user's commands read ``keys.json`` (the provider keys) and ``seal.key`` there."""
+    """Found: a deployment that keeps its projects inside memora's user folder (``--config-dir
+    /srv/memora``, projects in ``/srv/memora/projects/``) got a warning in the log, and every
+    user's commands read ``keys.json`` (the provider keys) and ``seal.key`` there: the folder
+    cannot be hidden without hiding the project.  Such a layout's commands are refused now,
+    saying why (file tools never left the project)."""
     home = tmp_path / "memora-home"
     project = project_dir(home / "projects", "proj")
     home.chmod(0o700)
@@ -619,5 +615,5 @@ async def test_bobs_command_cannot_read_keys_when_the_config_folder_holds_the_pr
     ):
         bob = {"Authorization": "Bearer tok-bob"}
         seen = await _bobs_command(client, model, bob, f"cat {home}/keys.json; echo done")
-        assert seen.rstrip().endswith("done"), seen
         assert SECRET not in seen, seen
+        assert "holds the project" in seen and "refused" in seen, seen
