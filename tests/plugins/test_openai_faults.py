@@ -822,7 +822,7 @@ async def test_idle_connections_the_server_closed_are_not_reused(
     """An endpoint that closes keep-alive connections between requests (its idle timeout, a
     proxy's restart): the pool must see each close and connect afresh, never send the next
     request on a dead connection.  The provider checks idle connections its own cheaper way
-    (``memora_plugin_openai.pool``), so this pins that the check still tells."""
+    (``memora_plugin_openai.net``), so this pins that the check still tells."""
     answer = stream_scenario(TEXT_EVENTS)
 
     async def answer_then_close(
@@ -843,35 +843,6 @@ async def test_idle_connections_the_server_closed_are_not_reused(
         assert server.open_connections == 0
         assert server.accepted == accepted
     assert len(server.requests) == 8
-
-
-def test_the_cheaper_idle_check_reaches_the_pool_of_a_default_client() -> None:
-    """``pool.install`` finds the pool of httpx2's default transport (a future httpx2 laid out
-    otherwise fails here, where the provider would only quietly lose the saving), and leaves a
-    host's own transport alone."""
-    import httpx2
-
-    from memora_plugin_openai import pool
-
-    client = httpx2.AsyncClient()
-    assert pool.install(client) is True
-    assert pool.install(client) is False  # once
-    mocked = httpx2.AsyncClient(transport=httpx2.MockTransport(lambda r: httpx2.Response(200)))
-    assert pool.install(mocked) is False
-
-
-async def test_a_stream_that_shows_no_socket_is_asked_as_before() -> None:
-    """The cheaper check needs the socket; a backend that shows none (a test double, another
-    library's transport) answers for itself, so its idle connections are not all dropped as
-    "readable" on every request."""
-    import httpcore2
-
-    from memora_plugin_openai.pool import CheapReadable
-
-    backend = CheapReadable(httpcore2.AsyncMockBackend([b""]))
-    stream = await backend.connect_tcp("127.0.0.1", 1)
-    assert stream.get_extra_info("socket") is None
-    assert not stream.get_extra_info("is_readable")
 
 
 SLOW_EVENTS = [sse_chunk({"content": "x"}) for _ in range(6)] + [sse_chunk(finish="stop")]
@@ -980,13 +951,12 @@ async def test_the_provider_pools_share_requests_evenly_and_count_every_end(
 
 
 def test_a_small_pool_is_one_pool() -> None:
-    import httpx2
 
     from memora_plugin_openai import pool
 
     one = pool.transport_for(http2=False, max_connections=10, max_keepalive_connections=10)
-    assert isinstance(one, httpx2.AsyncHTTPTransport)
+    assert isinstance(one, pool.AsyncioTransport)
     few = pool.transport_for(http2=False, max_connections=30, max_keepalive_connections=1000)
-    assert isinstance(few, httpx2.AsyncHTTPTransport)  # a request waits in a pool of 30
+    assert isinstance(few, pool.AsyncioTransport)  # a request waits in a pool of 30
     two = pool.transport_for(http2=False, max_connections=60, max_keepalive_connections=1000)
     assert isinstance(two, pool.Shards) and len(two.transports) == 2

@@ -54,11 +54,15 @@ async def read_all(stream: httpcore2.AsyncNetworkStream, max_bytes: int = 65536)
 
 
 async def test_the_provider_client_streams_on_asyncio_transports() -> None:
-    """A client the provider made (``pool.install``) reads its answers through the asyncio
-    backend: every byte of a chunked answer, and its connection kept for the next request."""
+    """A client on the provider's transport (``pool.transport_for``) reads its answers through
+    the asyncio backend: every byte of a chunked answer, and its connection kept for the next
+    request."""
     body = b"".join(f"data: {i}\n\n".encode() for i in range(500))
+    accepted = 0
 
     async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
         for _ in range(2):
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -70,13 +74,14 @@ async def test_the_provider_client_streams_on_asyncio_transports() -> None:
             await writer.drain()
 
     server = await serve(http)
-    client = httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port_of(server)}")
-    assert pool.install(client) is True
+    transport = pool.transport_for(http2=False, max_connections=10, max_keepalive_connections=5)
+    client = httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port_of(server)}", transport=transport)
     try:
         for _ in range(2):
             async with client.stream("GET", "/") as response:
                 assert isinstance(response.extensions["network_stream"], AsyncioStream)
                 assert b"".join([c async for c in response.aiter_bytes()]) == body
+        assert accepted == 1
     finally:
         await client.aclose()
         server.close()
@@ -302,8 +307,8 @@ async def test_tls_through_the_provider_client(https: tuple[int, Path]) -> None:
     """HTTPS on the asyncio backend: the certificate checked against the client's trust, the
     whole body read (twice, on one kept connection), the TLS object shown to httpcore2."""
     port, cert = https
-    client = httpx2.AsyncClient(verify=ssl.create_default_context(cafile=str(cert)))
-    assert pool.install(client) is True
+    trust = ssl.create_default_context(cafile=str(cert))
+    client = httpx2.AsyncClient(transport=pool.AsyncioTransport(verify=trust))
     try:
         for _ in range(2):
             async with client.stream("GET", f"https://127.0.0.1:{port}/") as response:
@@ -320,8 +325,8 @@ async def test_tls_with_an_untrusted_certificate_is_a_connect_error(
     https: tuple[int, Path],
 ) -> None:
     port, _cert = https
-    client = httpx2.AsyncClient()  # the system's trust: the test's certificate is not in it
-    assert pool.install(client) is True
+    # the system's trust: the test's certificate is not in it
+    client = httpx2.AsyncClient(transport=pool.AsyncioTransport())
     try:
         with pytest.raises(httpx2.ConnectError):
             await client.get(f"https://127.0.0.1:{port}/")
@@ -413,8 +418,7 @@ async def test_http2_streams_share_one_connection() -> None:
             await writer.drain()
 
     server = await serve(h2_server)
-    client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(http1=False, http2=True))
-    assert pool.install(client) is True
+    client = httpx2.AsyncClient(transport=pool.AsyncioTransport(http1=False, http2=True))
     try:
         base = f"http://127.0.0.1:{port_of(server)}"
         responses = await asyncio.gather(*(client.get(f"{base}/r{i}") for i in range(10)))
@@ -425,3 +429,61 @@ async def test_http2_streams_share_one_connection() -> None:
     finally:
         await client.aclose()
         server.close()
+
+
+async def test_the_provider_transport_raises_httpx2s_errors() -> None:
+    """The transport speaks to httpcore2's pool itself, so it maps httpcore2's errors to
+    httpx2's as httpx2's own transport does (the provider classifies httpx2's): a refused
+    connection, a body that stops past the read timeout, a connection cut mid-body."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+
+    async def stall_or_cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        if b"/stall" in head:
+            await asyncio.sleep(2)
+
+    server = await serve(stall_or_cut)
+    client = httpx2.AsyncClient(
+        transport=pool.AsyncioTransport(), timeout=httpx2.Timeout(5, read=0.2)
+    )
+    base = f"http://127.0.0.1:{port_of(server)}"
+    try:
+        with pytest.raises(httpx2.ConnectError):
+            await client.get(f"http://127.0.0.1:{closed_port}/")
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.get(f"{base}/stall")
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await client.get(f"{base}/cut")
+    finally:
+        await client.aclose()
+        server.close()
+
+
+def test_the_plugin_reaches_no_private_part_of_httpx2_or_httpcore2() -> None:
+    """No import of a private module or name of another library (``httpcore2._backends``):
+    what the provider builds on is httpx2's and httpcore2's public API, so an upgrade that
+    moves their insides cannot quietly change how it connects."""
+    import ast
+
+    import memora_plugin_openai
+
+    found = []
+    for path in sorted(Path(memora_plugin_openai.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [
+                f"{path.name}:{node.lineno}: {name}"
+                for name in names
+                if not name.startswith("memora")
+                and any(part.startswith("_") and part != "__future__" for part in name.split("."))
+            ]
+    assert found == []

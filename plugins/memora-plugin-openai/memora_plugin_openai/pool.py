@@ -1,42 +1,35 @@
-"""The provider's connection pool, made cheaper: its size, its network, its idle check.
+"""The provider's HTTP transport: httpcore2's pool on :class:`~.net.AsyncioBackend`, split in
+several pools when large.
 
-:func:`transport_for` makes the transport of a client the provider makes: a large pool split
-in several (:class:`Shards`: httpcore2's pool walks all its connections per request), each on
-:class:`~.net.AsyncioBackend` (connections on asyncio's own transports: no anyio machinery per
-read or per request, and the idle check below answered from what the connection holds).
-:func:`install` does the latter for an httpx2 client's own pool; a pool whose backend is not
-httpcore2's automatic choice keeps it, wrapped in :class:`CheapReadable`.
+httpx2's own transport builds its httpcore2 pool itself and takes no network backend, so
+:class:`AsyncioTransport` builds the pool (``httpcore2.AsyncConnectionPool(network_backend=...)``,
+httpcore2's public seam) and speaks to it as httpx2's transport does: the same request and
+response, httpcore2's errors raised as httpx2's.  :func:`transport_for` makes the transport of a
+client the provider makes: one such pool, or for a large one several (:class:`Shards`:
+httpcore2's pool walks all its connections per request).  A ``transport=`` a host passes in is
+used as it is.
 
-Before it gives a request a connection, httpcore2's pool asks every idle connection whether
-the server closed it: is its socket readable?  With anyio (the backend under asyncio), each
-such question builds the stream's whole attribute table — a ``getpeername`` system call and a
-dozen closures — to find the socket.  A server answering 100 conversations keeps up to 20 idle
-connections to its model endpoint (httpx2's default) and asks twice per request: 8% of the
-samples of ``memora serve``'s event-loop thread in a py-spy profile of ``bench_serve``'s load.
-
-:class:`CheapReadable` wraps the pool's network backend: each stream finds its socket once,
-then asks ``poll`` directly — the same question, with the same answer (a socket that is gone
-counts as readable, so the pool drops the connection).  Everything else goes to the wrapped
-backend and streams unchanged.
+Measured against httpx2's own transport and pool (issue #70 item 3, docs/benchmarks.md):
+``memora serve`` under 100 concurrent conversations spends 1.22-1.24x the CPU a turn on
+httpx2's, a conversation's client 1.07-1.18x a step.  What lets them go: :class:`AsyncioTransport` and :mod:`.net` when httpx2's
+automatic backend is the native asyncio one (pydantic/httpx2 pull request #1170, "Add a native
+asyncio network backend"); :class:`Shards` when httpx2's pool keeps its state incrementally
+instead of walking every connection per request (pydantic/httpx2 pull request #1169, "Track
+connection pool state incrementally").
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpcore2
 import httpx2
 
-from .net import AsyncioBackend, socket_readable
+from .net import AsyncioBackend
 
-try:  # httpcore2's automatic choice (anyio under asyncio), the backend this replaces
-    from httpcore2._backends.auto import AutoBackend
-except ImportError:  # pragma: no cover - an httpcore2 laid out otherwise: CheapReadable only
-    AutoBackend = None  # type: ignore[assignment,misc]
-
-__all__ = ["MAX_SHARDS", "SHARD_SIZE", "CheapReadable", "Shards", "install", "transport_for"]
+__all__ = ["MAX_SHARDS", "SHARD_SIZE", "AsyncioTransport", "Shards", "transport_for"]
 
 SHARD_SIZE = 25
 """A provider's pool is one pool per this many idle connections it keeps (100 by default:
@@ -45,69 +38,112 @@ four), each keeping its share."""
 MAX_SHARDS = 8
 """The most pools one provider's requests are spread over."""
 
+_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
 
-class _Stream(httpcore2.AsyncNetworkStream):
-    __slots__ = ("_inner", "_socket")
+_ERRORS: tuple[tuple[type[Exception], type[httpx2.HTTPError]], ...] = (
+    # the most specific first: a ReadTimeout is httpx2's ReadTimeout, not its TimeoutException
+    (httpcore2.ConnectTimeout, httpx2.ConnectTimeout),
+    (httpcore2.ReadTimeout, httpx2.ReadTimeout),
+    (httpcore2.WriteTimeout, httpx2.WriteTimeout),
+    (httpcore2.PoolTimeout, httpx2.PoolTimeout),
+    (httpcore2.TimeoutException, httpx2.TimeoutException),
+    (httpcore2.ConnectError, httpx2.ConnectError),
+    (httpcore2.ReadError, httpx2.ReadError),
+    (httpcore2.WriteError, httpx2.WriteError),
+    (httpcore2.NetworkError, httpx2.NetworkError),
+    (httpcore2.ProxyError, httpx2.ProxyError),
+    (httpcore2.UnsupportedProtocol, httpx2.UnsupportedProtocol),
+    (httpcore2.LocalProtocolError, httpx2.LocalProtocolError),
+    (httpcore2.RemoteProtocolError, httpx2.RemoteProtocolError),
+    (httpcore2.ProtocolError, httpx2.ProtocolError),
+)
+"""httpcore2's errors and httpx2's, as httpx2's own transport maps them."""
 
-    def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: Any = None
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
+def _as_httpx2(exc: Exception) -> httpx2.HTTPError | None:
+    for theirs, ours in _ERRORS:
+        if isinstance(exc, theirs):
+            return ours(str(exc))
+    return None  # not httpcore2's: raised as it is
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+
+class _Body(httpx2.AsyncByteStream):
+    """A response's body from the pool, its errors raised as httpx2's."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._stream:
+                yield part
+        except Exception as exc:
+            if (mapped := _as_httpx2(exc)) is None:
+                raise
+            raise mapped from exc
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        try:
+            await self._stream.aclose()
+        except Exception as exc:
+            if (mapped := _as_httpx2(exc)) is None:
+                raise
+            raise mapped from exc
 
-    async def start_tls(
+
+class AsyncioTransport(httpx2.AsyncBaseTransport):
+    """httpx2's ``AsyncHTTPTransport`` (no proxy) on an httpcore2 pool of ``backend``'s
+    connections, by default :class:`~.net.AsyncioBackend`'s; ``limits`` by default httpx2's
+    (100 connections, 20 kept idle)."""
+
+    def __init__(
         self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+        *,
+        verify: ssl.SSLContext | bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx2.Limits = _LIMITS,
+        backend: httpcore2.AsyncNetworkBackend | None = None,
+    ) -> None:
+        self.pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(verify=verify, trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=http1,
+            http2=http2,
+            network_backend=backend or AsyncioBackend(),
+        )
 
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            if self._socket is None:
-                self._socket = self._inner.get_extra_info("socket")
-                if self._socket is None:  # a backend that shows no socket: ask it, as before
-                    return self._inner.get_extra_info("is_readable")
-            return socket_readable(self._socket)
-        return self._inner.get_extra_info(info)
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        try:
+            response = await self.pool.handle_async_request(
+                httpcore2.Request(
+                    method=request.method,
+                    url=httpcore2.URL(
+                        scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+                    ),
+                    headers=request.headers.raw,
+                    content=request.stream,
+                    extensions=request.extensions,
+                )
+            )
+        except Exception as exc:
+            if (mapped := _as_httpx2(exc)) is None:
+                raise
+            raise mapped from exc
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Body(response.stream),
+            extensions=response.extensions,
+        )
 
-
-class CheapReadable(httpcore2.AsyncNetworkBackend):
-    """A network backend whose streams answer ``is_readable`` with one ``poll`` (see the
-    module's doc); the rest is ``inner``'s."""
-
-    def __init__(self, inner: httpcore2.AsyncNetworkBackend) -> None:
-        self.inner = inner
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _Stream(stream)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        return _Stream(await self.inner.connect_unix_socket(path, timeout, socket_options))
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+    async def aclose(self) -> None:
+        await self.pool.aclose()
 
 
 class Shards(httpx2.AsyncBaseTransport):
@@ -122,7 +158,7 @@ class Shards(httpx2.AsyncBaseTransport):
     pool and keep its one connection; concurrent ones spread evenly, so the pools' limits add
     up to the provider's."""
 
-    def __init__(self, transports: list[httpx2.AsyncHTTPTransport]) -> None:
+    def __init__(self, transports: list[httpx2.AsyncBaseTransport]) -> None:
         self.transports = transports
         self._busy = [0] * len(transports)
 
@@ -176,63 +212,28 @@ def _shares(total: int, count: int) -> list[int]:
 def transport_for(
     *, http2: bool, max_connections: int, max_keepalive_connections: int
 ) -> httpx2.AsyncBaseTransport:
-    """The transport of a client the provider makes: httpx2's own, on
-    :class:`~.net.AsyncioBackend`; for a pool that keeps twice :data:`SHARD_SIZE` idle
-    connections or more (and allows twice as many requests in flight), one per
-    :data:`SHARD_SIZE` of each (:class:`Shards`; at most :data:`MAX_SHARDS`) whose limits add up to
-    ``max_connections`` and ``max_keepalive_connections``.  One TLS context (the system's
-    trust) serves them all."""
+    """The transport of a client the provider makes: an :class:`AsyncioTransport`; for a pool
+    that keeps twice :data:`SHARD_SIZE` idle connections or more (and allows twice as many
+    requests in flight), one per :data:`SHARD_SIZE` of each (:class:`Shards`; at most
+    :data:`MAX_SHARDS`) whose limits add up to ``max_connections`` and
+    ``max_keepalive_connections``.  One TLS context (the system's trust) and one network
+    backend serve them all."""
     # a request waits for its own pool's connections: each pool keeps room for many
     count = max(
         1,
         min(MAX_SHARDS, max_keepalive_connections // SHARD_SIZE, max_connections // SHARD_SIZE),
     )
     context = httpx2.create_ssl_context(trust_env=False)
-    transports = [
-        httpx2.AsyncHTTPTransport(
+    shared = AsyncioBackend()  # one poll answers the idle checks of every pool
+    transports: list[httpx2.AsyncBaseTransport] = [
+        AsyncioTransport(
             verify=context,
             http2=http2,
-            trust_env=False,
             limits=httpx2.Limits(max_connections=conns, max_keepalive_connections=idle),
+            backend=shared,
         )
         for conns, idle in zip(
             _shares(max_connections, count), _shares(max_keepalive_connections, count), strict=True
         )
     ]
-    shared = AsyncioBackend()  # one poll answers the idle checks of every pool
-    for transport in transports:
-        _install(transport, shared)
     return transports[0] if count == 1 else Shards(transports)
-
-
-def install(client: httpx2.AsyncClient) -> bool:
-    """Give ``client``'s own pool :class:`~.net.AsyncioBackend` (or, when its backend is not
-    httpcore2's automatic one, that backend with the cheaper check); ``False`` (nothing
-    changed, the client works as before) when the client has another transport, httpx2 is
-    built differently, or this was done already.
-
-    httpx2 does not take a network backend, so this reaches the pool its default transport
-    made; the pool keeps every setting it was made with (TLS, limits, HTTP/2)."""
-    transport = getattr(client, "_transport", None)
-    if isinstance(transport, Shards):
-        return any([_install(t) for t in transport.transports])
-    return _install(transport)
-
-
-def _install(transport: object, backend_for_auto: AsyncioBackend | None = None) -> bool:
-    pool = getattr(transport, "_pool", None)
-    if type(transport) is not httpx2.AsyncHTTPTransport or not isinstance(
-        pool, httpcore2.AsyncConnectionPool
-    ):
-        return False
-    backend = getattr(pool, "_network_backend", None)
-    if not isinstance(backend, httpcore2.AsyncNetworkBackend) or isinstance(
-        backend, (CheapReadable, AsyncioBackend)
-    ):
-        return False
-    pool._network_backend = (
-        (backend_for_auto or AsyncioBackend())
-        if type(backend) is AutoBackend
-        else CheapReadable(backend)
-    )
-    return True
