@@ -21,6 +21,12 @@ of every idle connection each time a request starts or ends — a ``poll`` syste
 of ``memora serve``'s event loop under 100 concurrent conversations.  A connection answers from
 what its protocol holds (data, or the close the loop has seen), else from one ``poll`` of all
 the backend's connections, taken at most every :data:`IDLE_CHECK_AGE` seconds.
+
+This is the design of httpx2's own pending native asyncio backend (pydantic/httpx2 pull request
+#1170, "Add a native asyncio network backend", by its maintainer): when an httpx2 release picks
+that backend under asyncio, this module and :class:`~.pool.AsyncioTransport` go, and the
+provider uses httpx2's own transport.  Until then it earns its place: measured against httpx2's
+own backend and pool (issue #70 item 3, docs/benchmarks.md).
 """
 
 from __future__ import annotations
