@@ -1,14 +1,11 @@
 """A full or failing disk never acknowledges a turn that is not on it (issue #69).
 
 On a real small file system (a 1 MiB ``tmpfs``, as root; skipped with the reason elsewhere):
-the session log, the SQLite memory store and an Agent's turns, on both ways an append is made
-durable (the worker thread and the kernel's asynchronous ``fsync``).  An ``fsync`` that fails
-(``EIO``, which no small file system gives on demand) is injected at ``os.fsync`` and at the
-kernel's answer."""
+the session log, the SQLite memory store and an Agent's turns.  An ``fsync`` that fails
+(``EIO``, which no small file system gives on demand) is injected at ``os.fsync``."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -24,27 +21,9 @@ from memora.events import ArchiveFailed
 from memora.memory import JsonlSessionStore, RoundRecord
 from memora.memory.sqlite_store import SqliteStorage
 from memora.memory.types import NewMemory
-from memora.security.kernel_fsync import KernelFsync, kernel_fsync
 from memora.testing import ScriptedProvider, text
 from tests.agent.conftest import write_pack
 from tests.small_disk import fill, small_disk
-
-
-def _kernel_fsync_here() -> bool:
-    async def probe() -> bool:
-        return kernel_fsync() is not None
-
-    return asyncio.run(probe())
-
-
-PATHS = [
-    pytest.param(False, id="worker-thread"),
-    pytest.param(
-        True,
-        id="kernel-aio",
-        marks=pytest.mark.skipif(not _kernel_fsync_here(), reason="no kernel fsync here"),
-    ),
-]
 
 
 def _turn(n: int, size: int = 700) -> tuple[list[dict[str, Any]], RoundRecord]:
@@ -77,25 +56,9 @@ def _log_lines(folder: Path) -> list[bytes]:
     return lines
 
 
-def _counting_kernel_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    sent: list[int] = []
-    real = KernelFsync.fsync
-
-    def submitting(self: KernelFsync, fd: int) -> asyncio.Future[None]:
-        sent.append(fd)
-        return real(self, fd)
-
-    monkeypatch.setattr(KernelFsync, "fsync", submitting)
-    return sent
-
-
-@pytest.mark.parametrize("in_kernel", PATHS)
-async def test_a_full_disk_acknowledges_only_the_turns_on_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_kernel: bool
-) -> None:
-    sent = _counting_kernel_fsyncs(monkeypatch)
+async def test_a_full_disk_acknowledges_only_the_turns_on_it(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk") as disk:
-        store = JsonlSessionStore(disk, kernel_fsync=in_kernel)
+        store = JsonlSessionStore(disk)
         sid = (await store.create("full disk")).id
         await store.append_turn(sid, *_turn(0))
         filler = fill(disk, leave_pages=1)
@@ -121,17 +84,15 @@ async def test_a_full_disk_acknowledges_only_the_turns_on_it(
         for error in refused:
             assert isinstance(error, StorageFullError), repr(error)
             assert error.code == ErrorCode.STORAGE_FULL and "full" in error.message
-    assert bool(sent) is in_kernel  # the path under test was the one taken
 
 
-@pytest.mark.parametrize("in_kernel", PATHS)
 async def test_a_new_session_whose_first_turn_did_not_fit_stays_as_created(
-    tmp_path: Path, in_kernel: bool
+    tmp_path: Path,
 ) -> None:
     """Its log is not left behind empty or torn: that would make it a session on disk without
     its first line, losing its title and its scope (whose it is)."""
     with small_disk(tmp_path / "disk") as disk:
-        store = JsonlSessionStore(disk, kernel_fsync=in_kernel)
+        store = JsonlSessionStore(disk)
         await store.create("alice's plan", session_id="s1", scope="alice")
         filler = fill(disk)
         refused = await _refused(store.append_turn("s1", *_turn(1, size=20_000)))
@@ -158,40 +119,16 @@ class _FailOnce:
         self.real(fd)
 
 
-def _kernel_answers_eio_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    failed: list[int] = []
-    real = KernelFsync.fsync
-
-    def fsync(self: KernelFsync, fd: int) -> asyncio.Future[None]:
-        synced = real(self, fd)
-        if failed:
-            return synced
-        failed.append(fd)
-        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # the kernel ran it and said EIO (a disk that failed the write-back)
-        synced.add_done_callback(
-            lambda _: answer.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
-        )
-        return answer
-
-    monkeypatch.setattr(KernelFsync, "fsync", fsync)
-    return failed
-
-
-@pytest.mark.parametrize("in_kernel", PATHS)
 async def test_a_failed_fsync_fails_the_append_and_takes_it_back_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_kernel: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = JsonlSessionStore(tmp_path, kernel_fsync=in_kernel)
+    store = JsonlSessionStore(tmp_path)
     sid = (await store.create()).id
     await store.append_turn(sid, *_turn(1))
-    if in_kernel:
-        failed = _kernel_answers_eio_once(monkeypatch)
-    else:
-        failing = _FailOnce()
-        monkeypatch.setattr(os, "fsync", failing)
+    failing = _FailOnce()
+    monkeypatch.setattr(os, "fsync", failing)
     refused = await _refused(store.append_turn(sid, *_turn(2)))
-    assert failed if in_kernel else failing.failed, "the failure was not injected"
+    assert failing.failed, "the failure was not injected"
     # the bytes written before the failed fsync are not acknowledged: not read back, not
     # even the turn's messages
     again = JsonlSessionStore(tmp_path)

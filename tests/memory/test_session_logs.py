@@ -17,7 +17,6 @@ import pytest
 
 from memora.errors import ErrorCode, MemoraError
 from memora.memory.sessions import InMemorySessionStore, JsonlSessionStore, RoundRecord
-from memora.security.kernel_fsync import KernelFsync, kernel_fsync
 
 
 def _round(rid: str, user: str = "hi", ended: float = 0.0) -> RoundRecord:
@@ -541,57 +540,29 @@ async def test_a_log_only_session_is_read_from_its_first_day(tmp_path: Path) -> 
     assert "2000-01-01.jsonl" in str(err.value) and "title" in str(err.value)
 
 
-@pytest.fixture(params=["thread", "kernel"])
-def fsync_mode(request: pytest.FixtureRequest) -> str:
-    """Both ways an append waits for its fsync: whole on a worker thread, or its fsync in the
-    kernel (Linux's asynchronous I/O, where this machine has it)."""
-    if request.param == "kernel" and not _kernel_fsync_here():
-        pytest.skip("no kernel fsync on this system")
-    return str(request.param)
-
-
-def _kernel_fsync_here() -> bool:
-    async def probe() -> bool:
-        return kernel_fsync() is not None
-
-    return asyncio.run(probe())
-
-
-def _record_fsyncs(
-    monkeypatch: pytest.MonkeyPatch, note: Any, submitted: list[asyncio.Future[None]]
-) -> list[Any]:
-    """Every fsync, on a thread or sent to the kernel, noted by ``note(fd)``; the kernel's
-    requests are kept in ``submitted`` (each must be done when the append returns)."""
+def _record_fsyncs(monkeypatch: pytest.MonkeyPatch, note: Any) -> list[Any]:
+    """Every fsync, noted by ``note(fd)``."""
     synced: list[Any] = []
-    real_fsync, real_submit = os.fsync, KernelFsync.fsync
+    real_fsync = os.fsync
 
     def recording(fd: int) -> None:
         synced.append(note(fd))
         real_fsync(fd)
 
-    def submitting(self: KernelFsync, fd: int) -> asyncio.Future[None]:
-        synced.append(note(fd))
-        submitted.append(future := real_submit(self, fd))
-        return future
-
     monkeypatch.setattr(os, "fsync", recording)
-    monkeypatch.setattr(KernelFsync, "fsync", submitting)
     return synced
 
 
 async def test_appends_are_synced_and_leak_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = JsonlSessionStore(tmp_path, kernel_fsync=fsync_mode == "kernel")
+    store = JsonlSessionStore(tmp_path)
     await store.create(session_id="d")
     await store.append_turn("d", [], _round("r0"))
-    submitted: list[asyncio.Future[None]] = []
-    synced = _record_fsyncs(monkeypatch, lambda fd: os.fstat(fd).st_size, submitted)
+    synced = _record_fsyncs(monkeypatch, lambda fd: os.fstat(fd).st_size)
     log = next((tmp_path / "sessions" / "d").glob("*.jsonl"))
     await store.append_turn("d", [], _round("r1"))
     assert log.stat().st_size in synced  # the turn is on disk before append_turn returns
-    assert all(f.done() and f.exception() is None for f in submitted)
-    assert bool(submitted) == (fsync_mode == "kernel")  # the way asked for was the way taken
     synced.clear()
     await store.archive("d")
     assert synced  # meta.json too
@@ -607,22 +578,20 @@ async def test_appends_are_synced_and_leak_nothing(
 
 
 async def test_a_new_log_is_durable_by_name_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first turn of a session creates its folder and log: the log's data and its name
     in the folder are both fsynced before append_turn returns (later appends sync the file
     alone)."""
-    store = JsonlSessionStore(tmp_path, kernel_fsync=fsync_mode == "kernel")
+    store = JsonlSessionStore(tmp_path)
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc to name a descriptor")
-    submitted: list[asyncio.Future[None]] = []
-    synced = _record_fsyncs(monkeypatch, lambda fd: os.readlink(f"/proc/self/fd/{fd}"), submitted)
+    synced = _record_fsyncs(monkeypatch, lambda fd: os.readlink(f"/proc/self/fd/{fd}"))
     await store.create(session_id="new")
     await store.append_turn("new", [], _round("r1"))
     folder = tmp_path / "sessions" / "new"
     log = next(folder.glob("*.jsonl"))
     assert synced[-2:] == [str(log), str(folder)]
-    assert all(f.done() for f in submitted)
     synced.clear()
     await store.append_turn("new", [], _round("r2"))
     assert synced == [str(log)]

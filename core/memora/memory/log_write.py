@@ -20,18 +20,14 @@ reader skips it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 import logging
 import os
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import StorageError, StorageFullError
 from ..security.atomic import fsync_dir
-from ..security.kernel_fsync import KernelFsync, unsupported
 
 __all__ = ["FULL_ERRNOS", "LogAppend", "append_to", "disk_error"]
 
@@ -108,34 +104,6 @@ class LogAppend:
         if self.new_log_in is not None:
             fsync_dir(self.new_log_in)
 
-    async def sync_in_kernel(self, queue: KernelFsync) -> None:
-        """:meth:`sync` with the ``fsync`` run by the kernel (the event loop awaits it); the
-        log stays open until the kernel answers, so a failed one is cut back through it."""
-        try:
-            file_synced = queue.fsync(self.fd)
-        except OSError as exc:
-            if not (unsupported(exc) or exc.errno == errno.EAGAIN):
-                try:
-                    raise self._failed(exc, "sync") from exc
-                finally:
-                    os.close(self.fd)
-            # the kernel took no request: the fsync on a worker thread, which closes fd
-            await asyncio.to_thread(self.sync)
-            return
-        folder_synced = _sync_folder(queue, self.new_log_in) if self.new_log_in else None
-        try:
-            await file_synced
-        except OSError as exc:
-            # cut on the event loop: this path runs only on a local disk, where a truncate is
-            # page-cache and metadata work like the write before it (and a worker thread
-            # could still hold fd when a cancelled await closed it)
-            raise self._failed(exc, "sync") from exc
-        finally:
-            os.close(self.fd)
-        if folder_synced is not None:
-            with contextlib.suppress(OSError):
-                await folder_synced
-
     def _failed(self, exc: OSError, doing: str) -> StorageError:
         self._undo()
         error = disk_error(exc, self.path, doing)
@@ -186,26 +154,3 @@ def append_to(fd: int, path: Path, payload: bytes, *, fresh: bool) -> LogAppend:
     append = LogAppend(fd, path, size, None if size else path.parent)
     append.write(payload)
     return append
-
-
-def _sync_folder(queue: KernelFsync, folder: Path) -> Awaitable[None] | None:
-    """``fsync_dir`` through the kernel, started now: like it, a folder that cannot be opened
-    or synced is passed over (a file system that has no such thing)."""
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        synced: asyncio.Future[None] = queue.fsync(dfd)
-    except OSError:
-        synced = asyncio.ensure_future(asyncio.to_thread(fsync_dir, folder))
-    finally:
-        os.close(dfd)
-    # read even when its append was cancelled before it awaited this
-    synced.add_done_callback(_quiet)
-    return synced
-
-
-def _quiet(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()

@@ -17,10 +17,10 @@ that was running, and never half of one.  A torn last line left by a crash is sk
 An append a full or failing disk refuses is taken back out of the log and raised
 (``STORAGE_FULL``; :mod:`.log_write`), and the log's reading is :mod:`.log_read`.
 
-The ``fsync`` waits in the kernel where it can (:mod:`memora.security.kernel_fsync`): on Linux,
-with the data folder on a local disk, the ``write`` goes into the page cache from the event loop
-and the loop awaits the kernel's asynchronous ``fsync``; elsewhere the whole append runs on a
-worker thread.  Either way the append returns once its data is on the disk.
+The whole append (``write`` and ``fsync``) runs on a worker thread, so the event loop never
+waits for the disk; the append returns once its data is on the disk.  Awaiting the ``fsync`` in
+the kernel instead (Linux AIO, by hand or through caio) saved about 5% of ``memora serve``'s CPU
+a turn, too little for what it cost (issue #70 item 3, docs/benchmarks.md).
 
 A new session costs nothing on disk until its first turn: :meth:`JsonlSessionStore.create`
 keeps it in memory and the first append writes its ``session`` line with the turn's lines — one
@@ -57,7 +57,6 @@ from typing import Any
 
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_bytes, atomic_write_text
-from ..security.kernel_fsync import KernelFsync, kernel_fsync, on_local_disk
 from ..security.state import check_state_path, ensure_state_dir, open_state_file
 from .log_read import count_round, open_log, read_logs, scan_log, session_logs
 from .log_write import LogAppend, append_to, disk_error
@@ -254,12 +253,9 @@ class JsonlSessionStore:
     def __init__(self, data_dir: str | Path, *, kernel_fsync: bool = True) -> None:
         self.root = Path(data_dir) / "sessions"
         self.kernel_fsync = kernel_fsync
-        """An append's ``fsync`` waits in the kernel (Linux's asynchronous I/O), its ``write``
-        runs on the event loop, when the data folder is on a local disk and the system has it;
-        ``False``: every append runs whole on a worker thread (see :meth:`append_turn`)."""
-        self._local: bool | None = None
-        """The data folder is on a local disk and kernel fsync is on (decided at the first
-        append)."""
+        """Accepted and ignored: every append runs whole on a worker thread.  It asked for the
+        ``fsync`` in the kernel (Linux AIO), which is gone; a config or a host that still sets
+        it keeps working."""
         self._locks = _SessionLocks()
         self._root_checked = False
         """``sessions/`` was found (or made) a real folder, not a link."""
@@ -452,31 +448,10 @@ class JsonlSessionStore:
         append.sync()
         self._written(session_id, first)
 
-    async def _kernel(self) -> KernelFsync | None:
-        """The running loop's kernel fsync queue, when this store may use it: on, on a local
-        disk, and with room (see :mod:`memora.security.kernel_fsync`)."""
-        if self._local is None:
-            # found off the event loop: resolving the path may touch a network mount
-            self._local = self.kernel_fsync and await asyncio.to_thread(
-                on_local_disk, self.root.parent
-            )
-        if not self._local:
-            return None
-        queue = kernel_fsync()
-        return None if queue is None or queue.full() else queue
-
     async def _append_durably(self, session_id: str, lines: Sequence[dict[str, Any]]) -> None:
-        """One append (call under the session's lock).  With the kernel's asynchronous I/O, the
-        ``write`` runs here, into the page cache, and the event loop awaits the ``fsync`` that
-        the kernel runs; otherwise the whole append runs on a worker thread.  Either way a
-        failed one is taken back out of the log and raised (:mod:`.log_write`)."""
-        queue = await self._kernel()
-        if queue is None:
-            await asyncio.to_thread(self._append, session_id, lines)
-            return
-        append, first = self._write(session_id, lines)
-        await append.sync_in_kernel(queue)
-        self._written(session_id, first)
+        """One append (call under the session's lock), whole on a worker thread; a failed one
+        is taken back out of the log and raised (:mod:`.log_write`)."""
+        await asyncio.to_thread(self._append, session_id, lines)
 
     def _lines(self, session_id: str) -> builtins.list[dict[str, Any]]:
         read = read_logs(self._existing(session_id), {})

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import ErrorCode, MemoraError, NotAvailableError, StorageFullError
-from ..security.kernel_fsync import on_local_disk
 from ..security.state import check_state_path, ensure_state_dir, private_file
 from .keywords import index_tokens, query_terms
+from .local_disk import on_local_disk
 from .storage import (
     ROW_LEN,
     record_from_row,
@@ -196,7 +196,7 @@ class SqliteFile:
             self.db.execute("PRAGMA secure_delete=FAST")
             # an add may be written on the event loop only where a commit waits for no disk: in
             # WAL mode (a file system without shared memory keeps the rollback journal, which
-            # fsyncs at every commit) on a local file system (see memora.security.kernel_fsync)
+            # fsyncs at every commit) on a local file system (see memora.memory.local_disk)
             self.write_inline = str(mode).lower() == "wal" and on_local_disk(path.parent)
         if not read_only:
             self._migrate()
