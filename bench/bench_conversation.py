@@ -20,13 +20,19 @@ SQLite FTS5 table (WAL, synchronous=NORMAL, as memora's store).  Goals: memora w
 documented defaults at most 1.25x the floor at K=1 and 1.15x at K=10, and at most 1.15x the
 bare loop (no durability) at K=40.  Printed beside it: the same floor with its disk work on a
 worker thread (one trip per conversation), as a loop must do it that never does a disk's work
-on its event loop.  memora makes no trip on Linux: the session's log waits for its fsync in the
-kernel, and a lone round memory is written on the event loop, page-cache work in SQLite's WAL
-mode with its checkpoints on the worker (see docs/memory.md).
+on its event loop: memora makes that trip for the session's log, and writes a lone round memory
+on the event loop, page-cache work in SQLite's WAL mode with its checkpoints on the worker (see
+docs/memory.md).
 
 Per streamed token (second section): K=1 conversations whose answer is 50 or 500 tokens, memora
 and the floor interleaved; the CPU difference over the 450 extra tokens is what one streamed
 event costs each (the HTTP client's share of it is the same for both).
+
+``--variants[=ROUNDS]`` (default 12) runs only issue #70 item 3's comparison: memora with its
+documented defaults in each variant of :data:`VARIANTS` (which HTTP transport the provider uses:
+bench/_variants.py), taking turns ROUNDS times at K=1 and K=10; printed: each one's client CPU
+per LLM step and its ratio to the first's in the same round (paired).  ``--only=a,b`` picks the
+variants.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any
 import httpx2
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _variants
 from _server import sse_server
 from bench_loop import bare_turn, bench_tool
 
@@ -135,8 +142,8 @@ async def run_floor(
     threaded: bool = False,
 ) -> list[float]:
     """``threaded``: the floor's disk work goes to a worker thread (one trip per conversation),
-    as a loop that never does a disk's work on its event loop must do it; memora makes none (the
-    session's log waits for its fsync in the kernel, a lone memory row is page-cache work)."""
+    as a loop that never does a disk's work on its event loop must do it, as memora does for the
+    session's log (a lone memory row is page-cache work on its event loop)."""
     samples = []
     floor = Floor(tmp)
     try:
@@ -269,7 +276,48 @@ def per_token(url: str, tmp: Path, rounds: int) -> None:
     )
 
 
+VARIANTS = _variants.VARIANTS
+"""The agents of ``--variants`` (bench/_variants.py); the first is memora as it is."""
+
+
+def variants(url: str, tmp: Path, rounds: int, chosen: tuple[str, ...] = VARIANTS) -> None:
+    """Issue #70 item 3: memora (documented defaults) in each variant of ``chosen`` (:data:`VARIANTS`), taking
+    turns ``rounds`` times; per K, each variant's median client CPU per LLM step and the median
+    over rounds of its ratio to the first variant's in the same round (paired)."""
+    for k in (1, 10):
+        runs = RUNS[k]
+        samples: dict[str, list[float]] = {v: [] for v in chosen}
+        ratios: dict[str, list[float]] = {v: [] for v in chosen}
+        for _ in range(rounds):
+            medians = {}
+            for variant in chosen:
+                _variants.apply(variant)
+                m = asyncio.run(run_memora(url, tmp, k, runs))[0]
+                samples[variant] += m
+                medians[variant] = statistics.median(m)
+            for variant in chosen:
+                ratios[variant].append(medians[variant] / medians[chosen[0]])
+        _variants.apply(chosen[0])
+        print(f"  K={k} ({rounds} rounds of {runs} conversations), ratio to {chosen[0]}:")
+        for variant in chosen:
+            step = statistics.median(samples[variant]) / (k + 1)
+            r = sorted(ratios[variant])
+            print(
+                f"    {variant:14} {step * 1e3:6.3f} ms a step   {statistics.median(r):5.3f}x "
+                f"(quartiles {r[len(r) // 4]:.3f}-{r[3 * len(r) // 4]:.3f})"
+            )
+
+
 def main() -> None:
+    if any(a.startswith("--variants") for a in sys.argv):
+        rounds = next(
+            int(a.split("=")[1]) for a in [*sys.argv, "--variants=12"] if "-variants=" in a
+        )
+        only = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "")
+        with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
+            print("client CPU per LLM step; issue #70 item 3's variants (the HTTP transport)")
+            variants(url, Path(tmpdir), rounds, tuple(only.split(",")) if only else VARIANTS)
+        return
     rounds = 12  # memora and the bare loop alternate, so machine noise hits both alike
     with sse_server() as url, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

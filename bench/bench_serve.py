@@ -18,6 +18,12 @@ acting as its own user (`X-Memora-User`) over a project memory of 20,000 memorie
 next to one user over none: one turn's cost should not grow with what the server holds (goal:
 about 1x).  Then the same with `--workers 2` and
 `"storage": "postgres"` (a throw-away cluster on 127.0.0.1), when PostgreSQL is installed.
+
+``--variants[=RUNS]`` (default 5) runs only issue #70 item 3's comparison: one memora server per
+variant of :data:`VARIANTS` (which HTTP transport the provider uses: bench/_variants.py), all
+driven by the same load, passes taken in turn, RUNS times; printed: each one's median server
+CPU a turn and its ratio to the first's in the same run (paired).  ``--only=a,b`` picks the
+variants.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 import httpx2
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _variants
 from _server import sse_server
 
 CONVERSATIONS = 100
@@ -350,12 +357,13 @@ def compare(
     users: frozenset[str] = frozenset(),
     *,
     raw: bool = False,
+    warm: bool = True,
 ) -> dict[str, dict[str, float]]:
-    """Each server warmed up, then ROUNDS passes taking turns (machine noise hits all alike);
-    the medians per server are printed and returned.  The servers labelled in ``users`` are
-    driven with each conversation acting as its own user (``X-Memora-User``); ``raw``: by the
-    hand-spoken client (:class:`RawConnection`)."""
-    for label, base, _, memora in servers:
+    """Each server warmed up (unless not ``warm``), then ROUNDS passes taking turns (machine
+    noise hits all alike); the medians per server are printed and returned.  The servers
+    labelled in ``users`` are driven with each conversation acting as its own user
+    (``X-Memora-User``); ``raw``: by the hand-spoken client (:class:`RawConnection`)."""
+    for label, base, _, memora in servers if warm else ():
         asyncio.run((drive_raw if raw else drive)(base, memora=memora, users=label in users))
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in servers}
     for _ in range(ROUNDS):
@@ -430,7 +438,53 @@ def serve(tmp: Path, env: dict[str, str], workers: int) -> tuple[list[str], str]
     return args, f"http://127.0.0.1:{port}"
 
 
+VARIANTS = _variants.VARIANTS
+"""The servers of ``--variants`` (bench/_variants.py); the first is memora as it is."""
+
+
+def variants(
+    upstream: str, tmp: Path, stack: ExitStack, runs: int, chosen: tuple[str, ...] = VARIANTS
+) -> None:
+    """Issue #70 item 3: one server per variant of :data:`VARIANTS`, ``runs`` times ROUNDS
+    passes taking turns; the median over runs of each server's CPU a turn, and of its ratio to
+    the first server's in the same run (paired: a run's noise hits both)."""
+    servers = []
+    for variant in chosen:
+        root = tmp / variant.replace("/", "-")
+        env = memora_env(root, upstream, {})
+        args, url = serve(root, env, 1)
+        args = _variants.serve_args(variant, args)
+        pid = stack.enter_context(process(args, env, root / "serve.log", url + "/ready"))
+        servers.append((variant, url, process_tree(pid), True))
+    runs_rows = []
+    for n in range(runs):
+        print(f"  run {n + 1} of {runs}")
+        runs_rows.append(compare(servers, warm=n == 0))
+    base = chosen[0]
+    print(f"  medians of {runs} runs (each the median of {ROUNDS} passes), ratio to {base}:")
+    for variant in chosen:
+        cpu = [r[variant]["cpu"] for r in runs_rows]
+        ratio = sorted(r[variant]["cpu"] / r[base]["cpu"] for r in runs_rows)
+        p50 = statistics.median(r[variant]["p50"] for r in runs_rows)
+        print(
+            f"    {variant:14} server CPU {statistics.median(cpu):6.2f} ms/turn   "
+            f"{statistics.median(ratio):5.3f}x (runs {ratio[0]:.3f}-{ratio[-1]:.3f})   "
+            f"p50 {p50:6.1f} ms"
+        )
+
+
 def main() -> None:
+    if any(a.startswith("--variants") for a in sys.argv):
+        runs = next(int(a.split("=")[1]) for a in [*sys.argv, "--variants=5"] if "-variants=" in a)
+        only = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "")
+        chosen = tuple(only.split(",")) if only else VARIANTS
+        print(
+            f"{CONVERSATIONS} concurrent conversations x {TURNS} turns per pass; issue #70 "
+            "item 3's variants (the provider's HTTP transport), side by side"
+        )
+        with sse_server() as upstream, tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+            variants(upstream, Path(tmp), stack, runs, chosen)
+        return
     print(
         f"{CONVERSATIONS} concurrent conversations x {TURNS} turns, 50-token answers from a "
         f"scripted provider (its own process); medians of {ROUNDS} passes taken in turn"
@@ -579,7 +633,7 @@ def where_it_goes(
     labels = list(variants)
     log, memory, neither = (rows[label]["cpu"] for label in labels)
     print(
-        f"  the session's log (JSONL append; its fsync in the kernel on Linux) {full - log:.2f} ms a "
+        f"  the session's log (JSONL append and fsync on a worker thread) {full - log:.2f} ms a "
         f"turn, the round's memory row (SQLite) {full - memory:.2f} ms; memora with neither "
         f"{neither / proxy:.2f}x the proxy's CPU a turn, with both {full / proxy:.2f}x"
     )
