@@ -38,6 +38,7 @@ import importlib
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -313,13 +314,17 @@ _CHECK_ANSWERS: contextvars.ContextVar[list[tuple[str, object]] | None] = contex
 )
 
 
+_SHIMS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+"""The shims :func:`_attribute` made (a hook implementation wrapped once, never twice)."""
+
+
 def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
     """Wrap one (non-wrapper) hook implementation so memora knows who answered.
 
     pluggy calls ``impl.function(*args, **kwargs)`` with the arguments in ``impl.argnames``
     order; the shim passes them on unchanged.  Wrappers are left alone: they see exactly what pluggy gives them.
     """
-    if impl.wrapper or impl.hookwrapper or getattr(impl.function, "_memora_shim", False):
+    if impl.wrapper or impl.hookwrapper or impl.function in _SHIMS:
         return
     fn = impl.function
     plugin = impl.plugin_name
@@ -363,7 +368,7 @@ def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
         shim = check_shim
     else:  # register_commands: isolated by Plugins.register_commands itself
         return
-    shim._memora_shim = True  # type: ignore[attr-defined]
+    _SHIMS.add(shim)
     # HookImpl.function is a slot pluggy reads on every call; replacing it is how the answer of
     # each plugin stays attributed while pluggy still orders and wraps the calls.
     setattr(impl, "function", shim)  # noqa: B010 - the attribute is declared Final in pluggy
