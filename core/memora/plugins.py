@@ -33,12 +33,9 @@ and ``trylast`` behave as pluggy documents.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
 import logging
 import os
-import sys
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -50,6 +47,8 @@ from . import hookspecs
 from ._lazy import lazy_module
 from ._version import __version__
 from .errors import ErrorCode, MemoraError, NotAvailableError, PluginConflictError, PluginError
+from .plugin_discovery import ENTRY_POINT_GROUP, PluginFailure, discover_entry_points
+from .plugin_hooks import CHECK_ANSWERS, KINDS, Collector, Kind, attribute
 from .security.trust import factory_rules
 from .tools import DeferredTool
 
@@ -75,7 +74,6 @@ __all__ = [
 
 logger = logging.getLogger("memora.plugins")
 
-ENTRY_POINT_GROUP = "memora"
 KERNEL_DISTRIBUTION = "memora-kernel"
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
@@ -86,39 +84,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "memora.default_plugins.tools",
 )
 """Modules registered as built-in plugins, in this order."""
-
-Kind = Literal[
-    "provider",
-    "storage",
-    "session_store",
-    "project_lock",
-    "embedder",
-    "web_search",
-    "web_fetch",
-    "code_executor",
-    "project_search",
-    "tracer",
-    "tool",
-    "tool_source",
-]
-
-KINDS: dict[Kind, str] = {
-    "provider": "register_providers",
-    "storage": "register_storage",
-    "session_store": "register_session_stores",
-    "project_lock": "register_project_locks",
-    "embedder": "register_embedders",
-    "web_search": "register_web_search",
-    "web_fetch": "register_web_fetch",
-    "code_executor": "register_code_executors",
-    "project_search": "register_project_search",
-    "tracer": "register_tracers",
-    "tool": "register_tools",
-    "tool_source": "register_tool_sources",
-}
-"""Each kind of registered thing and the hook that registers it."""
-
-_HOOK_KINDS: dict[str, Kind] = {hook: kind for kind, hook in KINDS.items()}
 
 INSTALL_HINTS: dict[str, str] = {
     "provider": "pip install memora-plugin-openai (or memora-plugin-llamacpp)",
@@ -158,19 +123,6 @@ class PluginInfo:
     origin: Origin = "host"
     registers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Kind -> the names this plugin provides (those it won; see :attr:`Plugins.clashes`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PluginFailure:
-    """A plugin that was left out, and why."""
-
-    name: str
-    distribution: str | None
-    error: str
-    stage: str = "import"
-    """``import`` (the module failed to import), ``register`` (an invalid or unknown hook
-    implementation), ``hook`` (it raised inside a register hook) or ``probe`` (what it
-    registered could not import its own implementation: :meth:`Plugins.probe`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,126 +204,8 @@ def _load_only() -> list[str] | None:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-class _Collector:
-    """The ``register`` callable handed to every register hook during one collection.
-
-    The attribution shim (see :func:`_attribute`) sets :attr:`current` to the plugin whose
-    implementation is running, so each registration is staged under its owner, and a plugin that
-    raises half-way loses everything it registered.
-    """
-
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
-        self.current: str | None = None
-        self.staged: list[tuple[str, str, Any]] = []  # (plugin, name, value), in call order
-        self.errors: dict[str, BaseException] = {}
-        self._seen: set[tuple[str, str]] = set()
-
-    def __call__(self, name_or_tool: Any, value: Any = None) -> None:
-        plugin = self.current or "(unknown plugin)"
-        name, value = _check_registration(self.kind, plugin, name_or_tool, value)
-        if (plugin, name) in self._seen:
-            raise PluginError(
-                ErrorCode.PLUGIN_CONFLICT,
-                f"plugin {plugin!r} registered {self.kind.replace('_', ' ')} {name!r} twice",
-                context={"plugin": plugin, "kind": self.kind, "name": name},
-            )
-        self._seen.add((plugin, name))
-        self.staged.append((plugin, name, value))
-
-
-def _check_registration(kind: Kind, plugin: str, name_or_tool: Any, value: Any) -> tuple[str, Any]:
-    if kind == "tool":
-        name = getattr(name_or_tool, "name", None)
-        if not isinstance(name, str) or not name:
-            raise PluginError(
-                ErrorCode.INVALID_CONFIG,
-                f"plugin {plugin!r} registered a tool without a name: {name_or_tool!r}",
-                context={"plugin": plugin},
-            )
-        return name, name_or_tool
-    name = name_or_tool
-    if not isinstance(name, str) or not name.strip():
-        raise PluginError(
-            ErrorCode.INVALID_CONFIG,
-            f"plugin {plugin!r} registered a {kind} with an empty or non-string name",
-            context={"plugin": plugin},
-        )
-    if not callable(value):
-        raise PluginError(
-            ErrorCode.INVALID_CONFIG,
-            f"plugin {plugin!r} registered {kind} {name!r} with a non-callable factory",
-            context={"plugin": plugin},
-        )
-    return name, value
-
-
 _checks = lazy_module("memora.checks")
 """memora.checks, imported by the first tool call's check (not by `memora plugins`)."""
-
-_CHECK_ANSWERS: contextvars.ContextVar[list[tuple[str, object]] | None] = contextvars.ContextVar(
-    "memora_check_answers", default=None
-)
-
-
-_SHIMS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
-"""The shims :func:`_attribute` made (a hook implementation wrapped once, never twice)."""
-
-
-def _attribute(impl: pluggy.HookImpl, hook_name: str) -> None:
-    """Wrap one (non-wrapper) hook implementation so memora knows who answered.
-
-    pluggy calls ``impl.function(*args, **kwargs)`` with the arguments in ``impl.argnames``
-    order; the shim passes them on unchanged.  Wrappers are left alone: they see exactly what pluggy gives them.
-    """
-    if impl.wrapper or impl.hookwrapper or impl.function in _SHIMS:
-        return
-    fn = impl.function
-    plugin = impl.plugin_name
-    if hook_name in _HOOK_KINDS:
-        try:
-            slot: int | None = list(impl.argnames).index("register")
-        except ValueError:
-            slot = None
-
-        def register_shim(*args: Any, **kwargs: Any) -> Any:
-            collector = args[slot] if slot is not None else None
-            if not isinstance(collector, _Collector):
-                # called by someone else through pm.hook: stay out of the way
-                return fn(*args, **kwargs)
-            collector.current = plugin
-            try:
-                fn(*args, **kwargs)
-            except Exception as exc:
-                collector.errors[plugin] = exc
-            finally:
-                collector.current = None
-            return None
-
-        shim: Callable[..., Any] = register_shim
-    elif hook_name == "pre_execution_check":
-
-        def check_shim(*args: Any, **kwargs: Any) -> Any:
-            try:
-                answer = fn(*args, **kwargs)
-            except Exception as exc:
-                # fail closed: a check that cannot decide denies, naming itself
-                logger.warning("pre_execution_check of plugin %r raised: %r", plugin, exc)
-                from .checks import Deny
-
-                answer = Deny(f"check of plugin {plugin!r} failed: {exc}")
-            sink = _CHECK_ANSWERS.get()
-            if sink is not None and answer is not None:
-                sink.append((plugin, answer))
-            return answer
-
-        shim = check_shim
-    else:  # register_commands: isolated by Plugins.register_commands itself
-        return
-    _SHIMS.add(shim)
-    # HookImpl.function is a slot pluggy reads on every call; replacing it is how the answer of
-    # each plugin stays attributed while pluggy still orders and wraps the calls.
-    setattr(impl, "function", shim)  # noqa: B010 - the attribute is declared Final in pluggy
 
 
 def _readable_name(obj: object) -> str:
@@ -500,7 +334,7 @@ class Plugins:
         for caller in self.pm.get_hookcallers(obj) or []:
             for impl in caller.get_hookimpls():
                 if impl.plugin is obj:
-                    _attribute(impl, caller.name)
+                    attribute(impl, caller.name)
         self._meta[plugin_name] = _Meta(distribution, version, origin)
         return plugin_name
 
@@ -515,7 +349,7 @@ class Plugins:
             staged: dict[Kind, list[tuple[str, str, Any]]] = {}
             errors: dict[str, tuple[str, BaseException]] = {}
             for kind, hook_name in KINDS.items():
-                collector = _Collector(kind)
+                collector = Collector(kind)
                 getattr(self.pm.hook, hook_name)(register=collector)
                 staged[kind] = collector.staged
                 for plugin, exc in collector.errors.items():
@@ -617,7 +451,7 @@ class Plugins:
             checks.combine_decisions
         )
         answers: list[tuple[str, object]] = []
-        token = _CHECK_ANSWERS.set(answers)
+        token = CHECK_ANSWERS.set(answers)
         try:
             results = self.pm.hook.pre_execution_check(call=call, context=context)
         except Exception as exc:
@@ -625,7 +459,7 @@ class Plugins:
             logger.warning("pre_execution_check wrapper raised: %r", exc)
             return combine([(wrappers[0], deny(f"check wrapper {wrappers[0]!r} failed: {exc}"))])
         finally:
-            _CHECK_ANSWERS.reset(token)
+            CHECK_ANSWERS.reset(token)
         by_id = {id(answer): plugin for plugin, answer in answers}
         combined: list[tuple[str, CheckDecision | None]] = []
         for answer in results or ():
@@ -812,143 +646,6 @@ class Plugins:
         return infos
 
 
-def _dist_of(entry_point: Any) -> tuple[str | None, str | None]:
-    dist = getattr(entry_point, "dist", None)
-    if dist is None:
-        return None, None
-    try:
-        return dist.metadata["Name"], dist.version
-    except Exception:  # pragma: no cover - broken metadata
-        return getattr(dist, "name", None), None
-
-
-def _entry_point_owners(group: str) -> dict[str, tuple[str | None, str | None]]:
-    """Entry point name of ``group`` -> (distribution, version).  Read from the metadata
-    folders on ``sys.path`` (the first folder of a distribution wins, as importlib.metadata
-    has it): each ``entry_points.txt``, then the ``Name``/``Version`` lines at the head of
-    ``METADATA`` for the few with ``group`` — importlib.metadata's full scan and its e-mail
-    parser cost ~10 ms of every start-up.  A name not found that way (an installation of
-    another shape) is looked up through importlib.metadata."""
-    owners: dict[str, tuple[str | None, str | None]] = {}
-    seen: set[str] = set()
-    header = f"[{group}]"
-    for entry in sys.path:
-        try:
-            with os.scandir(entry or ".") as it:
-                folders = sorted(e.name for e in it if e.name.endswith((".dist-info", ".egg-info")))
-        except OSError:
-            continue
-        for folder in folders:
-            key = folder.rsplit(".", 1)[0].split("-")[0].lower().replace("-", "_").replace(".", "_")
-            if key in seen:
-                continue
-            seen.add(key)
-            path = os.path.join(entry or ".", folder)
-            try:
-                with open(os.path.join(path, "entry_points.txt"), encoding="utf-8") as fh:
-                    text = fh.read()
-            except (OSError, ValueError):
-                continue
-            if header not in text:
-                continue
-            names = _section_names(text, header)
-            if names:
-                dist = _name_and_version(path, folder)
-                for name in names:
-                    owners.setdefault(name, dist)
-    return owners
-
-
-def _section_names(text: str, header: str) -> list[str]:
-    names: list[str] = []
-    inside = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            inside = line == header
-        elif inside and "=" in line and not line.startswith(("#", ";")):
-            names.append(line.split("=", 1)[0].strip())
-    return names
-
-
-def _name_and_version(path: str, folder: str) -> tuple[str | None, str | None]:
-    """``Name`` and ``Version`` from the header of a metadata folder's METADATA (PKG-INFO)."""
-    fields: dict[str, str] = {}
-    for file in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(path, file), encoding="utf-8") as fh:
-                for line in fh:
-                    if not line.strip():
-                        break  # the end of the header
-                    key, sep, value = line.partition(":")
-                    if sep and key in ("Name", "Version"):
-                        fields.setdefault(key, value.strip())
-            break
-        except (OSError, ValueError):
-            continue
-    return fields.get("Name"), fields.get("Version")
-
-
-def _discover_entry_points(
-    only: list[str] | None, strict: bool, failures: list[PluginFailure]
-) -> list[tuple[str, object, str | None, str | None]]:
-    """Load entry points of the ``memora`` group through stevedore; failures are recorded."""
-    if only is not None and not only:
-        return []
-    from stevedore import ExtensionManager, NamedExtensionManager
-
-    # stevedore memoises scans per namespace for the life of the process; a host that installs
-    # a plugin and creates a new manager must see it, so drop that memo (its on-disk cache,
-    # keyed by sys.path and file mtimes, still makes the scan cheap).
-    ExtensionManager.ENTRY_POINT_CACHE.pop(ENTRY_POINT_GROUP, None)
-
-    # stevedore may hand back entry points rebuilt from its cache, without ``dist``: look the
-    # distributions up once
-    owners = _entry_point_owners(ENTRY_POINT_GROUP)
-
-    def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
-        name = getattr(entry_point, "name", str(entry_point))
-        dist = _dist_of(entry_point)[0] or owners.get(name, (None, None))[0]
-        failure = PluginFailure(name=name, distribution=dist, error=f"{type(exc).__name__}: {exc}")
-        logger.warning("plugin %r (%s) failed to load: %s", name, dist, failure.error)
-        if strict:
-            raise PluginError(
-                ErrorCode.PLUGIN_LOAD_FAILED,
-                f"plugin {name!r} from {dist or 'an unknown distribution'} failed to load: "
-                f"{failure.error}",
-                context={"plugin": name, "distribution": dist},
-            ) from exc
-        failures.append(failure)
-
-    if only is None:
-        mgr: Any = ExtensionManager(
-            ENTRY_POINT_GROUP, invoke_on_load=False, on_load_failure_callback=on_failure
-        )
-    else:
-        mgr = NamedExtensionManager(
-            ENTRY_POINT_GROUP,
-            names=only,
-            invoke_on_load=False,
-            on_load_failure_callback=on_failure,
-            name_order=True,
-        )
-    loaded = []
-    for ext in mgr.extensions:
-        dist, version = _dist_of(ext.entry_point)
-        if dist is None:
-            if owners.get(ext.name, (None, None))[0] is None:
-                from importlib.metadata import entry_points
-
-                for ep in entry_points(group=ENTRY_POINT_GROUP):
-                    if owners.get(ep.name, (None, None))[0] is None:
-                        owners[ep.name] = _dist_of(ep)
-            dist, version = owners.get(ext.name, (None, None))
-        loaded.append((ext.name, ext.plugin, dist, version))
-    if only is None:
-        loaded.sort(key=lambda item: item[0])  # the documented clash rule needs a stable order
-    return loaded
-
-
 def create_plugin_manager(
     *,
     load_entrypoints: bool = True,
@@ -973,7 +670,7 @@ def create_plugin_manager(
         plugins._add(module, module_name, KERNEL_DISTRIBUTION, version, "builtin")
 
     if load_entrypoints:
-        for name, obj, dist, ver in _discover_entry_points(_load_only(), strict, plugins.failures):
+        for name, obj, dist, ver in discover_entry_points(_load_only(), strict, plugins.failures):
             try:
                 plugins._add(obj, name, dist, ver, "installed")
             except PluginError as exc:

@@ -58,6 +58,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("memora.config", 72),
     # plugins and what they register
     ("memora.plugins", 60),
+    ("memora.plugin_discovery", 60),
+    ("memora.plugin_hooks", 60),
     ("memora.default_plugins", 59),
     ("memora.testing", 59),
     ("memora.tools", 58),
