@@ -176,50 +176,65 @@ class _Matcher:
 
     def sentences(self, text: str) -> list[dict[int, int]]:
         """The query terms' counts (by index) in each sentence of ``text`` that holds any."""
+        if text.isascii():  # no CJK term can match: the words that may, and the sentences' ends
+            return self._ascii_sentences(text)
         sentences: list[dict[int, int]] = []
-        ascii_text = text.isascii()
-        ascii_words = self.ascii_words
-        if ascii_text:  # no CJK term can match: the words that may, and the sentences' ends
-            if ascii_words is None:
-                return sentences
-            counts: dict[int, int] = {}
-            for word in ascii_words.findall(text.lower()):
-                if word in _ASCII_ENDS:
-                    if counts:
-                        sentences.append(counts)
-                        counts = {}
-                    continue
-                for j in self.word(word):
-                    counts[j] = counts.get(j, 0) + 1
-            if counts:
-                sentences.append(counts)
-            return sentences
         words = _words_re() if self.exact or self.prefixes else None
+        cjk, count_ascii, count_words = self.cjk, self._count_ascii, self._count_words
         for sentence in _SENTENCE_END.split(normalise(text)):
-            counts = {}
-            for phrase, j in self.cjk:
+            counts: dict[int, int] = {}
+            for phrase, j in cjk:
                 found = sentence.count(phrase)
                 if found:
                     counts[j] = found
             if sentence.isascii():  # (a sentence's own end was split off)
-                if ascii_words is not None:
-                    for word in ascii_words.findall(sentence):
-                        if word not in _ASCII_ENDS:
-                            for j in self.word(word):
-                                counts[j] = counts.get(j, 0) + 1
+                count_ascii(sentence, counts)
             elif words is not None:
-                memo = self.memo
-                for word in words.findall(sentence):
-                    matched = memo.get(word)
-                    if matched is None:
-                        token = word.strip("_")
-                        matched = self.word(token) if token else ()
-                        memo[word] = matched
-                    for j in matched:
-                        counts[j] = counts.get(j, 0) + 1
+                count_words(words.findall(sentence), counts)
             if counts:
                 sentences.append(counts)
         return sentences
+
+    def _ascii_sentences(self, text: str) -> list[dict[int, int]]:
+        """:meth:`sentences` of ASCII text: one pass over its words, a sentence ending at an
+        end word."""
+        sentences: list[dict[int, int]] = []
+        if self.ascii_words is None:
+            return sentences
+        counts: dict[int, int] = {}
+        for word in self.ascii_words.findall(text.lower()):
+            if word in _ASCII_ENDS:
+                if counts:
+                    sentences.append(counts)
+                    counts = {}
+                continue
+            for j in self.word(word):
+                counts[j] = counts.get(j, 0) + 1
+        if counts:
+            sentences.append(counts)
+        return sentences
+
+    def _count_ascii(self, sentence: str, counts: dict[int, int]) -> None:
+        """Add the query terms of an ASCII sentence (already normalised) to ``counts``."""
+        if self.ascii_words is None:
+            return
+        for word in self.ascii_words.findall(sentence):
+            if word not in _ASCII_ENDS:
+                for j in self.word(word):
+                    counts[j] = counts.get(j, 0) + 1
+
+    def _count_words(self, words: list[str], counts: dict[int, int]) -> None:
+        """Add the query terms among a mixed sentence's ``words`` to ``counts`` (each word's
+        matches remembered: a memory's words repeat)."""
+        memo = self.memo
+        for word in words:
+            matched = memo.get(word)
+            if matched is None:
+                token = word.strip("_")
+                matched = self.word(token) if token else ()
+                memo[word] = matched
+            for j in matched:
+                counts[j] = counts.get(j, 0) + 1
 
 
 def with_best_passage(

@@ -165,7 +165,7 @@ class _Rule:
         self.parts.append(part)
 
 
-def rule_spans(text: str) -> list[tuple[int, int, str]]:
+def rule_spans(text: str) -> list[tuple[int, int, str]]:  # noqa: C901 - one branch per construct of rules.md, read line by line; split, its state (fence, comment, list item) would travel between functions
     """Parse ``rules.md`` into rules, each with the (first, last) line index it came from.
 
     * each list line (``-``, ``*``, ``+``, ``1.``, ``1)``, ``1、``) is one rule; indented lines
