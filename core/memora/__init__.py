@@ -25,6 +25,12 @@ _LAZY: dict[str, str] = {
     "ApprovalPause": "memora.agent",
     "QuestionPause": "memora.agent",
     "HostPause": "memora.agent",
+    # durable turns (a turn executor plugin's vocabulary)
+    "TurnExecutor": "memora.agent.durable",
+    "DurableTurn": "memora.agent.durable",
+    "UnfinishedTurn": "memora.agent.durable",
+    "run_elsewhere": "memora.agent.durable",
+    "check_state_version": "memora.agent.durable",
     "RolePackManager": "memora.role_pack.manager",
     "check_scope": "memora.memory.types",
     "Forgotten": "memora.memory.forgetting",
@@ -99,6 +105,13 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         PausedTurn as PausedTurn,
         ProjectRuntime as ProjectRuntime,
         QuestionPause as QuestionPause,
+    )
+    from .agent.durable import (
+        DurableTurn as DurableTurn,
+        TurnExecutor as TurnExecutor,
+        UnfinishedTurn as UnfinishedTurn,
+        check_state_version as check_state_version,
+        run_elsewhere as run_elsewhere,
     )
     from .agent.output import OutputRetry as OutputRetry
     from .capabilities import (

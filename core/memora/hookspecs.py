@@ -179,6 +179,21 @@ def register_tracers(register: Register) -> None:
 
 
 @hookspec
+def register_turn_executors(register: Register) -> None:
+    """Register turn executors: what runs each turn and keeps its steps, so a turn outlives
+    its worker (durable turns; see :mod:`memora.agent.durable` and docs/durability.md).
+
+    Called when a plugin manager is created, and again after every later
+    ``Plugins.register()``/``unregister()``: register the same things each time, with no side
+    effects.  ``factory(options)`` returns a :class:`memora.agent.durable.TurnExecutor`;
+    ``options`` holds the plugin's options (``config["plugins"][name]``) and ``path`` (the
+    project's data folder), ``storage`` (the storage backend's name) and ``storage_options``
+    (its options: a PostgreSQL DSN the executor may keep its journal in).  Chosen by the
+    user's config ``"turn_executor": name`` (never a project's).  Returns nothing.
+    """
+
+
+@hookspec
 def register_tool_sources(register: Register) -> None:
     """Register sources of tools that appear at run time (``register(name, factory)``), such as
     the tools of MCP servers.  ``factory(options)`` (``options``: ``config["plugins"][name]``)

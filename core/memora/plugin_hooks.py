@@ -44,6 +44,7 @@ Kind = Literal[
     "tracer",
     "tool",
     "tool_source",
+    "turn_executor",
 ]
 
 KINDS: dict[Kind, str] = {
@@ -59,6 +60,7 @@ KINDS: dict[Kind, str] = {
     "tracer": "register_tracers",
     "tool": "register_tools",
     "tool_source": "register_tool_sources",
+    "turn_executor": "register_turn_executors",
 }
 """Each kind of registered thing and the hook that registers it."""
 

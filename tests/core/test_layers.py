@@ -37,8 +37,10 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("memora.agent.project", 85),
     ("memora.agent.driver", 85),
     ("memora.agent.pause", 84),
+    ("memora.agent.sync_verbs", 84),
     ("memora.agent.loop", 83),
     ("memora.agent.model_call", 82),
+    ("memora.agent.durable", 82),
     ("memora.agent.tool_steps", 82),
     ("memora.agent.gates", 82),
     ("memora.agent.transitions", 81),
@@ -61,7 +63,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("memora.plugin_discovery", 60),
     ("memora.plugin_hooks", 60),
     ("memora.default_plugins", 59),
-    ("memora.testing", 59),
+    # the fakes and suites for tests: above the kernel they fake (nothing in it imports them)
+    ("memora.testing", 95),
     ("memora.tools", 58),
     # role packs and memory
     ("memora.role_pack", 50),

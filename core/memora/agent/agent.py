@@ -12,7 +12,6 @@ Managers are reached as attributes after ``await agent.init()``: ``role_pack``, 
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import dataclasses
@@ -40,6 +39,7 @@ from .options import AgentOptions, check_session_options
 from .pause import PAUSE_STATE_VERSION, PausedTurn, PauseVerbs
 from .project import ProjectResources
 from .state import AfterInit, DuplicateCallInterceptor, Outbox, SessionState
+from .sync_verbs import SyncVerbs
 
 # The turn loop, the stores, the role packs and the tools are imported where they are first
 # used (init(), the first turn), so ``from memora import Agent`` loads the facade only.
@@ -103,7 +103,7 @@ def _shared(agent: Agent, name: str) -> Any:
     return getattr(agent._runtime, name)
 
 
-class Agent(PauseVerbs):
+class Agent(PauseVerbs, SyncVerbs):
     """An LLM agent for one project.
 
     ``async with Agent(project_path=..., data_dir=...) as agent:`` then
@@ -143,7 +143,6 @@ class Agent(PauseVerbs):
         self._driver = TurnDriver()
         self._override_router: ProviderRouter | None = None
         self._router_fixed: tuple[ProviderRouter, ProviderRouter] | None = None
-        self._sync_runner: asyncio.Runner | None = None
         self._unlisten: Callable[[], None] = _nothing
         self.session_state = SessionState(on_drift=self._drift)
         self._duplicates = DuplicateCallInterceptor(opts.duplicate_call_threshold)
@@ -512,33 +511,11 @@ class Agent(PauseVerbs):
                     raise error
         return ""
 
-    def chat_sync(self, text: str) -> str:
-        """Synchronous hosts: initialise if needed, run one turn, return the final answer.
-
-        Runs on an event loop owned by this Agent; do not mix with ``await agent.chat()``.
-        """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise BusyError(
-                "chat_sync() cannot run inside an event loop; use `async for ... in agent.chat()`"
-            )
-        runner = self._sync_runner
-        if runner is None:
-            runner = asyncio.Runner()
-            self._sync_runner = runner
-        if not self._initialised:
-            runner.run(self.init())
-        return runner.run(self.chat_text(text))
-
-    def close_sync(self) -> None:
-        runner = self._sync_runner
-        if runner is not None:
-            runner.run(self.close())
-            runner.close()
-            self._sync_runner = None
+    def take_over(self, key: str) -> AsyncIterator[AgentChunk]:
+        """Continue the durable turn ``key`` (``runtime.turn_executor.unfinished()``) that a
+        worker left unfinished when it died, from the last state its executor kept: yields
+        the rest of its chunks, as :meth:`chat` does (see docs/durability.md)."""
+        return self._ready("take_over").take_over(key)
 
     def abort(self, reason: Literal["user", "timeout"] = "user") -> None:
         """Host abort signal: the running turn ends with ``aborted(stop_reason=reason)`` —

@@ -73,6 +73,7 @@ class TurnDriver:
         self._done = done
         control.abort = False
         control.abort_reason = "user"
+        control.left = False
         try:
             # aclosing: a host's early exit closes the engine's turn here, not later
             async with contextlib.aclosing(chunks_of(record)) as chunks:  # type: ignore[type-var]

@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -54,6 +54,7 @@ from ..chunks import (
 from ..errors import ErrorCode
 from ..llm.retry import RetryPolicy
 from ..llm.types import Message
+from .durable import Checkpoint, journal_state
 from .model_call import ModelCall, ModelOutput, PartialProgress, partial_chunk
 from .output import FINAL_RESULT_TOOL, OutputCheck, OutputSpec
 from .record import (
@@ -191,6 +192,14 @@ class TurnEngine:
         self.step_calls: list[str] = [c.name for c in record.pending_calls]
         """The tools of the step being run (for the plan-item log)."""
         self._phases: dict[str, ThinkingChunk] = {}
+        self.checkpoints = False
+        """A durable run (:meth:`run_durably`): a :class:`Checkpoint` between steps."""
+        self.recovered = False
+        """Rebuilt from a durable turn's kept state on another worker (or after a restart):
+        the round is stored only if the worker that died had not stored it."""
+        self.started_here: set[str] = set()
+        """Calls named ``in_flight`` by this engine (a durable run): one named there before
+        it was made was left by a worker that died while running it."""
 
     def thinking(self, phase: Literal["llm_calling", "processing"]) -> ThinkingChunk:
         """The turn's ``thinking`` chunk of ``phase`` (frozen: made once, sent every step)."""
@@ -201,9 +210,23 @@ class TurnEngine:
 
     # -- the driver ----------------------------------------------------------------------------
 
-    async def run(self) -> AsyncIterator[AgentChunk]:
+    def run(self) -> AsyncIterator[AgentChunk]:
+        """The turn's chunks (see the module docstring)."""
+        return self._run()  # type: ignore[return-value]  # no checkpoint without run_durably
+
+    def run_durably(self) -> AsyncGenerator[AgentChunk | Checkpoint, None]:
+        """The turn's chunks with a :class:`~memora.agent.durable.Checkpoint` after each step
+        and before each call that may not be repeated (:mod:`memora.agent.durable`)."""
+        self.checkpoints = True
+        return self._run()
+
+    def checkpoint(self, why: Literal["step", "intent"] = "step") -> Checkpoint:
+        """The turn's state here, for a durable run's executor to keep."""
+        return Checkpoint(why, journal_state(self.record))
+
+    async def _run(self) -> AsyncGenerator[AgentChunk | Checkpoint, None]:
         deps, record = self.deps, self.record
-        steps: dict[str, Callable[[], AsyncIterator[AgentChunk | Transition]]] = {
+        steps: dict[str, Callable[[], AsyncIterator[AgentChunk | Checkpoint | Transition]]] = {
             "model": self._model,
             "tools": self._tools,
             "review": self._review,
@@ -233,6 +256,8 @@ class TurnEngine:
                         yield item
                 if isinstance(transition, Goto):
                     record.step = transition.step
+                    if self.checkpoints:
+                        yield self.checkpoint()
                     continue
                 if isinstance(transition, Stop):
                     cause = getattr(transition.chunk, "message", None)
@@ -247,6 +272,11 @@ class TurnEngine:
         except asyncio.CancelledError:
             ours = deps.control.abort
             task = asyncio.current_task()
+            if deps.control.left:  # a durable turn's host stopped iterating it
+                if task is not None:
+                    task.uncancel()
+                await self._end("interrupted", interrupted=True)
+                return
             if ours and task is not None:
                 task.uncancel()  # the Agent's own abort ends here; an outside one propagates
             await self._end("aborted", interrupted=True)
@@ -303,7 +333,9 @@ class TurnEngine:
             session.fail(cause or "the turn failed", recovered=not interrupted)
         else:
             session.finish()
-        return await self.deps.journal.persist(record, self.deps.summary if summarise else None)
+        return await self.deps.journal.persist(
+            record, self.deps.summary if summarise else None, once=self.recovered
+        )
 
     def keep_partial(self, *, marker: bool = True) -> None:
         """An interrupted LLM call keeps its partial text in history (with the marker)."""
@@ -327,6 +359,8 @@ class TurnEngine:
 
     def pause(self, pause: Pause) -> None:
         record = self.record
+        if pause.tool_call_id in record.in_flight:  # it waits for the host: it did not run
+            record.in_flight.remove(pause.tool_call_id)
         record.paused = pause
         record.pause_meta = PauseMeta.of(pause)
         self.deps.session.pause(record.pause_meta.reason)
@@ -610,7 +644,7 @@ class TurnEngine:
         async for chunk in ToolSteps(self).run_call(call):
             yield chunk
 
-    def _tools(self) -> AsyncIterator[AgentChunk | Transition]:
+    def _tools(self) -> AsyncIterator[AgentChunk | Checkpoint | Transition]:
         """The ``tools`` step (:mod:`memora.agent.tool_steps`)."""
         return ToolSteps(self).step()
 

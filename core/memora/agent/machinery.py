@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..chunks import AgentChunk, ToolProgressChunk, ToolResultChunk
-from ..errors import BusyError, InvalidInputError, NotInitializedError
+from ..errors import (
+    BusyError,
+    InvalidInputError,
+    NotAvailableError,
+    NotFoundError,
+    NotInitializedError,
+)
 from ..llm.provider import complete_text, model_label
 from ..llm.types import LLMRequest, Message, clean_text
 from ..role_pack.manager import RolePackManager
@@ -32,6 +38,7 @@ from ..tools.process import child_environment
 from ..tools.task_table import TaskTable
 from .context_window import ContextOccupancy, ContextWindow, no_background
 from .driver import TurnDriver
+from .durable import DurableTurn, check_state_version
 from .exposure import ToolExposure
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .output import OutputSpec
@@ -254,7 +261,67 @@ class SessionMachinery:
         return self.driver.drive(self.live, start, self.run_turn)
 
     def run_turn(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
-        return TurnEngine(self.turn_deps(record), record).run()
+        engine = TurnEngine(self.turn_deps(record), record)
+        executor = self.agent.runtime.turn_executor
+        if executor is None:
+            return engine.run()
+        record.runs += 1  # a durable turn: each start or continuation is one run of its round
+        return executor.execute(self._durable(record, engine))
+
+    def _durable(self, record: TurnRecord, engine: TurnEngine) -> DurableTurn:
+        key = f"memora:{record.session_id}:{record.round_id}:{record.runs}"
+        return DurableTurn(key, record, engine.run_durably, self.driver.control)
+
+    def take_over(self, key: str) -> AsyncIterator[AgentChunk]:
+        """``agent.take_over(key)``: the durable turn ``key``, left unfinished by a worker
+        that died, continued here from the last state its executor kept."""
+        executor = self.agent.runtime.turn_executor
+        if executor is None:
+            raise NotAvailableError(
+                'no turn executor is configured ("turn_executor" in the user\'s config): '
+                "there is no durable turn to take over"
+            )
+
+        async def start() -> TurnRecord:
+            self.check_idle()
+            state = await executor.last_state(key)
+            if state is None:
+                raise NotFoundError(f"no unfinished durable turn {key!r}", context={"key": key})
+            check_state_version(state)
+            return await self._restore_running(state)
+
+        def chunks_of(record: TurnRecord) -> AsyncIterator[AgentChunk]:
+            engine = TurnEngine(self.turn_deps(record), record)
+            engine.recovered = True
+            turn = DurableTurn(key, record, engine.run_durably, self.driver.control)
+            return executor.recover(turn)
+
+        return self.driver.drive(self.live, start, chunks_of)
+
+    async def _restore_running(self, state: Mapping[str, Any]) -> TurnRecord:
+        """A running turn's kept state made this session's turn again (its session opened,
+        its messages in the window), ready for the engine to go on from its step."""
+        await self.agent.switch_session(str(state["session_id"]))
+        live = self.live
+        record = TurnRecord.from_dict(
+            dict(state),
+            outbox=live.outbox,
+            duplicates=live.duplicates,
+            file_stamps=self.tool_context.file_stamps,
+            plan=self.tool_context.task_table,
+            plan_log=live.plan_log,
+        )
+        schema = record.output_schema
+        if schema is not None:  # a typed turn checks its result against the same schema
+            record.output_spec = OutputSpec.from_json_schema(schema)
+        for m in record.messages:
+            self.window.append(message_from_dict(m))
+        session = self.agent.session_state
+        session.start()
+        session.set_goal(record.user_text)
+        live.busy = True
+        live.turn = record
+        return record
 
     def continue_turn(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
         """Run a paused turn on (after :class:`PausedTurn` checked it may)."""

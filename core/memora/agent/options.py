@@ -135,6 +135,11 @@ class AgentOptions(BaseModel):
     """Take the project lock shared: several processes (a service's workers) serve the project
     at once and serialise turns per session themselves; an exclusive holder (``memora chat``)
     excludes them and they exclude it.  The lock gets the option ``shared``."""
+    turn_executor: Any = None
+    """Durable turns: a turn executor name (a ``register_turn_executors`` plugin: ``dbos``) or
+    object (:class:`~memora.agent.durable.TurnExecutor`).  Default: the user's config's
+    ``"turn_executor"``, else none — a turn runs in the Agent's own task and is kept whole
+    when it ends (see docs/durability.md)."""
     many_sessions: bool = False
     """The runtime serves many conversations at once (a server: ``memora serve``): its stores
     favour many writers over one conversation's latency — the built-in ``sqlite`` memory store

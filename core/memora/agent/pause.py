@@ -47,6 +47,9 @@ class TurnControl:
     """The ``stop_reason`` that abort ends the turn with (``agent.abort(reason)``)."""
     pause_reason: str | None = None
     """The host asked the turn to pause (``agent.request_pause(reason)``): the reason."""
+    left: bool = False
+    """The host stopped iterating a turn that runs in a task of its own (a durable turn): the
+    engine's cancellation then keeps it as ``interrupted``, without an ``aborted`` chunk."""
 
 
 _WARNED: set[str] = set()

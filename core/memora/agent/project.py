@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..plugins import Plugins
     from ..settings import Settings
     from ..tracing import Tracer
+    from .durable import TurnExecutor
     from .resolved import AgentSettings
 
 __all__ = ["SESSION_OPTIONS", "ProjectResources", "maybe_await"]
@@ -214,6 +215,22 @@ class ProjectResources:
             options["shared"] = True
         return self.plugins.create("project_lock", spec, options)
 
+    def _turn_executor(self, data_dir: Path) -> TurnExecutor | None:
+        resolved = self._need_resolved()
+        spec = resolved.turn_executor()
+        if not isinstance(spec, str):
+            return spec  # type: ignore[no-any-return]  # the host's object, or None
+        storage = resolved.storage()
+        options = {
+            **self.plugin_options(spec),
+            "path": data_dir,
+            "storage": storage if isinstance(storage, str) else None,
+            "storage_options": self.plugin_options(storage) if isinstance(storage, str) else {},
+        }
+        executor = self.plugins.create("turn_executor", spec, options)
+        self._owned.append(executor)
+        return executor  # type: ignore[no-any-return]
+
     def _provider(self, spec: Any, options: Mapping[str, Any] | None = None) -> Provider:
         if spec is None:
             spec = "llamacpp"
@@ -290,6 +307,9 @@ class ProjectResources:
         """The project's sessions (message history and rounds)."""
         self.round_store: SessionStore = opts.round_store or sessions
         """Where rounds go: the ``round_store`` option, else :attr:`session_store`."""
+        self.turn_executor: TurnExecutor | None = self._turn_executor(data_dir)
+        """What runs each turn and keeps its steps (durable turns), or ``None``: a turn runs in
+        its Agent's own task (see :mod:`memora.agent.durable`)."""
         tracers = [
             plugins.create("tracer", name, self.plugin_options(name))
             for name in plugins.names("tracer")

@@ -294,6 +294,12 @@ class TurnRecord:
     """The validated result as the host's type (in this process only)."""
     deps: Any = None
     """The host's dependencies for its tools (``ctx.deps``): never stored or sent."""
+    in_flight: list[str] = field(default_factory=list)
+    """A durable turn's calls that may not be repeated and were about to run when its state
+    was kept (:mod:`memora.agent.durable`); a call leaves it with its result."""
+    runs: int = 0
+    """How many times the turn was started or continued after a pause (a durable turn's
+    identity: each run is one workflow)."""
 
     # -- convenience ---------------------------------------------------------------------------
 
@@ -315,7 +321,9 @@ class TurnRecord:
         self.events.append(data)
 
     def resolve(self, call_id: str) -> None:
-        """The call has its result: it is no longer pending."""
+        """The call has its result: it is no longer pending (nor in flight)."""
+        if call_id in self.in_flight:
+            self.in_flight.remove(call_id)
         for i, call in enumerate(self.pending_calls):
             if call.id == call_id:
                 del self.pending_calls[i]
@@ -359,6 +367,10 @@ class TurnRecord:
             "meeting": self.meeting,
             "output_schema": self.output_schema,
             "output_failures": self.output_failures,
+            "output": self.output,
+            "model": self.model,
+            "in_flight": list(self.in_flight),
+            "runs": self.runs,
         }
 
     @staticmethod
@@ -401,6 +413,10 @@ class TurnRecord:
             meeting=data.get("meeting"),
             output_schema=data.get("output_schema"),
             output_failures=int(data.get("output_failures") or 0),
+            output=data.get("output"),
+            model=str(data.get("model") or ""),
+            in_flight=[str(c) for c in _list(data, "in_flight")],
+            runs=int(data.get("runs") or 0),
         )
         record._load_shared(data, outbox, duplicates, file_stamps, plan, plan_log)
         return record

@@ -61,6 +61,11 @@ class AgentSettings:
             return host
         return self.settings.state_store(option, self.storage(), available, fallback)
 
+    def turn_executor(self) -> Any:
+        """The turn executor: the host's option, else the (user's) config's key, else None."""
+        host = self._host("turn_executor")
+        return host if host is not None else self.settings.config.turn_executor
+
     def plugin_options(self, name: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Options for the factory registered as ``name``: config ``plugins[name]`` < Agent
         ``plugin_options[name]`` < ``extra``."""

@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotAvailableError, NotFoundError
+from ..errors import MemoraError, NotAvailableError, NotFoundError
 from ..events import ArchiveFailed, EventEmitter
 from ..llm.types import Message
 from ..memory.sessions import RoundRecord, SessionContents, SessionInfo, SessionStore
@@ -242,10 +242,14 @@ class LiveSession:
 
     # -- the journal -----------------------------------------------------------------------------
 
-    async def persist(self, state: TurnRecord, summary: SummaryPlan | None) -> bool:
+    async def persist(
+        self, state: TurnRecord, summary: SummaryPlan | None, *, once: bool = False
+    ) -> bool:
         """Store the round and its messages (one append, before ``done``: a killed process
         loses at most the running turn); start the round summary in the background when
-        ``summary`` says how.  False when the round could not be written (``done.saved``)."""
+        ``summary`` says how.  False when the round could not be written (``done.saved``).
+        ``once``: a durable turn taken over from a worker that died — the round is stored
+        only if that worker had not stored it yet, and its summary written only if missing."""
         self.busy = False
         self.turn = None
         plan_key = self._plan_key()
@@ -264,9 +268,12 @@ class LiveSession:
             output=state.output,
             model=state.model,
         )
+        stored = once and await self._stored(state)
         try:
             store, rounds = self._runtime.session_store, self._runtime.round_store
-            if rounds is store and hasattr(store, "append_turn"):
+            if stored:
+                pass  # the worker that died stored it before its state was kept
+            elif rounds is store and hasattr(store, "append_turn"):
                 await store.append_turn(state.session_id, state.messages, record)
             else:  # a host's store without the one-append method
                 await store.append_messages(state.session_id, state.messages)
@@ -290,10 +297,18 @@ class LiveSession:
         # The summary is an extra LLM call: `done` does not wait for it.  The session owns
         # the task; `await agent.idle()` waits for it and `close()` finishes it.
         self.spawn(
-            self._write_summary(state, tool_notes, summary, self.memory),
+            self._write_summary(state, tool_notes, summary, self.memory, once=stored),
             name=f"memora-round-summary-{state.round_id}",
         )
         return saved
+
+    async def _stored(self, state: TurnRecord) -> bool:
+        """The round is in the session's store already (a taken-over turn's)."""
+        try:
+            rounds = await self._runtime.round_store.rounds(state.session_id)
+        except MemoraError:  # no such session yet: nothing of it was stored
+            return False
+        return any(r.round_id == state.round_id for r in rounds)
 
     async def _write_summary(
         self,
@@ -301,9 +316,15 @@ class LiveSession:
         tool_notes: builtins.list[str],
         plan: SummaryPlan,
         memory: MemoryManager,
+        *,
+        once: bool = False,
     ) -> None:
         provider = plan.router.for_task("summary")
         try:
+            if once:
+                recent = await memory.list(source="round_summary", limit=20)
+                if any(m.round_id == state.round_id for m in recent):
+                    return  # the worker that died wrote it
             await memory.write_round_summary(
                 provider,
                 user=state.user_text,

@@ -15,6 +15,7 @@ import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..chunks import (
@@ -32,6 +33,7 @@ from ..llm.types import Message
 from ..services import ROUND_ID
 from ..tools.base import Tool, ToolRun, run_parsed
 from ..tools.plan import AskUserSignal
+from .durable import INTERRUPTED_CALL, Checkpoint
 from .gates import Approve, GateCall, Refuse, Reuse, duplicate_warning, run_gates
 from .record import ApprovalPause, PendingCall, PlanItemOutcome, QuestionPause
 from .timing import start_task
@@ -62,25 +64,61 @@ class ToolSteps:
         if not any(c.id == call.id for c in self.record.pending_calls):
             self.record.pending_calls.append(call)
         async for chunk in self._run_batch([call]):
-            yield chunk
+            if not isinstance(chunk, Checkpoint):  # a direct call is never a durable run
+                yield chunk
 
-    async def step(self) -> AsyncIterator[AgentChunk | Transition]:
-        """Resolve the pending calls in order; read-only runs of them run concurrently."""
-        record = self.record
+    async def step(self) -> AsyncIterator[AgentChunk | Checkpoint | Transition]:
+        """Resolve the pending calls in order; read-only runs of them run concurrently.  A
+        durable run keeps each batch's results (a checkpoint) and, before a call that may not
+        be repeated, the intent to make it."""
+        record, engine = self.record, self.engine
         while record.pending_calls:
             batch = self._batch()
+            if engine.checkpoints:
+                left = self._left_by_a_dead_worker(batch)
+                if left is not None:
+                    yield left
+                    continue
             async for chunk in self._run_batch(batch):
                 yield chunk
             paused = record.paused
             if paused is not None and any(c.id == paused.tool_call_id for c in batch):
                 yield Suspend()  # this call paused the turn
                 return
+            if engine.checkpoints and record.pending_calls:
+                yield engine.checkpoint()
         self.deps.session.beat()
         self._log_step()
         yield StepBoundaryChunk(step_index=record.iteration, round_id=record.round_id)
         # the results are in: memora works them into the next request
         yield self.engine.thinking("processing")
         yield Goto("model")
+
+    def _repeatable(self, call: PendingCall) -> bool:
+        """The call's tool may run twice: read-only, or idempotent by its declaration."""
+        tool = self.deps.tools.get(call.name)
+        return tool is not None and tool.idempotency in ("read-only", "idempotent")
+
+    def _left_by_a_dead_worker(self, batch: list[PendingCall]) -> ToolResultChunk | None:
+        """A call this turn's state names ``in_flight`` that this engine did not start: the
+        worker running it died before its result was kept.  A tool that may run twice runs
+        again (``None``); another gets the interrupted result, never a second run."""
+        record = self.record
+        for call in batch:
+            if call.id not in record.in_flight or call.id in self.engine.started_here:
+                continue
+            record.in_flight.remove(call.id)
+            if self._repeatable(call):
+                continue
+            record.note("tool_interrupted", tool_call_id=call.id, name=call.name, worker=True)
+            run = ToolRun(
+                False,
+                INTERRUPTED_CALL,
+                "interrupted: the worker running it stopped; not run again",
+                ToolErrorCode.EXECUTION_FAILED.value,
+            )
+            return self._result(call.id, call.name, run, blocked=True)
+        return None
 
     def _log_step(self) -> None:
         """The step just finished, for the checkpoint's plan-item log."""
@@ -114,14 +152,16 @@ class ToolSteps:
                 return list(calls)
         return calls[:1]
 
-    async def _run_batch(self, batch: list[PendingCall]) -> AsyncIterator[AgentChunk]:
+    async def _run_batch(self, batch: list[PendingCall]) -> AsyncIterator[AgentChunk | Checkpoint]:
         """Run ``batch``, each call in a task of its own (its own context, its progress live
-        while it runs); every chunk leaves through one channel in the order it happened."""
+        while it runs); every chunk leaves through one channel in the order it happened.  A
+        durable run's intent to make a call (:class:`_Intent`) leaves the same way, and the
+        call waits until the checkpoint has been kept."""
         loop = asyncio.get_running_loop()
-        chunks: deque[AgentChunk | None] = deque()
+        chunks: deque[AgentChunk | _Intent | None] = deque()
         wake: asyncio.Future[None] | None = None
 
-        def put(item: AgentChunk | None) -> None:
+        def put(item: AgentChunk | _Intent | None) -> None:
             chunks.append(item)
             if wake is not None and not wake.done():
                 wake.set_result(None)
@@ -149,6 +189,9 @@ class ToolSteps:
                 chunk = chunks.popleft()
                 if chunk is None:
                     remaining -= 1
+                elif isinstance(chunk, _Intent):
+                    yield chunk.checkpoint
+                    chunk.kept.set()  # asked on: the executor kept it
                 else:
                     yield chunk
             for t in tasks:
@@ -160,7 +203,9 @@ class ToolSteps:
             if pending:
                 await asyncio.wait(pending, timeout=5)
 
-    async def _resolve(self, call: PendingCall, emit: Callable[[AgentChunk], None]) -> None:
+    async def _resolve(
+        self, call: PendingCall, emit: Callable[[AgentChunk | _Intent], None]
+    ) -> None:
         """One call: a resumed pause, else the gates, then the tool; each chunk goes to
         ``emit`` as it happens (coroutines, not async generators: no generator to create,
         register with the event loop and resume per chunk, on every tool call)."""
@@ -196,7 +241,9 @@ class ToolSteps:
             )
             emit(PausedChunk(round_id=record.round_id))
 
-    async def _resume_paused(self, call: PendingCall, emit: Callable[[AgentChunk], None]) -> None:
+    async def _resume_paused(
+        self, call: PendingCall, emit: Callable[[AgentChunk | _Intent], None]
+    ) -> None:
         record = self.record
         paused = record.paused
         if isinstance(paused, QuestionPause):
@@ -245,7 +292,7 @@ class ToolSteps:
         tool: Tool,
         call_id: str,
         args: dict[str, Any],
-        emit: Callable[[AgentChunk], None],
+        emit: Callable[[AgentChunk | _Intent], None],
         *,
         warn: bool = False,
         model: BaseModel | None = None,
@@ -256,6 +303,8 @@ class ToolSteps:
         deps, record = self.deps, self.record
         rid = record.round_id
         name = tool.name
+        if self.engine.checkpoints and tool.idempotency not in ("read-only", "idempotent"):
+            await self._keep_intent(call_id, emit)
         emit(self._start_chunk(call_id, name, args))
         record.note(
             "tool_start", tool_call_id=call_id, name=name, args=args, at=round(time.time(), 3)
@@ -307,6 +356,17 @@ class ToolSteps:
             )
         emit(self._result(call_id, name, run))
 
+    async def _keep_intent(
+        self, call_id: str, emit: Callable[[AgentChunk | _Intent], None]
+    ) -> None:
+        """A durable run: name the call in flight and wait until its executor has kept that,
+        so a worker dying while the call runs leaves a state that says so."""
+        self.record.in_flight.append(call_id)
+        self.engine.started_here.add(call_id)
+        intent = _Intent(self.engine.checkpoint("intent"), asyncio.Event())
+        emit(intent)
+        await intent.kept.wait()
+
     def _start_chunk(self, call_id: str, name: str, args: dict[str, Any]) -> ToolStartChunk:
         record = self.record
         return ToolStartChunk(
@@ -348,6 +408,15 @@ class ToolSteps:
             error_code=run.error_code,
             round_id=record.round_id,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Intent:
+    """A call's intent checkpoint on its way out of :meth:`ToolSteps._run_batch`; ``kept`` is
+    set once the engine has been asked on past it."""
+
+    checkpoint: Checkpoint
+    kept: asyncio.Event
 
 
 def _step_summary(results: list[dict[str, Any]]) -> str:

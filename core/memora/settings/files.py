@@ -77,6 +77,10 @@ class MemoraConfig(BaseModel):
     """Default: the session store named like ``storage`` when one exists, else ``jsonl``."""
     project_lock: str | None = None
     """Default: the lock named like ``storage`` when one exists, else ``file``."""
+    turn_executor: str | None = None
+    """Durable turns (off when unset): the turn executor plugin that runs each turn and keeps
+    its steps (``dbos``).  It decides where the turns' state goes and how a tool call left by a
+    dead worker is treated, so only the user's side may set it."""
     approvals: Literal["read-only", "ask", "auto-edit", "full-auto"] | None = None
     """Which tool calls need the user's word (see :data:`memora.checks.ApprovalMode`).  A
     project's config may only make it stricter than the user's."""

@@ -64,9 +64,10 @@ SCALARS: tuple[str, ...] = (
     "session_store",
     "project_lock",
     "approvals",
+    "turn_executor",
 )
 
-PROJECT_KEYS: frozenset[str] = frozenset(SCALARS) - {"approvals"}
+PROJECT_KEYS: frozenset[str] = frozenset(SCALARS) - {"approvals", "turn_executor"}
 """Top-level keys a project's config may set on its own: each picks, by name, something the user
 installed or configured (a provider entry, a storage backend, a session store, a lock).  It may
 also set ``approvals``, but only to a mode at least as strict as the user's."""
