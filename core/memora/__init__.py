@@ -31,6 +31,7 @@ _LAZY: dict[str, str] = {
     "UnfinishedTurn": "memora.agent.durable",
     "run_elsewhere": "memora.agent.durable",
     "check_state_version": "memora.agent.durable",
+    "TURN_STATE_VERSION": "memora.agent.durable",
     "RolePackManager": "memora.role_pack.manager",
     "check_scope": "memora.memory.types",
     "Forgotten": "memora.memory.forgetting",
@@ -110,6 +111,7 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         DurableTurn as DurableTurn,
         TurnExecutor as TurnExecutor,
         UnfinishedTurn as UnfinishedTurn,
+        TURN_STATE_VERSION as TURN_STATE_VERSION,
         check_state_version as check_state_version,
         run_elsewhere as run_elsewhere,
     )

@@ -93,6 +93,7 @@ INSTALL_HINTS: dict[str, str] = {
     "code_executor": "pip install memora-plugin-sandbox",
     "tracer": "pip install memora-plugin-otel",
     "tool_source": "pip install memora-plugin-mcp",
+    "turn_executor": "pip install memora-plugin-dbos",
 }
 """Install hints shown when nothing of a kind is installed.  Only distributions that exist in
 this repository's ``plugins/`` folder are named (a test checks it)."""
