@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memora import ProjectRuntime, tool
-from memora.agent.durable import INTERRUPTED_CALL
+from memora.agent.durable import INTERRUPTED_CALL, JournalError
 from memora.errors import ErrorCode, MemoraError
 from memora.testing import ScriptedProvider, text, tool_call
 from memora.testing.turns import InMemoryTurnExecutor, WorkerDied
@@ -130,11 +130,13 @@ async def test_a_worker_dying_between_two_tool_steps_leaves_a_turn_another_agent
     provider = _script()
     async with _runtime(tmp_path, project, provider, executor) as runtime:
         agent = await _agent(runtime, "s1")
+        before = agent.history
         seen: list[Any] = []
-        with pytest.raises(WorkerDied):
+        with pytest.raises(JournalError) as died:
             async for chunk in agent.chat("pay the invoice"):
                 seen.append(chunk)
-        assert "done" not in types(seen)
+        assert "done" not in types(seen) and isinstance(died.value.__cause__, WorkerDied)
+        assert agent.history == before  # the unfinished turn goes on elsewhere, not here
         await agent.close()
         assert await runtime.session_store.rounds("s1") == []  # nothing stored by the dead one
         (left,) = await executor.unfinished("s1")
@@ -172,7 +174,7 @@ async def test_a_call_left_in_flight_runs_again_only_if_its_tool_may_repeat(
     provider = ScriptedProvider(script)
     async with _runtime(tmp_path, project, provider, executor) as runtime:
         agent = await _agent(runtime, "s1")
-        with pytest.raises(WorkerDied):
+        with pytest.raises(JournalError) as died:
             await collect(agent.chat("do it"))
         await agent.close()
         assert RAN == {}  # it died before the call ran here

@@ -33,7 +33,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, StorageError
 
 if TYPE_CHECKING:
     from ..chunks import AgentChunk
@@ -46,6 +46,7 @@ __all__ = [
     "Checkpoint",
     "DurableTurn",
     "Emit",
+    "JournalError",
     "TurnExecutor",
     "UnfinishedTurn",
     "check_state_version",
@@ -84,6 +85,12 @@ def check_state_version(state: Mapping[str, Any]) -> None:
 
 
 _END = object()
+
+
+class JournalError(StorageError):
+    """``STORAGE_ERROR``: a turn executor could not keep a durable turn's step (its journal's
+    database failed).  The turn stopped at its last kept step, unfinished: it goes on there
+    when the journal answers again, on whichever worker takes it over."""
 
 
 class _Vanished(BaseException):
@@ -296,6 +303,14 @@ async def run_elsewhere(
             with contextlib.suppress(BaseException):
                 await task
     if failure:
-        raise failure[0]
+        # the executor could not keep the turn (its journal failed): stopped where it stands,
+        # as a dead worker's turn, to go on from its last kept step once the journal answers
+        # — never ended here and run again there
+        turn.vanish()
+        raise JournalError(
+            f"the turn's journal failed ({type(failure[0]).__name__}: {failure[0]}); the turn "
+            "is kept up to its last step and goes on from there once the journal answers again",
+            context={"key": turn.key},
+        ) from failure[0]
     if cancelled is not None and not turn.abort_requested:
         raise cancelled

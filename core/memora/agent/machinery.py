@@ -38,7 +38,7 @@ from ..tools.process import child_environment
 from ..tools.task_table import TaskTable
 from .context_window import ContextOccupancy, ContextWindow, no_background
 from .driver import TurnDriver
-from .durable import DurableTurn, check_state_version
+from .durable import DurableTurn, JournalError, check_state_version
 from .exposure import ToolExposure
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .output import OutputSpec
@@ -266,7 +266,20 @@ class SessionMachinery:
         if executor is None:
             return engine.run()
         record.runs += 1  # a durable turn: each start or continuation is one run of its round
-        return executor.execute(self._durable(record, engine))
+        return self._kept(record, executor.execute(self._durable(record, engine)))
+
+    async def _kept(
+        self, record: TurnRecord, chunks: AsyncIterator[AgentChunk]
+    ) -> AsyncIterator[AgentChunk]:
+        """An executed turn's chunks; when its executor could not keep it (``JournalError``),
+        the turn's messages leave the window: it is unfinished, and goes on — from what was
+        kept — wherever it is taken over, this Agent's history as the store has it."""
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except JournalError:
+            self.window.rollback(len(record.messages))
+            raise
 
     def _durable(self, record: TurnRecord, engine: TurnEngine) -> DurableTurn:
         key = f"memora:{record.session_id}:{record.round_id}:{record.runs}"
@@ -294,7 +307,7 @@ class SessionMachinery:
             engine = TurnEngine(self.turn_deps(record), record)
             engine.recovered = True
             turn = DurableTurn(key, record, engine.run_durably, self.driver.control)
-            return executor.recover(turn)
+            return self._kept(record, executor.recover(turn))
 
         return self.driver.drive(self.live, start, chunks_of)
 

@@ -20,8 +20,9 @@ __all__ = ["InMemoryTurnExecutor", "WorkerDied"]
 
 
 class WorkerDied(Exception):
-    """Raised to the Agent iterating a turn whose worker :class:`InMemoryTurnExecutor` made
-    die: its engine stopped where it stood, nothing of the turn's ending ran."""
+    """What :class:`InMemoryTurnExecutor` raises where it makes a turn's worker die: the
+    engine stops where it stood, nothing of the turn's ending runs, and the Agent iterating the
+    turn gets a :class:`~memora.agent.durable.JournalError` caused by this."""
 
 
 class InMemoryTurnExecutor:

@@ -42,6 +42,7 @@ from .shared import (
     SharedState,
 )
 from .slots import Project, Slot, pause_doc, run_turn
+from .takeover import take_overs
 from .turns import RemoteTurnLog, TurnLog
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memora.server")
 
 __all__ = ["Hub", "Project", "RemoteTurnLog", "TurnLog"]
+
+TAKEOVER_GRACE = 30.0
+"""How long the followers of a durable turn whose worker died wait for another to take it
+over before they are told ``TURN_LOST``."""
 
 EVICT_GRACE_SECONDS = 1.0
 """A session used this recently keeps its Agent even over the cap: a request that has just
@@ -115,6 +120,7 @@ class Hub:
         self.max_open_sessions = max_open_sessions
         self._slots: dict[tuple[str, str], Slot] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._takeovers: asyncio.Task[None] | None = None
         self.ready = False
 
     # -- lifetime ----------------------------------------------------------------------------
@@ -132,15 +138,19 @@ class Hub:
         # jsonschema (~65 ms to import) loaded now, off the loop: the first typed request
         # must not pay for it on the event loop every other request shares
         await asyncio.to_thread(preload_schema_checks)
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="memora-sweep")
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep(), name="memora-sweep")
+        if any(p.runtime.turn_executor is not None for p in self.projects.values()):
+            self._takeovers = loop.create_task(take_overs(self), name="memora-takeovers")
         self.ready = True
 
     async def close(self) -> None:
         self.ready = False
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._takeovers):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for slot in list(self._slots.values()):
             if slot.agent is not None and slot.busy:
                 slot.agent.abort()
@@ -170,6 +180,31 @@ class Hub:
                 if now - slot.last_used > self.idle_seconds and self._closable(slot):
                     await self._drop(slot)
             await self._trim(self.max_open_sessions)
+
+    def busy_here(self, project: str, session_id: str) -> bool:
+        """A turn of the session runs in this process."""
+        slot = self._slots.get((project, session_id))
+        return slot is not None and slot.busy
+
+    async def take_over(
+        self, project: str, session_id: str, key: str, *, scope: str | None
+    ) -> TurnLog:
+        """Go on here with the durable turn ``key`` a worker left when it died: its session's
+        lock taken, its Agent opened, the turn rebuilt from its last kept state; its events go
+        on after the last one written, under the same turn id."""
+        slot = self._slot(project, session_id)
+        self._refuse_busy(slot)
+        lease = await self._lease(slot)
+        try:
+            shared = slot.project.shared
+            turn_id = await shared.last_turn(session_id) if shared is not None else None
+            agent = await self.agent(project, session_id, scope=scope, lease=lease)
+            chunks = agent.take_over(key)
+        except BaseException:
+            if lease is not None:
+                await lease.release()
+            raise
+        return await run_turn(slot, "turn", chunks, lease, going_on=turn_id)
 
     @staticmethod
     def _closable(slot: Slot) -> bool:
@@ -582,9 +617,11 @@ class Hub:
         log = slot.logs.get(turn_id) if slot is not None else None
         if log is not None:
             return log
-        shared = self.project(project).shared
+        served = self.project(project)
+        shared = served.shared
         if shared is not None and await shared.has_turn(session_id, turn_id):
-            return RemoteTurnLog(shared, session_id, turn_id)
+            durable = served.runtime.turn_executor is not None
+            return RemoteTurnLog(shared, session_id, turn_id, TAKEOVER_GRACE if durable else 0.0)
         raise NotFoundError(
             f"no turn {turn_id!r} in session {session_id!r} on this server (finished turns "
             "are kept for a while; the session's history has every round)",

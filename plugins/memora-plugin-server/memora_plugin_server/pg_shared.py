@@ -119,10 +119,10 @@ class PgTurnWriter:
     """Buffers a turn's chunks and writes them in batches (one INSERT per batch, at most every
     ``FLUSH_SECONDS``); the last batch and the turn's end are one statement."""
 
-    def __init__(self, state: PgSharedState, turn_id: str) -> None:
+    def __init__(self, state: PgSharedState, turn_id: str, seq: int = 0) -> None:
         self._state = state
         self._turn = turn_id
-        self._seq = 0
+        self._seq = seq
         self._buffer: list[tuple[int, str]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._waiting = False
@@ -356,6 +356,24 @@ class PgSharedState:
         )
         return PgTurnWriter(self, turn_id)
 
+    async def resume_writer(self, session: str, turn_id: str) -> PgTurnWriter:
+        rows = await self._execute(
+            "WITH made_current AS (UPDATE memora_server_sessions SET current_turn = %s "
+            "WHERE namespace = %s AND session_id = %s) "
+            "SELECT coalesce(max(seq), 0) FROM memora_server_events "
+            "WHERE namespace = %s AND turn_id = %s",
+            (turn_id, self.namespace, session, self.namespace, turn_id),
+        )
+        return PgTurnWriter(self, turn_id, int(rows[0][0]) if rows else 0)
+
+    async def last_turn(self, session: str) -> str | None:
+        rows = await self._execute(
+            "SELECT current_turn FROM memora_server_sessions WHERE namespace = %s AND "
+            "session_id = %s",
+            (self.namespace, session),
+        )
+        return str(rows[0][0]) if rows and rows[0][0] else None
+
     async def current_turn(self, session: str) -> str | None:
         rows = await self._execute(
             f"SELECT s.current_turn FROM memora_server_sessions s WHERE s.namespace = %s AND "
@@ -373,18 +391,25 @@ class PgSharedState:
         return bool(rows)
 
     def follow(
-        self, session: str, turn_id: str, after: int = 0
+        self, session: str, turn_id: str, after: int = 0, grace: float = 0.0
     ) -> AsyncGenerator[tuple[int, str], None]:
-        return one_by_one(self.batches(session, turn_id, after))
+        return one_by_one(self.batches(session, turn_id, after, grace=grace))
 
     async def batches(
-        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
+        self,
+        session: str,
+        turn_id: str,
+        after: int = 0,
+        idle: float | None = None,
+        grace: float = 0.0,
     ) -> AsyncGenerator[list[tuple[int, str]], None]:
         """A turn's chunks after number ``after`` as they are written, in lists; an empty list
         after ``idle`` seconds without one; a last ``TURN_LOST`` error when the worker running
-        it is gone before it ended."""
+        it is gone before it ended (and ``grace`` seconds passed without another taking it
+        over)."""
         seq = max(0, after)
         quiet_since = time.monotonic()
+        orphaned_since: float | None = None
         while True:
             rows = await self._execute(
                 "SELECT seq, data FROM memora_server_events WHERE namespace = %s AND turn_id = %s "
@@ -415,8 +440,13 @@ class PgSharedState:
                     yield [(int(r[0]), str(r[1])) for r in rows]
                 return
             if not running:
-                yield lost_turn(seq + 1)
-                return
+                now = time.monotonic()
+                orphaned_since = orphaned_since if orphaned_since is not None else now
+                if now - orphaned_since >= grace:
+                    yield lost_turn(seq + 1)
+                    return
+            else:
+                orphaned_since = None
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()
                 yield []

@@ -93,14 +93,33 @@ class SharedState(Protocol):
 
     async def alive(self, session: str) -> bool: ...
     async def writer(self, session: str, turn_id: str) -> TurnWriter: ...
+    async def resume_writer(self, session: str, turn_id: str) -> TurnWriter:
+        """A writer that goes on with ``turn_id``'s events after the last one written (a
+        durable turn another worker takes over), the turn the session's current one again."""
+        ...
+
     async def current_turn(self, session: str) -> str | None: ...
+    async def last_turn(self, session: str) -> str | None:
+        """The session's current turn, whether or not a worker still runs it."""
+        ...
+
     async def has_turn(self, session: str, turn_id: str) -> bool: ...
     def follow(
-        self, session: str, turn_id: str, after: int = 0
+        self, session: str, turn_id: str, after: int = 0, grace: float = 0.0
     ) -> AsyncGenerator[tuple[int, str], None]: ...
     def batches(
-        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
-    ) -> AsyncGenerator[list[tuple[int, str]], None]: ...
+        self,
+        session: str,
+        turn_id: str,
+        after: int = 0,
+        idle: float | None = None,
+        grace: float = 0.0,
+    ) -> AsyncGenerator[list[tuple[int, str]], None]:
+        """A turn's events after ``after`` as they are written; when the worker running it is
+        gone, ``grace`` seconds for another to take it over (durable turns) before the last
+        ``TURN_LOST`` event."""
+        ...
+
     async def set_pause(self, session: str, value: dict[str, Any] | None) -> None: ...
     async def pause(self, session: str) -> dict[str, Any] | None: ...
     async def request_abort(self, session: str) -> None: ...
@@ -171,11 +190,13 @@ class FileLease:
 class FileTurnWriter:
     """Appends a turn's chunks to its file (no fsync: it is a replay cache, not history), in
     batches: what comes within ``FLUSH_SECONDS`` is one write (followers look every
-    ``POLL_SECONDS`` anyway), and ``end()`` writes what is left, then ``END``."""
+    ``POLL_SECONDS`` anyway), and ``end()`` writes what is left, then ``END``.  ``going_on``:
+    the turn's file exists (a durable turn taken over): appended to, after its last whole line
+    (a line torn by the worker that died is cut off)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, going_on: bool = False) -> None:
         self.path = path
-        self._fd = _open_turn_file(path)
+        self._fd = _reopen_turn_file(path) if going_on else _open_turn_file(path)
         self._buffer: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
 
@@ -211,6 +232,17 @@ def _open_turn_file(path: Path) -> int:
     except FileNotFoundError:  # the session's first turn here: its folder is made first
         path.parent.mkdir(exist_ok=True, mode=0o700)
         return os.open(path, flags, 0o600)
+
+
+def _reopen_turn_file(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    size = os.fstat(fd).st_size
+    if size:
+        tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
+        whole = tail.rfind(b"\n") + 1 + max(0, size - (1 << 20))
+        if whole != size:
+            os.ftruncate(fd, whole)
+    return fd
 
 
 class FileSharedState:
@@ -309,6 +341,17 @@ class FileSharedState:
         atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
         return writer
 
+    async def resume_writer(self, session: str, turn_id: str) -> FileTurnWriter:
+        folder = self.root / "turns" / _name(session)
+        writer = FileTurnWriter(folder / f"{_name(turn_id)}.jsonl", going_on=True)
+        atomic_write_bytes(folder / "current", turn_id.encode(), durable=False)
+        return writer
+
+    async def last_turn(self, session: str) -> str | None:
+        with contextlib.suppress(OSError):
+            return (self.root / "turns" / _name(session) / "current").read_text() or None
+        return None
+
     async def current_turn(self, session: str) -> str | None:
         """The turn running in the session on some worker."""
         if not await self.alive(session):
@@ -329,20 +372,27 @@ class FileSharedState:
         return (self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl").is_file()
 
     def follow(
-        self, session: str, turn_id: str, after: int = 0
+        self, session: str, turn_id: str, after: int = 0, grace: float = 0.0
     ) -> AsyncGenerator[tuple[int, str], None]:
         """A turn's chunks after number ``after`` as they are written, until it ends — or until
-        no worker runs it any more (the worker died: a last ``error`` chunk says so)."""
-        return one_by_one(self.batches(session, turn_id, after))
+        no worker runs it any more (the worker died: a last ``error`` chunk says so, once
+        ``grace`` seconds passed without another taking it over)."""
+        return one_by_one(self.batches(session, turn_id, after, grace=grace))
 
     async def batches(
-        self, session: str, turn_id: str, after: int = 0, idle: float | None = None
+        self,
+        session: str,
+        turn_id: str,
+        after: int = 0,
+        idle: float | None = None,
+        grace: float = 0.0,
     ) -> AsyncGenerator[list[tuple[int, str]], None]:
         """:meth:`follow` in lists of what was there at each look; an empty list after
         ``idle`` seconds without a chunk."""
         path = self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl"
         seq, offset, rest = 0, 0, b""
         quiet_since = time.monotonic()
+        orphaned_since: float | None = None
         while True:
             data = await asyncio.to_thread(_read_from, path, offset)
             offset += len(data)
@@ -364,12 +414,19 @@ class FileSharedState:
                 return
             if data:
                 continue
+            if rest and _size(path) < offset:  # a torn last line cut off by a taking-over worker
+                offset, rest = _size(path), b""
             if not await self._running(session, turn_id):
                 # one more look: the writer may have ended between the two
                 if await asyncio.to_thread(_read_from, path, offset):
                     continue
-                yield lost_turn(seq + 1)
-                return
+                now = time.monotonic()
+                orphaned_since = orphaned_since if orphaned_since is not None else now
+                if now - orphaned_since >= grace:
+                    yield lost_turn(seq + 1)
+                    return
+            else:
+                orphaned_since = None
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()
                 yield []
@@ -490,6 +547,13 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:  # pruned by another worker meanwhile
         return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -69,17 +69,30 @@ class Project:
 
 
 async def run_turn(
-    slot: Slot, kind: str, chunks: AsyncIterator[Any], lease: Lease | None
+    slot: Slot,
+    kind: str,
+    chunks: AsyncIterator[Any],
+    lease: Lease | None,
+    *,
+    going_on: str | None = None,
 ) -> TurnLog:
     """Run a turn's ``chunks`` in a task of their own (``slot.running``), into a new
     :class:`TurnLog` (and, with several workers, where every worker reads it); ``lease``:
-    the session's lock across the workers, let go when the turn ends."""
-    log = TurnLog("t_" + secrets.token_hex(8), kind)
-    slot.logs[log.id] = log
-    while len(slot.logs) > KEPT_LOGS:
-        slot.logs.popitem(last=False)
+    the session's lock across the workers, let go when the turn ends.  ``going_on``: the id of
+    a dead worker's durable turn taken over here — its events go on after the last one written
+    (followers read them where the workers share them: the log here holds only the rest)."""
+    log = TurnLog(going_on or "t_" + secrets.token_hex(8), kind)
+    if going_on is None:
+        slot.logs[log.id] = log
+        while len(slot.logs) > KEPT_LOGS:
+            slot.logs.popitem(last=False)
     shared = slot.project.shared
-    writer = await shared.writer(slot.session_id, log.id) if shared is not None else None
+    writer: TurnWriter | None = None
+    if shared is not None:
+        if going_on is not None:
+            writer = await shared.resume_writer(slot.session_id, going_on)
+        else:
+            writer = await shared.writer(slot.session_id, log.id)
     slot.running = asyncio.get_running_loop().create_task(
         _drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
     )

@@ -106,19 +106,24 @@ class TurnLog:
 class RemoteTurnLog:
     """A turn another worker runs (or ran), followed through the shared files."""
 
-    def __init__(self, shared: SharedState, session_id: str, turn_id: str) -> None:
+    def __init__(
+        self, shared: SharedState, session_id: str, turn_id: str, grace: float = 0.0
+    ) -> None:
         self.id = turn_id
         self.output: Any = None  # another worker's turn: whether it is typed is not known here
         self._shared = shared
         self._session = session_id
+        self._grace = grace
+        """A durable project's turn: how long a dead worker's turn waits for another to take
+        it over before its followers are told ``TURN_LOST``."""
 
     def batches(
         self, after: int = 0, idle: float | None = None
     ) -> AsyncGenerator[list[tuple[int, str]], None]:
-        return self._shared.batches(self._session, self.id, after, idle)
+        return self._shared.batches(self._session, self.id, after, idle, grace=self._grace)
 
     def follow(self, after: int = 0) -> AsyncGenerator[tuple[int, str], None]:
-        return self._shared.follow(self._session, self.id, after)
+        return self._shared.follow(self._session, self.id, after, grace=self._grace)
 
     async def chunks(self, after: int = 0) -> AsyncGenerator[AgentChunk, None]:
         """The typed chunks, parsed from what the worker running the turn wrote."""

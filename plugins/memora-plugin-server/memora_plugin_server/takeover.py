@@ -1,0 +1,64 @@
+"""Durable turns whose worker died go on in this one.
+
+With a turn executor (``"turn_executor": "dbos"``), every turn's steps are kept as it runs.
+:func:`take_overs` runs beside the hub: every ``TAKEOVER_SECONDS`` it asks each project's
+executor for its unfinished turns, and takes over each one whose session no live worker holds
+(:meth:`Hub.take_over`: the session's lock, its Agent, the turn rebuilt from its last kept
+state, its events going on under the same turn id).  Several workers may look at once: the
+session's lock lets one of them in.  Without shared state the process serves its projects
+alone, so it looks once, at its start: a turn left unfinished then was left by the process
+before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from memora.errors import BusyError
+
+if TYPE_CHECKING:
+    from .hub import Hub
+    from .slots import Project
+
+__all__ = ["TAKEOVER_SECONDS", "take_overs"]
+
+logger = logging.getLogger("memora.server")
+
+TAKEOVER_SECONDS = 1.0
+"""How often a worker looks for a durable turn whose worker died (its session free)."""
+
+
+async def take_overs(hub: Hub) -> None:
+    """See the module docstring (cancelled when the hub closes)."""
+    first = True
+    while True:
+        for project in hub.projects.values():
+            if project.runtime.turn_executor is None or (project.shared is None and not first):
+                continue
+            try:
+                await _take_over_dead(hub, project)
+            except Exception:
+                logger.exception(
+                    "looking for durable turns to take over in %s failed", project.name
+                )
+        first = False
+        await asyncio.sleep(TAKEOVER_SECONDS)
+
+
+async def _take_over_dead(hub: Hub, project: Project) -> None:
+    executor = project.runtime.turn_executor
+    assert executor is not None
+    for left in await executor.unfinished():
+        if hub.busy_here(project.name, left.session_id):
+            continue
+        if project.shared is not None and await project.shared.alive(left.session_id):
+            continue  # running on a live worker
+        exists, owner = await hub.owner(project.name, left.session_id)
+        if not exists:
+            continue  # another project's session (one journal for the process)
+        with contextlib.suppress(BusyError):  # another worker was quicker
+            await hub.take_over(project.name, left.session_id, left.key, scope=owner)
+            logger.info("took over turn %s of session %s", left.key, left.session_id)
