@@ -96,6 +96,8 @@ def serve_cmd(
     """Serve projects over HTTP: a REST + server-sent-events API (OpenAPI at /openapi.json).
     Tokens come from the user's server.json (memora serve-tokens add NAME); with none, only
     this machine may call."""
+    import inspect
+
     import uvicorn
 
     from .guard import is_loopback
@@ -159,6 +161,11 @@ def serve_cmd(
         "proxy_headers": False,
         "http": DeadlineH11Protocol,
     }
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # a worker restarted (SIGHUP, a crash) opens every project before it is ready: on a busy
+        # machine that takes longer than uvicorn's 5 s, and uvicorn then keeps the old worker
+        # and gives up the restart
+        options["timeout_worker_healthcheck"] = WORKER_READY_SECONDS
     if not balances_connections():
         uvicorn.run(f"{__name__}:worker_app", **options)
         return
@@ -189,6 +196,9 @@ def _run_workers(config: Any) -> None:
         except KeyboardInterrupt:
             pass
 
+
+WORKER_READY_SECONDS = 60
+"""How long a worker uvicorn (re)starts may take to be ready, and to answer its health check."""
 
 SPEC_ENV = "MEMORA_SERVE_SPEC"
 """How ``memora serve --workers N`` hands its options to the worker processes."""
