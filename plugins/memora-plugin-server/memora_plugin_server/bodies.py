@@ -57,6 +57,11 @@ class TurnIn(_Body):
         "validates).",
     )
     user: str | None = Field(default=None, max_length=200, description=_USER)
+    background: bool = Field(
+        default=False,
+        description="Run the turn with no client attached: answered at once (202) with the "
+        "turn's id; follow it at /turns/{turn}/events from any event, on any worker.",
+    )
 
 
 class SessionIn(_Body):

@@ -42,7 +42,7 @@ from .shared import (
     SharedState,
 )
 from .slots import Project, Slot, pause_doc, run_turn
-from .takeover import take_overs
+from .takeover import TAKEOVER_GRACE, take_overs
 from .turns import RemoteTurnLog, TurnLog
 
 if TYPE_CHECKING:
@@ -51,10 +51,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memora.server")
 
 __all__ = ["Hub", "Project", "RemoteTurnLog", "TurnLog"]
-
-TAKEOVER_GRACE = 30.0
-"""How long the followers of a durable turn whose worker died wait for another to take it
-over before they are told ``TURN_LOST``."""
 
 EVICT_GRACE_SECONDS = 1.0
 """A session used this recently keeps its Agent even over the cap: a request that has just
@@ -183,8 +179,7 @@ class Hub:
 
     def busy_here(self, project: str, session_id: str) -> bool:
         """A turn of the session runs in this process."""
-        slot = self._slots.get((project, session_id))
-        return slot is not None and slot.busy
+        return (slot := self._slots.get((project, session_id))) is not None and slot.busy
 
     async def take_over(
         self, project: str, session_id: str, key: str, *, scope: str | None
@@ -376,8 +371,7 @@ class Hub:
 
     def live(self, project: str, session_id: str) -> Agent | None:
         """The session's Agent when this process has it open (no opening)."""
-        slot = self._slots.get((project, session_id))
-        return slot.agent if slot is not None else None
+        return slot.agent if (slot := self._slots.get((project, session_id))) else None
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -654,7 +648,33 @@ class Hub:
         if shared is not None and await shared.alive(session_id):
             await shared.request_abort(session_id)  # the worker running it waits for this
             return True
-        return False
+        return await self._cancel_waiting(project, session_id, scope)
+
+    async def _cancel_waiting(self, project: str, session_id: str, scope: str | None) -> bool:
+        """No turn runs: a paused one is dropped (nothing of it is stored; the session is
+        ready for the next message), and a durable turn left by a dead worker is given up
+        rather than taken over."""
+        slot = self._slot(project, session_id)
+        self._refuse_busy(slot)
+        lease = await self._lease(slot)
+        try:
+            cancelled = False
+            executor = slot.project.runtime.turn_executor
+            if executor is not None:
+                for left in await executor.unfinished(session_id):
+                    await executor.abandon(left.key)
+                    cancelled = True
+            agent = await self.agent(project, session_id, scope=scope, lease=lease)
+            paused = agent.paused_turn
+            if paused is not None:
+                paused.discard()
+                cancelled = True
+            if cancelled and slot.project.shared is not None:
+                slot.version = await slot.project.shared.settle(session_id, None)
+            return cancelled
+        finally:
+            if lease is not None:
+                await lease.release()
 
 
 def _no_session(session_id: str) -> NotFoundError:

@@ -159,9 +159,15 @@ async def archive_session(call: Call) -> Response:
 async def post_turn(call: Call) -> Response:
     body: TurnIn = call.body
     output = OutputSpec.from_json_schema(body.output_schema) if body.output_schema else None
-    log = await call.hub.start_turn(
-        call.param("project"), call.param("session"), body.text, output=output, scope=call.scope
-    )
+    project, sid = call.param("project"), call.param("session")
+    log = await call.hub.start_turn(project, sid, body.text, output=output, scope=call.scope)
+    if body.background:  # the turn runs in the hub's task whether or not anyone follows it
+        events = f"/v1/projects/{project}/sessions/{sid}/turns/{log.id}/events"
+        return JSONResponse(
+            {"turn_id": log.id, "session_id": sid, "events": events},
+            status_code=202,
+            headers={"X-Memora-Turn": log.id},
+        )
     return _stream(call, log, 0)
 
 
@@ -367,7 +373,8 @@ API: tuple[Api, ...] = (
         "POST",
         _S + "/turns",
         "write",
-        "Send a message: the turn's chunks as server-sent events (id `TURN:N`).",
+        "Send a message: the turn's chunks as server-sent events (id `TURN:N`); with "
+        "`background: true`, 202 and the turn's id at once.",
         post_turn,
         TurnIn,
         stream=True,
@@ -380,7 +387,14 @@ API: tuple[Api, ...] = (
         turn_events,
         stream=True,
     ),
-    Api("POST", _S + "/abort", "write", "Abort the running turn.", abort_turn),
+    Api(
+        "POST",
+        _S + "/abort",
+        "write",
+        "Abort the running turn, or cancel the paused one (the session is ready for the next "
+        "message).",
+        abort_turn,
+    ),
     Api("GET", _S + "/pause", "read", "The question or approval the turn waits for.", get_pause),
     Api(
         "POST",

@@ -23,12 +23,15 @@ if TYPE_CHECKING:
     from .hub import Hub
     from .slots import Project
 
-__all__ = ["TAKEOVER_SECONDS", "take_overs"]
+__all__ = ["TAKEOVER_GRACE", "TAKEOVER_SECONDS", "take_overs"]
 
 logger = logging.getLogger("memora.server")
 
 TAKEOVER_SECONDS = 1.0
 """How often a worker looks for a durable turn whose worker died (its session free)."""
+TAKEOVER_GRACE = 30.0
+"""How long the followers of a durable turn whose worker died wait for another to take it
+over before they are told ``TURN_LOST``."""
 
 
 async def take_overs(hub: Hub) -> None:
