@@ -108,10 +108,10 @@ if TYPE_CHECKING:  # "X as X": an explicit re-export, so `from memora import Age
         QuestionPause as QuestionPause,
     )
     from .agent.durable import (
+        TURN_STATE_VERSION as TURN_STATE_VERSION,
         DurableTurn as DurableTurn,
         TurnExecutor as TurnExecutor,
         UnfinishedTurn as UnfinishedTurn,
-        TURN_STATE_VERSION as TURN_STATE_VERSION,
         check_state_version as check_state_version,
         run_elsewhere as run_elsewhere,
     )

@@ -174,7 +174,7 @@ async def test_a_call_left_in_flight_runs_again_only_if_its_tool_may_repeat(
     provider = ScriptedProvider(script)
     async with _runtime(tmp_path, project, provider, executor) as runtime:
         agent = await _agent(runtime, "s1")
-        with pytest.raises(JournalError) as died:
+        with pytest.raises(JournalError):
             await collect(agent.chat("do it"))
         await agent.close()
         assert RAN == {}  # it died before the call ran here
