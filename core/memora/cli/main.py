@@ -56,6 +56,7 @@ KERNEL_COMMANDS: dict[str, str] = {
     "providers": "memora.cli.providers_cmd:providers_group",
     "role-pack": "memora.cli.role_pack_cmd:role_pack_group",
     "run": "memora.cli.run_cmd:run_cmd",
+    "runs": "memora.cli.runs_cmd:runs_group",
     "sessions": "memora.cli.memory_cmd:sessions_group",
     "tools": "memora.cli.tools_cmd:tools_group",
     "trust": "memora.cli.trust_cmd:trust_group",

@@ -62,7 +62,7 @@ def choose_provider(
     return provider, options
 
 
-async def _run(
+async def run_turn(
     prompt: str | None,
     *,
     events: str,
@@ -81,33 +81,37 @@ async def _run(
     approvals: str | None,
     output: Any = None,
     scope: str | None = None,
+    take_over: bool = False,
+    on_start: Callable[[str], None] | None = None,
 ) -> int:
-    from ..agent import Agent
+    """One turn as ``memora run`` runs it (also a detached run's, :mod:`.runs_cmd`): its exit
+    code.  ``take_over``: go on with the durable turn a dead process left in the session (its
+    turn executor kept it); ``on_start`` is told the session's id once the Agent is open."""
     from ..chunks import AgentChunk, DoneChunk
     from ..memory.sessions import new_session_id
 
-    override = None if tools else {"act": {"toolMode": "block"}}
-    explicit = agent_arguments(
-        provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
-    )
     state_file = data_dir / PAUSED_FILE
     user_dir = user_config_dir(config_dir)  # its key seals a pause (made when first needed)
-    saved = _read_paused(state_file, user_key(user_dir)) if resume else None
-    agent = Agent(
-        project_path=project,
+    saved = read_paused(state_file, user_key(user_dir)) if resume else None
+    agent = new_agent(
+        provider=provider,
+        provider_options=provider_options,
+        project=project,
         data_dir=data_dir,
         config_dir=config_dir,
-        project_trust=ask_trust,
+        storage=storage,
+        role_pack=role_pack,
         role_pack_dirs=role_pack_dirs,
         # a new conversation unless told -c or --session: a fresh id, so the most recent session
         # is never read only to be left
-        session_id=session if session is not None or continue_last or resume else new_session_id(),
-        strategy_override=override,
-        memory_scope=scope,
-        **agent_mode(approvals),
-        **explicit,
+        session=session if session is not None or continue_last or resume else new_session_id(),
+        tools=tools,
+        approvals=approvals,
+        scope=scope,
     )
     await start_agent(agent, role_pack)
+    if on_start is not None:
+        on_start(agent.session_id)
     approvals = apply_default_mode(agent)
     if events == "text":
         say_small_model(agent)
@@ -121,7 +125,9 @@ async def _run(
     unsaved = False  # a finished round the session's log did not take (done.saved)
     code = EXIT_ERROR
     try:
-        if saved is not None:
+        if take_over:
+            stream = agent.take_over(await left_turn(agent))
+        elif saved is not None:
             await agent.resume(saved, output_type=output)
             state_file.unlink(missing_ok=True)
             stream = _after_pause(agent, approvals, interactive, always)
@@ -131,7 +137,7 @@ async def _run(
             last: AgentChunk | None = None
             async for chunk in stream:
                 last = chunk
-                _emit(chunk, events, typed=output is not None)
+                emit(chunk, events, typed=output is not None)
             if last is None:
                 break
             if isinstance(last, DoneChunk):
@@ -175,7 +181,93 @@ async def _run(
 PAUSED_FILE = "paused-turn.json"
 
 
-def _read_paused(state_file: Path, key: bytes) -> dict[str, Any]:
+def new_agent(
+    *,
+    provider: str | None,
+    provider_options: dict[str, Any],
+    project: Path,
+    data_dir: Path,
+    config_dir: Path | None,
+    storage: str | None,
+    role_pack: str | None,
+    role_pack_dirs: list[Path],
+    session: str | None,
+    tools: bool,
+    approvals: str | None,
+    scope: str | None,
+) -> Any:
+    """The Agent ``memora run`` runs a turn with (not started)."""
+    from ..agent import Agent
+
+    override = None if tools else {"act": {"toolMode": "block"}}
+    explicit = agent_arguments(
+        provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
+    )
+    return Agent(
+        project_path=project,
+        data_dir=data_dir,
+        config_dir=config_dir,
+        project_trust=ask_trust,
+        role_pack_dirs=role_pack_dirs,
+        session_id=session,
+        strategy_override=override,
+        memory_scope=scope,
+        **agent_mode(approvals),
+        **explicit,
+    )
+
+
+async def abandon_left_turns(spec: dict[str, Any], data_dir: Path, config_dir: Path | None) -> int:
+    """Give up the durable turns a dead process left in ``spec``'s session (``memora runs
+    cancel``): their executor stops keeping them, so nobody goes on with them.  How many."""
+    if spec["session"] is None:
+        return 0
+    agent = new_agent(
+        provider=spec["provider"],
+        provider_options=spec["provider_options"],
+        project=Path(spec["project"]),
+        data_dir=data_dir,
+        config_dir=config_dir,
+        storage=spec["storage"],
+        role_pack=spec["role_pack"],
+        role_pack_dirs=[Path(d) for d in spec["role_pack_dirs"]],
+        session=spec["session"],
+        tools=spec["tools"],
+        approvals=spec["approvals"],
+        scope=spec["scope"],
+    )
+    try:
+        await start_agent(agent, spec["role_pack"])
+        executor = agent.runtime.turn_executor
+        left = await executor.unfinished(spec["session"]) if executor is not None else []
+        for turn in left:
+            await executor.abandon(turn.key)
+        return len(left)
+    finally:
+        await agent.close()
+
+
+async def left_turn(agent: Any) -> str:
+    """The key of the durable turn a dead process left in the agent's session."""
+    executor = agent.runtime.turn_executor
+    if executor is None:
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            'the run\'s process died and no turn executor kept its turn ("turn_executor" in '
+            "your config, see docs/durability.md): what it did before is in its session; ask "
+            "again",
+        )
+    left = await executor.unfinished(agent.session_id)
+    if not left:
+        raise MemoraError(
+            ErrorCode.NOT_FOUND,
+            f"no unfinished turn of session {clean(agent.session_id)} is kept by the turn "
+            "executor: the run's process died before its turn's first step was kept; ask again",
+        )
+    return str(left[0].key)
+
+
+def read_paused(state_file: Path, key: bytes) -> dict[str, Any]:
     """The paused turn this user's `memora run` left in ``state_file``; one found in a
     project's folder without this user's seal (cloned, copied, edited) is refused: resuming
     it with --yes would run a call that someone else chose."""
@@ -239,7 +331,7 @@ def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> 
     return agent.paused_turn.resume()
 
 
-def _emit(chunk: Any, events: str, *, typed: bool = False) -> None:
+def emit(chunk: Any, events: str, *, typed: bool = False) -> None:
     if events == "jsonl":
         sys.stdout.write(chunk.model_dump_json() + "\n")
         sys.stdout.flush()
@@ -334,6 +426,12 @@ _ON_STDERR: dict[str, Callable[[Any], Said]] = {
     "model...) as module:Class. Prints the validated JSON on stdout; exit 1 when it never "
     "validates.",
 )
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run the turn in a process of its own and print its id at once; follow it with "
+    "`memora runs follow ID` (see `memora runs`).",
+)
 @approval_options
 def run_cmd(
     prompt: str,
@@ -353,44 +451,53 @@ def run_cmd(
     resume: bool,
     tools: bool,
     output_schema: str | None,
+    detach: bool,
     approvals: str | None,
 ) -> None:
     """Run one turn in a new session (-c: the most recent one; --session ID: that one).
 
     Tool calls that write or run ask first (--approvals; without a terminal they are refused
     with a line saying how to allow them).  Exit 0 on done, 1 on error, 130 on abort, 3 when
-    paused without a terminal (continue with --resume)."""
+    paused without a terminal (continue with --resume).  --detach: print the run's id and
+    leave it running (memora runs list / follow / cancel)."""
     project = project.resolve()
     if prompt is None and not resume:
         raise click.UsageError("give a PROMPT, or --resume to continue a paused turn")
     if prompt is not None and resume:
         raise click.UsageError("--resume continues the paused turn: give no PROMPT with it")
+    if detach and resume:
+        raise click.UsageError("--detach starts a new turn: give a PROMPT, not --resume")
     name, options = choose_provider(provider, base_url, model)
+    spec: dict[str, Any] = {
+        "prompt": prompt,
+        "provider": name,
+        "provider_options": options,
+        "project": str(project),
+        "storage": storage,
+        "role_pack": role_pack,
+        "role_pack_dirs": [str(d.resolve()) for d in role_pack_dirs],
+        "session": session,
+        "continue_last": continue_last,
+        "tools": tools,
+        "approvals": approvals,
+        "output_schema": output_schema,
+        "scope": scope,
+        "cwd": os.getcwd(),
+    }
     try:
+        # a bad schema is this command's error, detached or not
         output = load_output_schema(output_schema, project) if output_schema else None
-        import asyncio
-
-        code = asyncio.run(
-            _run(
-                prompt,
+        if detach:
+            code = _detach(spec, data_dir_for(project, data_dir), config_dir)
+        else:
+            code = run_spec(
+                spec,
                 events=events,
-                provider=name,
-                provider_options=options,
-                project=project,
                 data_dir=data_dir_for(project, data_dir),
                 config_dir=config_dir,
-                storage=storage,
-                role_pack=role_pack,
-                role_pack_dirs=list(role_pack_dirs),
-                session=session,
-                continue_last=continue_last,
                 resume=resume,
-                tools=tools,
-                approvals=approvals,
                 output=output,
-                scope=scope,
             )
-        )
     except MemoraError as exc:
         if events == "jsonl":
             sys.stdout.write(
@@ -400,6 +507,63 @@ def run_cmd(
             click.secho(f"memora: error: {clean(str(exc))}", err=True, fg="red")
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def run_spec(
+    spec: dict[str, Any],
+    *,
+    events: str,
+    data_dir: Path,
+    config_dir: Path | None,
+    resume: bool = False,
+    output: Any = None,
+    take_over: bool = False,
+    on_start: Callable[[str], None] | None = None,
+) -> int:
+    """:func:`run_turn` for the options ``spec`` holds (``memora run``'s, as a detached run
+    keeps them): its exit code."""
+    import asyncio
+
+    project = Path(spec["project"])
+    if output is None and spec["output_schema"]:
+        output = load_output_schema(spec["output_schema"], project)
+    return asyncio.run(
+        run_turn(
+            spec["prompt"],
+            events=events,
+            provider=spec["provider"],
+            provider_options=spec["provider_options"],
+            project=project,
+            data_dir=data_dir,
+            config_dir=config_dir,
+            storage=spec["storage"],
+            role_pack=spec["role_pack"],
+            role_pack_dirs=[Path(d) for d in spec["role_pack_dirs"]],
+            session=spec["session"],
+            continue_last=spec["continue_last"],
+            resume=resume,
+            tools=spec["tools"],
+            approvals=spec["approvals"],
+            output=output,
+            scope=spec["scope"],
+            take_over=take_over,
+            on_start=on_start,
+        )
+    )
+
+
+def _detach(spec: dict[str, Any], data_dir: Path, config_dir: Path | None) -> int:
+    from ..memory.sessions import new_session_id
+    from .detached import launch
+
+    if spec["session"] is None and not spec["continue_last"]:
+        spec["session"] = new_session_id()  # named now: `memora runs list` shows it at once
+    run = launch(spec, data_dir, config_dir)
+    click.echo(run.id)
+    click.echo(
+        f"memora: run {run.id} started; follow it with `memora runs follow {run.id}`", err=True
+    )
+    return EXIT_DONE
 
 
 def load_output_schema(spec: str, project: Path) -> Any:

@@ -1,0 +1,314 @@
+"""`memora runs`: the detached runs ``memora run --detach`` started (:mod:`.detached`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ErrorCode, MemoraError
+from ..security.terminal import clean
+from .base import emit_json
+from .common import data_dir_for, location_options
+from .detached import Run, find_run, list_runs, new_lines
+from .run_cmd import (
+    EXIT_ABORTED,
+    EXIT_DONE,
+    EXIT_ERROR,
+    EXIT_PAUSED,
+    PAUSED_FILE,
+    abandon_left_turns,
+    emit,
+    read_paused,
+    run_spec,
+)
+
+FOLLOW_POLL_SECONDS = 0.2
+"""How often ``follow`` looks for new events while the run goes on."""
+CANCEL_WAIT_SECONDS = 15.0
+"""How long ``cancel`` waits for a running turn to end after asking it to stop (SIGINT: it
+ends ``aborted`` with what it did saved) before it is terminated."""
+
+
+def _data_dir(project: Path, data_dir: Path | None) -> Path:
+    return data_dir_for(project.resolve(), data_dir)
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """The turns `memora run --detach` started: list them, follow one, cancel one."""
+
+
+@runs_group.command("list")
+@location_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+def list_cmd(project: Path, data_dir: Path | None, config_dir: Path | None, as_json: bool) -> None:
+    """The project's detached runs, oldest first, with their status: running, done, error,
+    paused (continue with memora run --resume), aborted, cancelled, or died (its process was
+    killed: `memora runs follow ID` goes on with it when a turn executor kept it)."""
+    rows = [_row(run, config_dir) for run in list_runs(_data_dir(project, data_dir))]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no detached runs (memora run --detach PROMPT starts one)")
+        return
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created"]))
+        prompt = clean(row["prompt"] or "", newlines=False)[:60]
+        click.echo(f"{row['id']}  {row['status']:<9}  {when}  {row['session'] or '-'}  {prompt}")
+
+
+def _row(run: Run, config_dir: Path | None) -> dict[str, Any]:
+    try:
+        spec = run.spec(config_dir)
+    except MemoraError:
+        spec = {"prompt": "(not your memora's run: never run)", "session": None}
+    return {
+        "id": run.id,
+        "status": run.status(),
+        "created": run.created(),
+        "session": run.session() or spec.get("session"),
+        "prompt": spec.get("prompt"),
+    }
+
+
+@runs_group.command("follow")
+@click.argument("run_id")
+@location_options
+@click.option(
+    "--from",
+    "start",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Skip the run's first N events (re-attach where you left off).",
+)
+@click.option(
+    "--events",
+    type=click.Choice(["text", "jsonl"]),
+    default="text",
+    show_default=True,
+    help="jsonl: every chunk as one JSON line on stdout, as `memora run --events jsonl`.",
+)
+@click.option(
+    "--no-take-over",
+    is_flag=True,
+    help="When the run's process died, only say so (default: go on with its turn from the "
+    "last step a turn executor kept).",
+)
+def follow_cmd(
+    run_id: str,
+    project: Path,
+    data_dir: Path | None,
+    config_dir: Path | None,
+    start: int,
+    events: str,
+    no_take_over: bool,
+) -> None:
+    """Print a run's events from the start (or --from N) and wait for the rest; exit as
+    `memora run` would (0 done, 1 error, 3 paused, 130 aborted or cancelled)."""
+    try:
+        run = find_run(_data_dir(project, data_dir), run_id)
+        spec = run.spec(config_dir)
+        code = _follow(run, spec, config_dir, start, events, take_over=not no_take_over)
+    except MemoraError as exc:
+        click.secho(f"memora: error: {clean(str(exc))}", err=True, fg="red")
+        code = EXIT_ERROR
+    sys.exit(code)
+
+
+def _follow(
+    run: Run,
+    spec: dict[str, Any],
+    config_dir: Path | None,
+    start: int,
+    events: str,
+    *,
+    take_over: bool,
+) -> int:
+    from ..chunks import chunk_adapter
+
+    offset, seen, typed = 0, 0, bool(spec.get("output_schema"))
+    took_over = False
+    while True:
+        for after, line in list(new_lines(run, offset)):
+            offset = after  # read on from here next time
+            seen += 1
+            if seen <= start or not line:
+                continue
+            try:
+                chunk = chunk_adapter.validate_json(line)
+            except ValueError:
+                continue  # not a chunk (a line an old or crashed process left half-made)
+            emit(chunk, events, typed=typed)
+        status = run.status()
+        if status == "running":
+            time.sleep(FOLLOW_POLL_SECONDS)
+            continue
+        if any(True for _ in new_lines(run, offset)):
+            continue  # written between the read and the look at its status
+        if status == "died" and take_over and not took_over:
+            took_over = _take_over(run, spec, config_dir)
+            continue
+        return _exit_of(run, status)
+
+
+def _take_over(run: Run, spec: dict[str, Any], config_dir: Path | None) -> bool:
+    """Start a process that goes on with a dead run's turn; False when another one is
+    (it holds the run's lock)."""
+    lock = run.claim()
+    if lock is None:
+        return False
+    click.echo(f"memora: run {run.id}'s process died; going on with its turn", err=True)
+    run.start(lock, config_dir, take_over=True, cwd=spec["cwd"])
+    return True
+
+
+def _exit_of(run: Run, status: str) -> int:
+    if status == "died":
+        click.echo(
+            f"memora: run {run.id}'s process died before its turn ended (follow it without "
+            "--no-take-over to go on with it)",
+            err=True,
+        )
+        return EXIT_ERROR
+    if status == "paused":
+        click.echo(
+            "memora: the run waits for an approval or an answer — continue it with "
+            "`memora run --resume` (add --yes to approve), or `memora runs cancel "
+            f"{run.id}`",
+            err=True,
+        )
+    code = run.exit_code()
+    return EXIT_ABORTED if status == "cancelled" else (code if code is not None else EXIT_ERROR)
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+@location_options
+def cancel_cmd(run_id: str, project: Path, data_dir: Path | None, config_dir: Path | None) -> None:
+    """Stop a run: a running turn ends aborted (what it did is saved), a paused one is
+    dropped, a dead one is given up; the session is ready for the next message."""
+    try:
+        run = find_run(_data_dir(project, data_dir), run_id)
+        spec = run.spec(config_dir)
+        said = _cancel(run, spec, config_dir)
+    except MemoraError as exc:
+        click.secho(f"memora: error: {clean(str(exc))}", err=True, fg="red")
+        sys.exit(EXIT_ERROR)
+    click.echo(f"run {run.id}: {said}")
+
+
+def _cancel(run: Run, spec: dict[str, Any], config_dir: Path | None) -> str:
+    status = run.status()
+    if status in ("done", "error", "aborted", "cancelled"):
+        return f"already ended ({status})"
+    if status == "running":
+        _stop(run)
+        if run.running():
+            raise MemoraError(ErrorCode.BUSY, f"run {run.id} did not stop; cancel it again")
+    elif status == "paused":
+        _drop_pause(run, config_dir)
+    elif status == "died":
+        _abandon(run, spec, config_dir)
+    run.write("cancelled", str(time.time()))
+    line = {"type": "aborted", "reason": "cancelled (memora runs cancel)", "stop_reason": "user"}
+    if status != "running":  # a running turn wrote its own `aborted`
+        run.append_event(json.dumps(line))
+    return "cancelled"
+
+
+def _stop(run: Run) -> None:
+    """Ask the running turn to stop (SIGINT: ``memora run`` aborts its turn, saving what it
+    did); terminate it when it does not within :data:`CANCEL_WAIT_SECONDS`."""
+    pid = run.pid()
+    if pid is None:  # between the lock and its pid file: a moment
+        time.sleep(1.0)
+        pid = run.pid()
+    if pid is None:
+        return
+    for sig, wait in ((signal.SIGINT, CANCEL_WAIT_SECONDS), (signal.SIGTERM, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not run.running():
+                return
+            time.sleep(0.1)
+
+
+def _drop_pause(run: Run, config_dir: Path | None) -> None:
+    """The paused turn this run left (``memora run --resume``'s file), when it is this run's
+    session's; another's is left alone."""
+    from ..security.seal import user_key
+    from ..security.state import user_config_dir
+
+    state_file = run.data_dir / PAUSED_FILE
+    if not state_file.exists():
+        return
+    try:
+        state = read_paused(state_file, user_key(user_config_dir(config_dir)))
+    except MemoraError:
+        return  # not this user's: not ours to remove
+    if state.get("session_id") == run.session():
+        state_file.unlink(missing_ok=True)
+
+
+def _abandon(run: Run, spec: dict[str, Any], config_dir: Path | None) -> None:
+    """A dead run's durable turn is given up: its executor stops keeping it, so nobody goes
+    on with it (a new process runs this, holding the run's lock)."""
+    import asyncio
+
+    lock = run.claim()  # held while the turn is given up: nobody takes it over meanwhile
+    if lock is None:
+        raise MemoraError(ErrorCode.BUSY, f"run {run.id} is being taken over; cancel it again")
+    try:
+        session = run.session() or spec["session"]
+        asyncio.run(abandon_left_turns({**spec, "session": session}, run.data_dir, config_dir))
+    finally:
+        os.close(lock)
+
+
+@runs_group.command("exec", hidden=True)
+@click.argument("run_id")
+@click.option("--data-dir", type=click.Path(path_type=Path), required=True)
+@click.option("--config-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--lock-fd", type=int, required=True)
+@click.option("--take-over", is_flag=True)
+def exec_cmd(
+    run_id: str, data_dir: Path, config_dir: Path | None, lock_fd: int, take_over: bool
+) -> None:
+    """The process of a detached run (started by memora run --detach or runs follow)."""
+    run = find_run(data_dir, run_id)
+    run.write("pid", str(os.getpid()))
+    code = EXIT_ERROR
+    try:
+        spec = run.spec(config_dir)
+        if take_over and run.session() is not None:
+            spec["session"] = run.session()
+        code = run_spec(
+            spec,
+            events="jsonl",
+            data_dir=data_dir,
+            config_dir=config_dir,
+            take_over=take_over,
+            on_start=lambda session: run.write("session", session),
+        )
+    except MemoraError as exc:
+        sys.stdout.write(
+            json.dumps({"type": "error", "message": str(exc), "category": "unknown"}) + "\n"
+        )
+    finally:
+        sys.stdout.flush()
+        run.write("exit", str(code))
+        os.close(lock_fd)  # the run is over: its lock goes with it
+    sys.exit(code if code in (EXIT_DONE, EXIT_PAUSED, EXIT_ABORTED) else EXIT_ERROR)
