@@ -72,3 +72,58 @@ async def test_cancelling_a_run_that_waits_on_an_approval_leaves_the_session_rea
         asked = [m.content for m in provider.requests[-1].messages if m.role == "user"]
         assert asked == ["hello"]
         assert (await client.post(f"{base}/abort")).json() == {"aborted": False}
+
+
+async def test_an_a2a_message_sent_to_return_immediately_runs_on_and_is_read_later(
+    tmp_path: Path,
+) -> None:
+    """A2A's own background run: ``configuration.returnImmediately`` answers with the task
+    while it still works; ``GetTask`` reads it to its end (the answer in its artifact)."""
+    import asyncio
+    import uuid
+
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+    from a2a.types import (
+        GetTaskRequest,
+        Message,
+        Part,
+        Role,
+        SendMessageConfiguration,
+        SendMessageRequest,
+        TaskState,
+    )
+
+    project = project_dir(tmp_path)
+    slow = text("answered while nobody waited", chunks=4)
+    slow.delay = 0.3
+    provider = ScriptedProvider([slow])
+    async with serve(project, **scripted(tmp_path, provider)) as srv:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=30) as http:
+            card = await A2ACardResolver(http, srv.url).get_agent_card()
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            message = Message(
+                role=Role.ROLE_USER,
+                message_id=str(uuid.uuid4()),
+                parts=[Part(text="take your time")],
+            )
+            request = SendMessageRequest(
+                message=message,
+                configuration=SendMessageConfiguration(return_immediately=True),
+            )
+            (first,) = [e async for e in client.send_message(request)]
+            task = first.task
+            assert task.status.state in (
+                TaskState.TASK_STATE_SUBMITTED,
+                TaskState.TASK_STATE_WORKING,
+            )
+            for _ in range(300):
+                task = await client.get_task(GetTaskRequest(id=task.id))
+                if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
+                await asyncio.sleep(0.1)
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert "".join(p.text for a in task.artifacts for p in a.parts) == (
+                "answered while nobody waited"
+            )
