@@ -223,9 +223,20 @@ def test_a_planted_run_is_never_run_or_signalled(tmp_path: Path) -> None:
     (folder / "pid").write_text(str(os.getpid()))
     rows = _runs(project, env)
     assert "not your memora's run" in rows["0123456789ab"]["prompt"]
+    assert rows["0123456789ab"]["status"] == "foreign"
     for verb in ("follow", "cancel"):
         done = _memora(project, env, "runs", verb, "0123456789ab")
         assert done.returncode == 1 and "was not written by your memora" in done.stderr
+    # a run folder that is a link to somewhere else: nothing is read from it or written there
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "run.json").write_text("{}")
+    (folder.parent / "ba9876543210").symlink_to(elsewhere)
+    for verb in ("follow", "cancel"):
+        done = _memora(project, env, "runs", verb, "ba9876543210")
+        assert done.returncode == 1, done.stderr
+    assert _runs(project, env)["ba9876543210"]["status"] == "foreign"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["run.json"]
     for bad in ("../../etc", "0123456789AB", ""):
         done = _memora(project, env, "runs", "follow", bad)
         assert done.returncode == 1 and "12 hex digits" in done.stderr, done.stderr

@@ -40,7 +40,13 @@ from typing import Any
 from ..errors import ErrorCode, MemoraError
 from ..security.atomic import atomic_write_text
 from ..security.seal import seal, unseal, user_key
-from ..security.state import PRIVATE_FILE, ensure_state_dir, open_state_file, user_config_dir
+from ..security.state import (
+    PRIVATE_FILE,
+    check_state_path,
+    ensure_state_dir,
+    open_state_file,
+    user_config_dir,
+)
 
 __all__ = ["EXIT_STATUS", "Run", "find_run", "launch", "list_runs", "runs_folder"]
 
@@ -152,6 +158,7 @@ class Run:
         """A small file of the run (``exit``, ``pid``, ``session``, ``cancelled``), whole or
         not at all, 0600."""
         path = self.folder / name
+        check_state_path(path, self.data_dir)  # a run folder that is a link writes nowhere
         atomic_write_text(path, text)
         os.chmod(path, PRIVATE_FILE)
 

@@ -51,7 +51,8 @@ def runs_group() -> None:
 def list_cmd(project: Path, data_dir: Path | None, config_dir: Path | None, as_json: bool) -> None:
     """The project's detached runs, oldest first, with their status: running, done, error,
     paused (continue with memora run --resume), aborted, cancelled, or died (its process was
-    killed: `memora runs follow ID` goes on with it when a turn executor kept it)."""
+    killed: `memora runs follow ID` goes on with it when a turn executor kept it); foreign for
+    a run folder your memora did not write (a cloned project's: never run)."""
     rows = [_row(run, config_dir) for run in list_runs(_data_dir(project, data_dir))]
     if as_json:
         emit_json(rows)
@@ -68,13 +69,15 @@ def list_cmd(project: Path, data_dir: Path | None, config_dir: Path | None, as_j
 def _row(run: Run, config_dir: Path | None) -> dict[str, Any]:
     try:
         spec = run.spec(config_dir)
-    except MemoraError:
-        spec = {"prompt": "(not your memora's run: never run)", "session": None}
+        status, session = run.status(), run.session() or spec.get("session")
+    except MemoraError:  # planted, copied, a link: named, never run
+        spec = {"prompt": "(not your memora's run: never run)"}
+        status, session = "foreign", None
     return {
         "id": run.id,
-        "status": run.status(),
+        "status": status,
         "created": run.created(),
-        "session": run.session() or spec.get("session"),
+        "session": session,
         "prompt": spec.get("prompt"),
     }
 
