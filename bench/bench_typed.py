@@ -64,15 +64,15 @@ def micro(n: int = 2000) -> tuple[float, float, float]:
         assert spec.check(ANSWER).ok
     check = (time.perf_counter() - start) / n * 1e6
     pieces = [ANSWER[i : i + 4] for i in range(0, len(ANSWER), 4)]  # one token ~ 4 characters
-    from memora.agent.loop import partial_chunk
+    from memora.agent.model_call import PartialProgress, partial_chunk
 
     start = time.perf_counter()
     for _ in range(n // 20):
-        spec.partial_state = [0, None, 0]
+        progress = PartialProgress()  # each model call reads its answer with its own
         parts: list[str] = []
         for piece in pieces:
             parts.append(piece)
-            partial_chunk(spec, parts, "r")
+            partial_chunk(spec, progress, parts, "r")
     partial = (time.perf_counter() - start) / (n // 20) * 1e6
     return build, check, partial
 
