@@ -6,8 +6,9 @@ DBOS's system database before the turn goes on: a worker that dies mid-turn leav
 another worker takes over from its last kept step (see :mod:`.executor` and docs/durability.md).
 
 Options (``plugins.dbos``; the user's config only): ``system_database_url`` (default: memora's
-PostgreSQL when the storage is ``postgres``, else ``turns.sqlite`` in the project's data folder),
-``poll_seconds``.  DBOS is imported when the executor is made, not when plugins are listed.
+PostgreSQL when the storage is ``postgres``, else a file in the user's memora folder — never in
+the project's, which a cloned repository fills), ``poll_seconds``.  DBOS is imported when the
+executor is made, not when plugins are listed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DbosTurnExecutor", "register_turn_executors"]
 
-OPTIONS = frozenset(["system_database_url", "poll_seconds", "path", "storage", "storage_options"])
+OPTIONS = frozenset(
+    ["system_database_url", "poll_seconds", "path", "storage", "storage_options", "user_dir"]
+)
 
 
 def _load() -> Any:

@@ -1,8 +1,10 @@
 """memora's turns as DBOS workflows.
 
-Each run of a turn is one workflow, ``memora_turn(key)``, whose id is the turn's key
-(``memora:<session>:<round>:<run>``) and whose input is the turn's state at its start: the
-turn is recoverable from the moment it starts.  The workflow asks the turn for one segment at a
+Each run of a turn is one workflow, ``memora_turn(id)``, whose id is the turn's key
+(``memora:<session>:<round>:<run>``) under its project's tag (``<tag>/<key>``, :func:`project_tag`:
+one process keeps every project's turns in one journal, and session ids are only unique within a
+project — an AG-UI thread's or an A2A context's is the client's choice) and whose input is the
+turn's state at its start: the turn is recoverable from the moment it starts.  The workflow asks the turn for one segment at a
 time — ``DBOS.run_step_async`` of ``memora_segment``: the engine runs on to its next checkpoint
 (an LLM call answered, a tool's result, the intent to make a call that may not be repeated) and
 the step's output is the state there — so DBOS keeps each checkpoint before the engine goes on.
@@ -18,12 +20,20 @@ DBOS is one per process (its functions are registered at import, its system data
 and the last one to close destroys it.  Step outputs are JSON (``DBOSPortableJSONSerializer``),
 never pickles.  The journal's application version is ``memora-turns-<journal version>``: any
 memora that reads that journal version can take a turn over.
+
+**Where the journal is.**  A journal is instructions: DBOS runs the workflows it finds queued
+there, unpickles any value a row marks ``py_pickle`` (whatever serializer it was given), and a
+kept state names the calls to make next — one already approved among them.  So the default
+SQLite journal lives in the user's memora folder (``<user dir>/turns/<digest of the data
+folder>.sqlite``, private), never in the project's data folder, which a cloned repository
+fills: a ``turns.sqlite`` found there is not opened (:func:`journal_file`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -44,10 +54,11 @@ from memora import (
     UnfinishedTurn,
     run_elsewhere,
 )
+from memora.security.state import private_file, user_config_dir
 
 Emit = Callable[[AgentChunk], None]
 
-__all__ = ["DbosTurnExecutor", "system_database_url"]
+__all__ = ["DbosTurnExecutor", "journal_file", "project_tag", "system_database_url"]
 
 logger = logging.getLogger("memora.plugins.dbos")
 
@@ -56,24 +67,27 @@ SEGMENT = "memora_segment"
 APP_VERSION = f"memora-turns-{TURN_STATE_VERSION}"
 _UNFINISHED = ["PENDING", "ENQUEUED"]
 
+LEGACY_JOURNAL = "turns.sqlite"
+"""Where the first version kept the journal, in the project's data folder: never opened."""
+
 _LIVE: dict[str, tuple[DurableTurn, Emit]] = {}
-"""The turns running in this process, by key: what a segment step runs."""
+"""The turns running in this process, by workflow id: what a segment step runs."""
 
 
 @DBOS.workflow(name=WORKFLOW)
-async def _turn(key: str, start: dict[str, Any]) -> str:
+async def _turn(workflow_id: str, start: dict[str, Any]) -> str:
     """One run of a turn: its segments, each kept before the next (``start``: its state at its
     start, kept as the workflow's input)."""
     while True:
-        state = await DBOS.run_step_async({"name": SEGMENT}, _segment, key)
+        state = await DBOS.run_step_async({"name": SEGMENT}, _segment, workflow_id)
         if state is None:
             return "ended"
 
 
-async def _segment(key: str) -> dict[str, Any] | None:
-    live = _LIVE.get(key)
+async def _segment(workflow_id: str) -> dict[str, Any] | None:
+    live = _LIVE.get(workflow_id)
     if live is None:  # a run nobody here asked for: never run a turn without its host
-        raise RuntimeError(f"the turn {key} is not being run by this process")
+        raise RuntimeError(f"the turn {workflow_id} is not being run by this process")
     turn, emit = live
     return await turn.segment(emit)
 
@@ -88,7 +102,7 @@ class _Process:
 
 def system_database_url(options: Mapping[str, Any]) -> str:
     """Where the journal goes: ``system_database_url``, else the PostgreSQL memora's storage
-    uses (its DSN), else ``turns.sqlite`` in the project's data folder."""
+    uses (its DSN), else a SQLite file of the user's own (:func:`journal_file`)."""
     url = options.get("system_database_url")
     if url:
         if not isinstance(url, str):
@@ -96,8 +110,28 @@ def system_database_url(options: Mapping[str, Any]) -> str:
         return url
     if options.get("storage") == "postgres":
         return _postgres_url(options.get("storage_options") or {})
-    folder = Path(options["path"])
-    return "sqlite:///" + str((folder / "turns.sqlite").resolve())
+    return "sqlite:///" + str(journal_file(options))
+
+
+def journal_file(options: Mapping[str, Any]) -> Path:
+    """The default journal of the project whose data folder is ``options["path"]``:
+    ``<user dir>/turns/<digest of the folder's absolute path>.sqlite`` (``user_dir``: the
+    host's user folder, else ``$MEMORA_HOME`` or the XDG one).  Never in the data folder: a
+    cloned project brings that folder's content, and a journal there would be run (see the
+    module docstring).  Every worker of the project on this machine finds the same file."""
+    data = Path(options["path"]).resolve()
+    digest = hashlib.sha256(str(data).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return user_config_dir(options.get("user_dir")) / "turns" / f"{digest}.sqlite"
+
+
+def project_tag(options: Mapping[str, Any]) -> str:
+    """Whose turns, in a journal every project of the process shares: the project as its
+    storage knows it — the PostgreSQL ``namespace`` (hosts on several machines serving one
+    project set the same), else the absolute data folder — as 16 hex digits."""
+    storage = options.get("storage_options") or {}
+    namespace = storage.get("namespace") if options.get("storage") == "postgres" else None
+    whose = str(namespace) if namespace else str(Path(options["path"]).resolve())
+    return hashlib.sha256(whose.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _postgres_url(storage: Mapping[str, Any]) -> str:
@@ -133,11 +167,16 @@ class DbosTurnExecutor:
     """A :class:`memora.TurnExecutor` on DBOS Transact (see the module docstring).
 
     Options (``plugins.dbos``, the user's side only): ``system_database_url`` (a SQLAlchemy URL;
-    default: memora's PostgreSQL, else ``<data folder>/turns.sqlite``), ``poll_seconds`` (how
-    often this process looks for a turn it was asked to take over; default 0.2)."""
+    default: memora's PostgreSQL, else :func:`journal_file`), ``poll_seconds`` (how often this
+    process looks for a turn it was asked to take over; default 0.2).  From the host: ``path``
+    (the data folder), ``storage`` and ``storage_options``, ``user_dir``."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.url = system_database_url(options)
+        self.tag = project_tag(options)
+        """This project's turns in the journal: their workflow ids begin ``<tag>/``."""
+        if not options.get("system_database_url"):
+            _refuse_legacy(Path(options["path"]), self.url)
         poll = options.get("poll_seconds", 0.2)
         if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.01 <= poll <= 10:
             raise InvalidConfigError(
@@ -158,7 +197,7 @@ class DbosTurnExecutor:
             _Process.users += 1
             return
         if self.url.startswith("sqlite:///"):
-            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite(Path(self.url.removeprefix("sqlite:///")))
         config: DBOSConfig = {
             "name": "memora",
             "system_database_url": self.url,
@@ -192,38 +231,48 @@ class DbosTurnExecutor:
             _Process.queue = name
         return _Process.queue
 
+    def _id(self, key: str) -> str:
+        """The workflow id of the turn ``key`` of this project."""
+        return f"{self.tag}/{key}"
+
     # -- the TurnExecutor protocol -------------------------------------------------------------
 
     def execute(self, turn: DurableTurn) -> AsyncIterator[AgentChunk]:
+        workflow_id = self._id(turn.key)
+
         async def run(emit: Emit) -> None:
-            _LIVE[turn.key] = (turn, emit)
+            _LIVE[workflow_id] = (turn, emit)
             try:
-                with SetWorkflowID(turn.key):
-                    handle = await DBOS.start_workflow_async(_turn, turn.key, turn.state())
+                with SetWorkflowID(workflow_id):
+                    handle = await DBOS.start_workflow_async(_turn, workflow_id, turn.state())
                 await handle.get_result()
             finally:
-                _LIVE.pop(turn.key, None)
+                _LIVE.pop(workflow_id, None)
 
         return run_elsewhere(turn, run)
 
     def recover(self, turn: DurableTurn) -> AsyncIterator[AgentChunk]:
+        workflow_id = self._id(turn.key)
+
         async def run(emit: Emit) -> None:
-            _LIVE[turn.key] = (turn, emit)
+            _LIVE[workflow_id] = (turn, emit)
             try:
-                handle = await DBOS.resume_workflow_async(turn.key, queue_name=await self._queue())
+                queue = await self._queue()
+                handle = await DBOS.resume_workflow_async(workflow_id, queue_name=queue)
                 await handle.get_result()
             finally:
-                _LIVE.pop(turn.key, None)
+                _LIVE.pop(workflow_id, None)
 
         return run_elsewhere(turn, run)
 
     async def last_state(self, key: str) -> dict[str, Any] | None:
+        workflow_id = self._id(key)
         found = await DBOS.list_workflows_async(
-            workflow_ids=[key], status=_UNFINISHED, load_input=True, load_output=False
+            workflow_ids=[workflow_id], status=_UNFINISHED, load_input=True, load_output=False
         )
         if not found:
             return None
-        steps = await DBOS.list_workflow_steps_async(key)
+        steps = await DBOS.list_workflow_steps_async(workflow_id)
         kept = [s["output"] for s in steps if s["function_name"] == SEGMENT and s["output"]]
         if kept:
             return dict(kept[-1])
@@ -232,25 +281,28 @@ class DbosTurnExecutor:
         return dict(args[1]) if len(args) > 1 and isinstance(args[1], dict) else None
 
     async def unfinished(self, session_id: str | None = None) -> list[UnfinishedTurn]:
-        prefix = f"memora:{session_id}:" if session_id is not None else "memora:"
+        mine = self._id("memora:")
         found = await DBOS.list_workflows_async(
             status=_UNFINISHED,
-            workflow_id_prefix=prefix,
+            workflow_id_prefix=mine if session_id is None else f"{mine}{session_id}:",
             name=WORKFLOW,
             load_input=False,
             load_output=False,
         )
         out = []
         for status in found:
-            parts = status.workflow_id.split(":")
-            if len(parts) != 4:
+            key = status.workflow_id.removeprefix(f"{self.tag}/")
+            parts = key.split(":")
+            # a session id has no ":" (the stores refuse one); anything else is not a turn
+            # of this project's, whatever its id begins with
+            if len(parts) != 4 or (session_id is not None and parts[1] != session_id):
                 continue
             updated = (status.updated_at or 0) / 1000
-            out.append(UnfinishedTurn(status.workflow_id, parts[1], parts[2], updated))
+            out.append(UnfinishedTurn(key, parts[1], parts[2], updated))
         return sorted(out, key=lambda t: t.updated_at)
 
     async def abandon(self, key: str) -> None:
-        await DBOS.cancel_workflow_async(key)
+        await DBOS.cancel_workflow_async(self._id(key))
 
     async def close(self) -> None:
         if self._closed:
@@ -263,6 +315,33 @@ class DbosTurnExecutor:
                 await DBOS.delete_queue_async(queue)
             _Process.url = _Process.queue = None
             await asyncio.to_thread(DBOS.destroy, destroy_registry=False)
+
+
+def _private_sqlite(path: Path) -> None:
+    """The journal's folder made (0700) and its file created 0600 before SQLite opens it with
+    the umask's mode: it holds the turns' messages and tool results."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_file(path)
+    except OSError as exc:
+        raise NotAvailableError(
+            f"the dbos turn executor could not make its journal {path}: {exc}",
+            context={"path": str(path)},
+        ) from exc
+
+
+def _refuse_legacy(data: Path, url: str) -> None:
+    """Say once that a journal found in the project's data folder is not read (a cloned
+    project may have brought it; see the module docstring)."""
+    found = data / LEGACY_JOURNAL
+    if os.path.lexists(found):
+        logger.warning(
+            "%s is not read: a turn journal in a project's folder may come with the project "
+            "(a cloned repository) and would run what it holds; this user's durable turns "
+            "are kept in %s",
+            found,
+            _redact(url),
+        )
 
 
 def _redact(url: str | None) -> str:

@@ -1,0 +1,196 @@
+"""A fresh-eyed hostile review of #71's doors — durable turns (``"turn_executor": "dbos"``) and
+background turns — against a real ``memora serve`` (uvicorn on 127.0.0.1, in this process) with
+DBOS's own journal.  Each test is an attack: one that found a door open (fixed since, so it
+passes) says "Found"; one that held and is kept as a guard says "Held"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from memora import ProjectRuntime
+from memora.llm.types import FinishDelta, TextDelta
+from memora.testing import ScriptedProvider, ScriptedResponse, text, tool_call
+from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
+from tests.plugins.test_dbos_hostile import make_journal, plant
+
+from .conftest import project_dir, serve
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("dbos")
+
+from memora_plugin_dbos.executor import project_tag  # noqa: E402
+
+ALICE = {"Authorization": "Bearer tok-alice"}
+BOB = {"Authorization": "Bearer tok-bob"}
+READER = {"Authorization": "Bearer tok-reader"}
+ROSTER = ServerSettings(
+    tokens=[
+        TokenEntry(name="alice", hash=hash_token("tok-alice"), scope="alice"),
+        TokenEntry(name="bob", hash=hash_token("tok-bob"), scope="bob"),
+        TokenEntry(name="reader", hash=hash_token("tok-reader"), scope="alice", access="read"),
+    ]
+)
+
+
+def durable(
+    tmp_path: Path, provider: object, monkeypatch: pytest.MonkeyPatch, **dbos: object
+) -> dict[str, object]:
+    """`create_app` options: ``provider``, a user config of the test's own choosing durable
+    turns (``"turn_executor": "dbos"``, ``plugins.dbos`` = ``dbos``), the dbos plugin loaded."""
+    user = tmp_path / "user"
+    user.mkdir(exist_ok=True)
+    config: dict[str, object] = {"turn_executor": "dbos"}
+    if dbos:
+        config["plugins"] = {"dbos": dbos}
+    (user / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("MEMORA_LOAD_PLUGINS", "dbos")
+    return {"provider": provider, "config_dir": user, "load_entrypoints": True}
+
+
+def slow(words: int = 40, delay: float = 0.05) -> ScriptedResponse:
+    """An answer streamed one word every ``delay`` seconds (a turn that runs a while)."""
+    deltas = [TextDelta("word ") for _ in range(words)]
+    return ScriptedResponse([*deltas, FinishDelta("stop")], delay=delay)
+
+
+def agui(thread: str, said: str = "hello") -> dict[str, object]:
+    return {
+        "threadId": thread,
+        "runId": f"run-{thread}",
+        "messages": [{"id": "u1", "role": "user", "content": said}],
+    }
+
+
+async def sse(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of a server-sent event stream, as they come."""
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+
+
+# -- one journal, many sessions: whose turns a session's verbs reach ----------------------------
+
+
+async def test_bobs_abort_in_his_project_never_cancels_alices_turn_in_hers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: a durable turn's journal key is ``memora:<session>:<round>:<run>`` — no project —
+    and one process keeps every project's turns in one journal.  Bob's abort of his own idle
+    session ``t1`` in project b (an AG-UI thread, whose id the client chooses) gave up every
+    unfinished turn of any session ``t1``: alice's, running in project a, cancelled in the
+    middle of her answer."""
+    folders = {name: project_dir(tmp_path, name) for name in ("a", "b")}
+    provider = ScriptedProvider([text("bob's"), slow()])
+    journal = f"sqlite:///{tmp_path / 'journal.sqlite'}"
+    options = durable(tmp_path, provider, monkeypatch, system_database_url=journal)
+    alice_project, bob_project = "a", "b"
+    alices = bobs = "t1"  # an AG-UI thread's id is the client's choice
+    async with (
+        serve(folders, settings=ROSTER, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        made = await client.post(f"/v1/projects/{bob_project}/ag-ui", json=agui(bobs), headers=BOB)
+        assert made.status_code == 200, made.text
+        ran = f"/v1/projects/{alice_project}/ag-ui"
+        async with client.stream("POST", ran, json=agui(alices), headers=ALICE) as r:
+            assert r.status_code == 200, await r.aread()
+            seen: list[str] = []
+            async for event in sse(r):
+                seen.append(event["type"])
+                if event["type"] == "TEXT_MESSAGE_CONTENT" and seen.count(event["type"]) == 1:
+                    abort = f"/v1/projects/{bob_project}/sessions/{bobs}/abort"
+                    said = await client.post(abort, headers=BOB)
+                    assert said.json() == {"aborted": False}, said.text
+        assert seen[-1] == "RUN_FINISHED", seen[-5:]
+        assert "RUN_ERROR" not in seen
+
+
+async def test_a_worker_never_takes_over_a_turn_of_another_projects_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: with the workers' shared state (``--workers``, or PostgreSQL), every worker looks
+    each second for durable turns whose session no live worker holds — asking the liveness of
+    its own project's session of that id.  Alice's turn running in project a was taken over in
+    project b, where bob's session has the same id: run a second time, as bob, into bob's
+    session."""
+    folders = {name: project_dir(tmp_path, name) for name in ("a", "b")}
+    secret = "alices-secret-7731"
+    provider = ScriptedProvider([text("bob's"), slow(words=60)], default=text("again"))
+    journal = f"sqlite:///{tmp_path / 'journal.sqlite'}"
+    options = durable(tmp_path, provider, monkeypatch, system_database_url=journal)
+    async with (
+        serve(folders, settings=ROSTER, shared=True, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        made = await client.post("/v1/projects/b/ag-ui", json=agui("t1"), headers=BOB)
+        assert made.status_code == 200, made.text
+        async with client.stream(
+            "POST", "/v1/projects/a/ag-ui", json=agui("t1", secret), headers=ALICE
+        ) as r:
+            seen = [event["type"] async for event in sse(r)]
+        assert seen[-1] == "RUN_FINISHED", seen[-5:]
+        await asyncio.sleep(1.5)  # a take-over pass or two after alice's turn
+        bobs = await client.get("/v1/projects/b/sessions/t1", headers=BOB)
+        assert secret not in bobs.text, bobs.text[:2000]
+        assert len(bobs.json()["rounds"]) == 1
+        asked = [m.content for q in provider.requests for m in q.messages if m.role == "user"]
+        assert asked.count(secret) == 1, asked
+
+
+# -- a cloned project's journal ----------------------------------------------------------------
+
+
+async def test_serving_a_cloned_project_never_runs_a_call_its_journal_approved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: ``memora serve`` takes over, at its start, every unfinished durable turn in the
+    journal whose session exists — and the journal was ``.memora/data/turns.sqlite``, which a
+    cloned repository brings along with the session.  A kept state names the calls to make
+    next, an approval among them: the planted ``write_file`` ran with no one asked, in a server
+    whose approvals are ``ask``.  (Paused turns in that folder are sealed with the user's key;
+    the journal was not.)  The journal is now the user's own file: the planted one is not
+    read, and nothing runs."""
+    project = project_dir(tmp_path, "cloned")
+    data = project / ".memora" / "data"
+    # the attacker's memora makes the session and a turn paused on a write, then approves it
+    call = ("write_file", {"path": "pwned.txt", "content": "x"}, "c1")
+    script = ScriptedProvider([text("hi"), tool_call(call)])
+    async with ProjectRuntime(
+        project_path=project, data_dir=data, config_dir=tmp_path / "attacker", provider=script
+    ) as runtime:
+        agent = await runtime.agent(session_id="s1")
+        agent.approvals = "ask"
+        [_ async for _ in agent.chat("hello")]
+        [_ async for _ in agent.chat("write it")]
+        paused = agent.paused_turn
+        assert paused is not None
+        paused.approve()
+        state = {**paused.to_json()["turn"], "journal": 1, "runs": 1}
+        paused.discard()
+    journal = data / "turns.sqlite"
+    await make_journal(journal)
+    round_id = state["round_id"]
+    tag = project_tag({"path": data})  # the victim's tag is the attacker's to compute
+    for workflow_id in (f"memora:s1:{round_id}:1", f"{tag}/memora:s1:{round_id}:1"):
+        plant(journal, workflow_id, state, output=None)
+    provider = ScriptedProvider(default=text("done"))
+    options = durable(tmp_path, provider, monkeypatch)
+    async with (
+        serve(project, approvals="ask", **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        for _ in range(30):  # the take-over pass runs at the start: 3 s is many of them
+            assert not (project / "pwned.txt").exists(), "the planted call ran"
+            await asyncio.sleep(0.1)
+        info = (await client.get("/v1/projects/cloned/sessions/s1")).json()
+        assert info["running_turn"] is None and len(info["rounds"]) == 1
+    assert not (project / "pwned.txt").exists()
+    assert provider.requests == []
