@@ -8,6 +8,11 @@ state, its events going on under the same turn id).  Several workers may look at
 session's lock lets one of them in.  Without shared state the process serves its projects
 alone, so it looks once, at its start: a turn left unfinished then was left by the process
 before it.
+
+A turn this memora cannot go on with — kept by a newer one (its journal's version) — is left
+alone, named once in the log: taken over, it would be refused on every pass, each refusal
+written into the events of the session's last turn.  One turn whose take-over fails does not
+keep the others from theirs.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from memora.errors import BusyError
+from memora import UnfinishedTurn, check_state_version
+from memora.errors import BusyError, MemoraError
+from memora.security.state import warn_once
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -37,12 +44,13 @@ over before they are told ``TURN_LOST``."""
 async def take_overs(hub: Hub) -> None:
     """See the module docstring (cancelled when the hub closes)."""
     first = True
+    refused: set[tuple[str, str]] = set()  # (project, turn) this memora cannot go on with
     while True:
         for project in hub.projects.values():
             if project.runtime.turn_executor is None or (project.shared is None and not first):
                 continue
             try:
-                await _take_over_dead(hub, project)
+                await _take_over_dead(hub, project, refused)
             except Exception:
                 logger.exception(
                     "looking for durable turns to take over in %s failed", project.name
@@ -51,17 +59,39 @@ async def take_overs(hub: Hub) -> None:
         await asyncio.sleep(TAKEOVER_SECONDS)
 
 
-async def _take_over_dead(hub: Hub, project: Project) -> None:
+async def _take_over_dead(hub: Hub, project: Project, refused: set[tuple[str, str]]) -> None:
     executor = project.runtime.turn_executor
     assert executor is not None
     for left in await executor.unfinished():
-        if hub.busy_here(project.name, left.session_id):
+        if (project.name, left.key) in refused or hub.busy_here(project.name, left.session_id):
             continue
-        if project.shared is not None and await project.shared.alive(left.session_id):
-            continue  # running on a live worker
-        exists, owner = await hub.owner(project.name, left.session_id)
-        if not exists:
-            continue  # another project's session (one journal for the process)
-        with contextlib.suppress(BusyError):  # another worker was quicker
-            await hub.take_over(project.name, left.session_id, left.key, scope=owner)
-            logger.info("took over turn %s of session %s", left.key, left.session_id)
+        try:
+            await _take_over(hub, project, left, refused)
+        except Exception as exc:  # this turn's failure is not the next one's; said once
+            warn_once(
+                logger, left.key, "taking over turn %s failed: %r (tried again)", left.key, exc
+            )
+
+
+async def _take_over(
+    hub: Hub, project: Project, left: UnfinishedTurn, refused: set[tuple[str, str]]
+) -> None:
+    if project.shared is not None and await project.shared.alive(left.session_id):
+        return  # running on a live worker
+    exists, owner = await hub.owner(project.name, left.session_id)
+    if not exists:
+        return  # not a session of this project
+    executor = project.runtime.turn_executor
+    assert executor is not None
+    state = await executor.last_state(left.key)
+    if state is None:
+        return  # it ended since it was listed
+    try:
+        check_state_version(state)
+    except MemoraError as exc:
+        refused.add((project.name, left.key))
+        logger.warning("turn %s is not taken over: %s", left.key, exc.message)
+        return
+    with contextlib.suppress(BusyError):  # another worker was quicker
+        await hub.take_over(project.name, left.session_id, left.key, scope=owner)
+        logger.info("took over turn %s of session %s", left.key, left.session_id)

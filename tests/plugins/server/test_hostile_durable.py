@@ -20,7 +20,7 @@ from memora.testing import ScriptedProvider, ScriptedResponse, text, tool_call
 from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
 from tests.plugins.test_dbos_hostile import make_journal, plant
 
-from .conftest import project_dir, serve
+from .conftest import project_dir, read_events, serve
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +194,101 @@ async def test_serving_a_cloned_project_never_runs_a_call_its_journal_approved(
         assert info["running_turn"] is None and len(info["rounds"]) == 1
     assert not (project / "pwned.txt").exists()
     assert provider.requests == []
+
+
+# -- background turns: who may follow, start, abort ----------------------------------------------
+
+
+async def test_only_alice_follows_or_aborts_her_background_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: alice's background turn (a durable one) is not bob's to follow, abort or start
+    another in (404, as for a session that does not exist); her read-only token follows it but
+    neither starts nor aborts one (403); a second background turn in her session while one runs
+    is refused (409) — the same bound as a turn with a client; an abort of a session that does
+    not exist, or in a project not served, is 404; and her turn ends done."""
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider([slow(words=30)], default=text("later"))
+    options = durable(tmp_path, provider, monkeypatch)
+    async with (
+        serve(project, settings=ROSTER, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        sid = (await client.post("/v1/projects/proj/sessions", json={}, headers=ALICE)).json()["id"]
+        base = f"/v1/projects/proj/sessions/{sid}"
+        body = {"text": "go", "background": True}
+        started = await client.post(f"{base}/turns", json=body, headers=ALICE)
+        assert started.status_code == 202, started.text
+        events = started.json()["events"]
+        tries = {
+            "bob follows": await client.get(events, headers=BOB),
+            "bob aborts": await client.post(f"{base}/abort", headers=BOB),
+            "bob starts": await client.post(f"{base}/turns", json=body, headers=BOB),
+            "bob names alice": await client.post(
+                f"{base}/abort", headers={**BOB, "X-Memora-User": "alice"}
+            ),
+            "reader starts": await client.post(f"{base}/turns", json=body, headers=READER),
+            "reader aborts": await client.post(f"{base}/abort", headers=READER),
+            "alice again": await client.post(f"{base}/turns", json=body, headers=ALICE),
+            "no session": await client.post("/v1/projects/proj/sessions/nope/abort", headers=ALICE),
+            "no project": await client.post(
+                f"/v1/projects/other/sessions/{sid}/abort", headers=ALICE
+            ),
+        }
+        codes = {what: r.status_code for what, r in tries.items()}
+        assert codes == {
+            "bob follows": 404,
+            "bob aborts": 404,
+            "bob starts": 404,
+            "bob names alice": 403,
+            "reader starts": 403,
+            "reader aborts": 403,
+            "alice again": 409,
+            "no session": 404,
+            "no project": 404,
+        }, {w: (r.status_code, r.text[:200]) for w, r in tries.items()}
+        async with client.stream("GET", events, headers=READER) as r:
+            assert r.status_code == 200
+            seen = await read_events(r)
+        assert seen[-1].type == "done", seen[-1].data
+
+
+# -- a journal from a newer memora ---------------------------------------------------------------
+
+
+async def test_a_turn_kept_by_a_newer_memora_is_named_once_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found: the workers' take-over pass (every second) took over a turn whose kept state is
+    of a newer journal version; the Agent refused it, naming the version — and the next pass
+    did it again, forever: the session's lock taken, its Agent opened, "took over" logged, and
+    each refusal written as an ``error`` into the events of the session's last turn (a
+    finished one of the user's, which a client re-attaching on another worker reads after its
+    ``done``).  It is now named once and left to a memora that reads it (or to an abort)."""
+    project = project_dir(tmp_path)
+    provider = ScriptedProvider(default=text("ok"))
+    options = durable(tmp_path, provider, monkeypatch)
+    async with (
+        serve(project, shared=True, **options) as srv,
+        httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+    ):
+        sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+        base = f"/v1/projects/proj/sessions/{sid}"
+        async with client.stream("POST", f"{base}/turns", json={"text": "hi"}) as r:
+            assert (await read_events(r))[-1].type == "done"
+        executor = srv.app.state.hub.projects["proj"].runtime.turn_executor
+        journal = Path(executor.url.removeprefix("sqlite:///"))
+        key = f"memora:{sid}:r-newer:1"
+        state = {"journal": 2, "round_id": "r-newer", "session_id": sid, "user_text": "x"}
+        plant(journal, f"{executor.tag}/{key}", state, output=None)
+        with caplog.at_level("INFO", logger="memora.server"):
+            await asyncio.sleep(3.5)  # three passes or more
+        said = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+        assert len(said) == 1 and "version 2" in said[0], said
+        async with client.stream("POST", f"{base}/turns", json={"text": "again"}) as r:
+            assert (await read_events(r))[-1].type == "done"
+        # the user can drop it
+        assert (await client.post(f"{base}/abort")).json() == {"aborted": True}
+        assert await executor.unfinished() == []
+    written = [p.read_bytes() for p in (project / ".memora" / "data").rglob("*") if p.is_file()]
+    assert not [t for t in written if b"journal is version" in t]
