@@ -206,3 +206,28 @@ async def test_a_journal_that_cannot_be_made_is_a_clear_error_naming_it(tmp_path
         await runtime.open()
     assert str(blocked) in info.value.message
     assert not runtime.is_open
+
+
+async def test_the_event_loop_runs_threads_after_a_durable_runtime_closed(tmp_path: Path) -> None:
+    """Found: DBOS makes its thread pool the event loop's default executor at its first async
+    call and leaves it there when destroyed — shut down: every ``asyncio.to_thread`` of a host
+    that went on after its durable runtime closed failed (``cannot schedule new futures after
+    shutdown``), memora's own session writes among them: a second runtime, durable or not,
+    could not even start in that loop."""
+    project = tmp_path / "project"
+    project.mkdir()
+    common: dict[str, Any] = {"project_path": project, "data_dir": tmp_path / "data"}
+    async with ProjectRuntime(
+        config_dir=user_config(tmp_path), provider=ScriptedProvider([text("kept")]), **common
+    ) as runtime:
+        agent = await runtime.agent(session_id="s1")
+        assert [c async for c in agent.chat("hi")][-1].type == "done"
+    assert await asyncio.to_thread(sum, [1, 2]) == 3
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    async with ProjectRuntime(
+        config_dir=plain, provider=ScriptedProvider([text("again")]), **common
+    ) as runtime:
+        agent = await runtime.agent(session_id="s1")
+        assert [c async for c in agent.chat("and now")][-1].type == "done"

@@ -39,6 +39,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -315,6 +316,14 @@ class DbosTurnExecutor:
                 await DBOS.delete_queue_async(queue)
             _Process.url = _Process.queue = None
             await asyncio.to_thread(DBOS.destroy, destroy_registry=False)
+            # DBOS made its thread pool this loop's default executor (at its first async
+            # call) and leaves it there, shut down: every asyncio.to_thread on the loop would
+            # then fail ("cannot schedule new futures after shutdown") — memora's own file
+            # writes among them, for a host that goes on after this runtime closed.  The loop
+            # gets a pool of its own again.
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(thread_name_prefix="asyncio")
+            )
 
 
 def _private_sqlite(path: Path) -> None:
