@@ -11,8 +11,10 @@ before it.
 
 A turn this memora cannot go on with — kept by a newer one (its journal's version) — is left
 alone, named once in the log: taken over, it would be refused on every pass, each refusal
-written into the events of the session's last turn.  One turn whose take-over fails does not
-keep the others from theirs.
+written into the events of the session's last turn.  A turn whose session has stored a round
+started after it (the session took the next message while the turn waited) is given up: it
+would go on out of order, behind the user's back.  One turn whose take-over fails does not keep
+the others from theirs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from memora import UnfinishedTurn, check_state_version
 from memora.errors import BusyError, MemoraError
@@ -92,6 +95,24 @@ async def _take_over(
         refused.add((project.name, left.key))
         logger.warning("turn %s is not taken over: %s", left.key, exc.message)
         return
+    if await _moved_on(project, left.session_id, state):
+        await executor.abandon(left.key)
+        logger.warning(
+            "turn %s of session %s is given up, not taken over: the session stored a round "
+            "started after it (a message sent while it waited), and it would go on out of order",
+            left.key,
+            left.session_id,
+        )
+        return
     with contextlib.suppress(BusyError):  # another worker was quicker
         await hub.take_over(project.name, left.session_id, left.key, scope=owner)
         logger.info("took over turn %s of session %s", left.key, left.session_id)
+
+
+async def _moved_on(project: Project, session_id: str, state: Mapping[str, Any]) -> bool:
+    """The session stored a round started after the turn ``state`` began: the session took
+    another message while the turn waited (its journal failed, or its worker died and the user
+    asked again) — going on now would run it behind that round, on a history it never saw."""
+    started = float(state.get("started_at") or 0)
+    rounds = await project.runtime.session_store.rounds(session_id)
+    return any(r.round_id != state.get("round_id") and r.started_at > started for r in rounds)

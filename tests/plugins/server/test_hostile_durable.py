@@ -15,10 +15,11 @@ import httpx2
 import pytest
 
 from memora import ProjectRuntime
-from memora.llm.types import FinishDelta, TextDelta
+from memora.llm.types import FinishDelta, LLMRequest, TextDelta
 from memora.testing import ScriptedProvider, ScriptedResponse, text, tool_call
 from memora_plugin_server.config import ServerSettings, TokenEntry, hash_token
 from tests.plugins.test_dbos_hostile import make_journal, plant
+from tests.small_disk import fill, small_disk
 
 from .conftest import project_dir, read_events, serve
 
@@ -292,3 +293,58 @@ async def test_a_turn_kept_by_a_newer_memora_is_named_once_and_left_alone(
         assert await executor.unfinished() == []
     written = [p.read_bytes() for p in (project / ".memora" / "data").rglob("*") if p.is_file()]
     assert not [t for t in written if b"journal is version" in t]
+
+
+# -- the journal fails mid-turn ------------------------------------------------------------------
+
+
+async def test_a_turn_whose_journal_failed_never_goes_on_after_the_session_moved_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: a turn whose journal failed mid-turn (its disk full) ends with an error, kept up to
+    its last step "to go on once the journal answers" — and the session takes the next message
+    meanwhile.  The user asked again, that turn ran and was stored; at the server's next start
+    the first turn was taken over anyway and went on behind the user's back: its LLM calls made
+    again, its round stored after the newer one, out of order.  A turn whose session stored a
+    round started after it is now given up, not taken over."""
+    counter = tmp_path / "ran.txt"
+    command = ("run_command", {"command": f"echo once >> {counter}"}, "c1")
+    with small_disk(tmp_path / "disk", size="1m") as disk:
+        project = project_dir(tmp_path)
+        fillers: list[Path] = []
+
+        def filling(request: LLMRequest) -> ScriptedResponse:
+            fillers.append(fill(disk))  # the journal's disk is full from this answer on
+            return tool_call(command)
+
+        provider = ScriptedProvider(
+            [filling, tool_call(command), text("done now")], default=text("behind your back")
+        )
+        journal = f"sqlite:///{disk / 'journal.sqlite'}"
+        options = durable(tmp_path, provider, monkeypatch, system_database_url=journal)
+        async with (
+            serve(project, approvals="full-auto", **options) as srv,
+            httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+        ):
+            sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+            base = f"/v1/projects/proj/sessions/{sid}"
+            async with client.stream("POST", f"{base}/turns", json={"text": "run it"}) as r:
+                failed = await read_events(r)
+            assert failed[-1].type == "error" and "journal" in failed[-1].data["message"]
+            fillers[0].unlink()  # space is back; the user asks again
+            async with client.stream("POST", f"{base}/turns", json={"text": "run it"}) as r:
+                assert (await read_events(r))[-1].type == "done"
+        assert len(provider.requests) == 3
+        async with (
+            serve(project, approvals="full-auto", **options) as srv,
+            httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+        ):
+            executor = srv.app.state.hub.projects["proj"].runtime.turn_executor
+            for _ in range(100):  # the take-over pass at the start has looked at it
+                if not await executor.unfinished():
+                    break
+                await asyncio.sleep(0.05)
+            info = (await client.get(base)).json()
+        assert [(r["user"], r["assistant"]) for r in info["rounds"]] == [("run it", "done now")]
+        assert len(provider.requests) == 3, [q.messages[-1].content for q in provider.requests]
+        assert counter.read_text() == "once\n"
