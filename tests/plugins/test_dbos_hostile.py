@@ -20,7 +20,7 @@ import pytest
 
 from memora import ProjectRuntime
 from memora.errors import MemoraError
-from memora.testing import ScriptedProvider, text
+from memora.testing import ScriptedProvider, text, tool_call
 
 pytest.importorskip("dbos")
 
@@ -231,3 +231,36 @@ async def test_the_event_loop_runs_threads_after_a_durable_runtime_closed(tmp_pa
     ) as runtime:
         agent = await runtime.agent(session_id="s1")
         assert [c async for c in agent.chat("and now")][-1].type == "done"
+
+
+async def test_the_journal_keeps_the_turns_that_may_go_on_not_every_turn(tmp_path: Path) -> None:
+    """Found: every turn's workflow stayed in the journal once ended, each of its steps holding
+    the whole turn as it stood — a turn of 16 tool steps reading a 5.6 KB file added 1.7 MB —
+    so a server's journal grew without end (a full disk's way in, and its turns' text kept
+    where no forget reaches).  An ended turn's workflow is now deleted."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "big.txt").write_text("lorem ipsum dolor sit amet\n" * 200)
+    reads = [tool_call(("read_file", {"path": "big.txt"}, f"c{i}")) for i in range(4)]
+    provider = ScriptedProvider([*reads, text("read"), *reads, text("again")])
+    journal = tmp_path / "journal.sqlite"
+    config = user_config(
+        tmp_path, plugins={"dbos": {"system_database_url": f"sqlite:///{journal}"}}
+    )
+    async with ProjectRuntime(
+        project_path=project,
+        data_dir=tmp_path / "data",
+        config_dir=config,
+        provider=provider,
+        approvals="full-auto",
+    ) as runtime:
+        agent = await runtime.agent(session_id="s1")
+        for said in ("read it", "read it again"):
+            assert [c async for c in agent.chat(said)][-1].type == "done"
+    db = sqlite3.connect(journal)
+    kept = {
+        table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        for table in ("workflow_status", "operation_outputs", "workflow_input")
+    }
+    db.close()
+    assert kept == {"workflow_status": 0, "operation_outputs": 0, "workflow_input": 0}

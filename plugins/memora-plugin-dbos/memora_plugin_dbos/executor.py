@@ -9,7 +9,9 @@ time — ``DBOS.run_step_async`` of ``memora_segment``: the engine runs on to it
 (an LLM call answered, a tool's result, the intent to make a call that may not be repeated) and
 the step's output is the state there — so DBOS keeps each checkpoint before the engine goes on.
 
-On a worker that died, the workflow stays ``PENDING``.  A host that sees the worker gone (the
+A turn's workflow is deleted once it has ended (done, paused, aborted): the journal holds the
+turns that may still go on, not a history.  On a worker that died, the workflow stays
+``PENDING``.  A host that sees the worker gone (the
 server: the session's lock is free) calls :meth:`DbosTurnExecutor.recover` with the turn rebuilt
 from :meth:`~DbosTurnExecutor.last_state`: ``DBOS.resume_workflow`` puts the workflow on this
 process's own queue, DBOS runs it here, on this event loop, and replays it — the kept segments
@@ -249,6 +251,7 @@ class DbosTurnExecutor:
                 await handle.get_result()
             finally:
                 _LIVE.pop(workflow_id, None)
+            await _forget(workflow_id)
 
         return run_elsewhere(turn, run)
 
@@ -263,6 +266,7 @@ class DbosTurnExecutor:
                 await handle.get_result()
             finally:
                 _LIVE.pop(workflow_id, None)
+            await _forget(workflow_id)
 
         return run_elsewhere(turn, run)
 
@@ -324,6 +328,16 @@ class DbosTurnExecutor:
             asyncio.get_running_loop().set_default_executor(
                 ThreadPoolExecutor(thread_name_prefix="asyncio")
             )
+
+
+async def _forget(workflow_id: str) -> None:
+    """An ended turn's workflow out of the journal: nothing reads it again, and each of its
+    steps keeps the whole turn as it stood (a 16-step turn of 5 KB tool results: 1.7 MB), so a
+    journal that kept every turn grew without end.  A failure costs the space, not the turn."""
+    try:
+        await DBOS.delete_workflow_async(workflow_id)
+    except Exception as exc:
+        logger.warning("the ended turn %s stays in the journal: %s", workflow_id, exc)
 
 
 def _private_sqlite(path: Path) -> None:
