@@ -307,7 +307,10 @@ class DbosTurnExecutor:
         return sorted(out, key=lambda t: t.updated_at)
 
     async def abandon(self, key: str) -> None:
+        # cancelled first: a run still going somewhere stops at its next step; then out of
+        # the journal, its text with it (nothing goes on with it any more)
         await DBOS.cancel_workflow_async(self._id(key))
+        await _forget(self._id(key))
 
     async def close(self) -> None:
         if self._closed:

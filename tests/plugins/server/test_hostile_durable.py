@@ -6,7 +6,9 @@ passes) says "Found"; one that held and is kept as a guard says "Held"."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -288,9 +290,12 @@ async def test_a_turn_kept_by_a_newer_memora_is_named_once_and_left_alone(
         assert len(said) == 1 and "version 2" in said[0], said
         async with client.stream("POST", f"{base}/turns", json={"text": "again"}) as r:
             assert (await read_events(r))[-1].type == "done"
-        # the user can drop it
+        # the user can drop it: gone from the journal, its text with it
         assert (await client.post(f"{base}/abort")).json() == {"aborted": True}
         assert await executor.unfinished() == []
+        with contextlib.closing(sqlite3.connect(journal)) as db:
+            rows = db.execute("SELECT count(*) FROM workflow_status").fetchone()[0]
+        assert rows == 0
     written = [p.read_bytes() for p in (project / ".memora" / "data").rglob("*") if p.is_file()]
     assert not [t for t in written if b"journal is version" in t]
 
