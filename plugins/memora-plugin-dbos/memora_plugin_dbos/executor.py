@@ -1,19 +1,20 @@
 """memora's turns as DBOS workflows.
 
 Each run of a turn is one workflow, ``memora_turn(id)``, whose id is the turn's key
-(``memora:<session>:<round>:<run>``) under its project's tag (``<tag>/<key>``, :func:`project_tag`:
-one process keeps every project's turns in one journal, and session ids are only unique within a
-project — an AG-UI thread's or an A2A context's is the client's choice) and whose input is the
-turn's state at its start: the turn is recoverable from the moment it starts.  The workflow asks the turn for one segment at a
-time — ``DBOS.run_step_async`` of ``memora_segment``: the engine runs on to its next checkpoint
-(an LLM call answered, a tool's result, the intent to make a call that may not be repeated) and
-the step's output is the state there — so DBOS keeps each checkpoint before the engine goes on.
+(``memora:<session>:<round>:<run>``) under its project's tag — ``<tag>/<key>``
+(:func:`project_tag`): one process keeps every project's turns in one journal, and a session
+id is unique only within its project (an AG-UI thread's or an A2A context's is the client's
+choice) — and whose input is the turn's state at its start: the turn is recoverable from the
+moment it starts.  The workflow asks the turn for one segment at a time —
+``DBOS.run_step_async`` of ``memora_segment``: the engine runs on to its next checkpoint (an
+LLM call answered, a tool's result, the intent to make a call that may not be repeated) and the
+step's output is the state there — so DBOS keeps each checkpoint before the engine goes on.
 
-A turn's workflow is deleted once it has ended (done, paused, aborted): the journal holds the
-turns that may still go on, not a history.  On a worker that died, the workflow stays
-``PENDING``.  A host that sees the worker gone (the
-server: the session's lock is free) calls :meth:`DbosTurnExecutor.recover` with the turn rebuilt
-from :meth:`~DbosTurnExecutor.last_state`: ``DBOS.resume_workflow`` puts the workflow on this
+A turn's workflow is deleted once it has ended (done, paused, aborted) or been abandoned: the
+journal holds the turns that may still go on, not a history.  On a worker that died, the
+workflow stays ``PENDING``.  A host that sees the worker gone (the server: the session's lock
+is free) calls :meth:`DbosTurnExecutor.recover` with the turn rebuilt from
+:meth:`~DbosTurnExecutor.last_state`: ``DBOS.resume_workflow`` puts the workflow on this
 process's own queue, DBOS runs it here, on this event loop, and replays it — the kept segments
 return their outputs without running, the first one not kept runs the rebuilt turn on.
 
@@ -28,7 +29,9 @@ there, unpickles any value a row marks ``py_pickle`` (whatever serializer it was
 kept state names the calls to make next — one already approved among them.  So the default
 SQLite journal lives in the user's memora folder (``<user dir>/turns/<digest of the data
 folder>.sqlite``, private), never in the project's data folder, which a cloned repository
-fills: a ``turns.sqlite`` found there is not opened (:func:`journal_file`).
+fills: a ``turns.sqlite`` found there is not opened (:func:`journal_file`).  For the same
+reason whoever may write a PostgreSQL journal's tables may run code in every worker that reads
+it: give that database's write access to the people who may deploy memora, no one else.
 """
 
 from __future__ import annotations
