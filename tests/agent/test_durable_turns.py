@@ -6,6 +6,7 @@ says it may."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,74 @@ async def test_a_durable_turn_that_pauses_ends_its_run_and_continues_as_the_next
         assert types(rest)[-1] == "done" and RAN == {"send_payment": 1}
         key2 = next(k for k in executor.journal if k != key1)
         assert key2 == key1[: -len(":1")] + ":2" and key2 in executor.ended
+
+
+class _SlowJournal:
+    """The in-memory executor behind a journal that keeps a turn's start only once ``gate``
+    is set (a database slow to answer)."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryTurnExecutor()
+        self.gate = asyncio.Event()
+
+    def execute(self, turn: Any) -> Any:
+        async def chunks() -> Any:
+            await self.gate.wait()
+            async for chunk in self.inner.execute(turn):
+                yield chunk
+
+        return chunks()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_turn_kept_returns_once_the_executor_keeps_the_turns_start(
+    tmp_path: Path,
+) -> None:
+    """A host that acknowledges a turn (``202``) waits for ``agent.turn_kept()``: a turn it
+    acknowledged is one a dying process leaves to another (soak finding: the server answered
+    before the turn's workflow existed, and a host killed in between lost it)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    executor = _SlowJournal()
+    slow = text("kept", chunks=3)
+    slow.delay = 0.3  # the model answers slowly: the turn is kept long before it ends
+    provider = ScriptedProvider([], default=slow)
+    async with _runtime(tmp_path, project, provider, executor) as rt:
+        agent = await _agent(rt, "s1")
+        running = asyncio.create_task(collect(agent.chat("hello")))
+        kept = asyncio.create_task(agent.turn_kept())
+        await asyncio.sleep(0.2)
+        assert not kept.done() and executor.inner.journal == {}
+        executor.gate.set()
+        await asyncio.wait_for(kept, 10)
+        assert list(executor.inner.journal)  # its start is in the journal
+        assert not running.done()  # kept at its start, not only at its end
+        assert types(await asyncio.wait_for(running, 10))[-1] == "done"
+        # a turn refused at its start is never kept, and leaves the running one's alone
+        executor.gate.clear()
+        one = asyncio.create_task(collect(agent.chat("one")))
+        await asyncio.sleep(0.1)
+        second = agent.chat("two at once")
+        second_kept = asyncio.create_task(agent.turn_kept())
+        with pytest.raises(MemoraError):
+            await collect(second)
+        await asyncio.wait_for(second_kept, 10)  # refused: nobody waits for it for ever
+        kept = asyncio.create_task(agent.turn_kept())
+        await asyncio.sleep(0.1)
+        assert not kept.done()  # turn "one" is not kept yet
+        executor.gate.set()
+        await asyncio.wait_for(kept, 10)
+        assert types(await asyncio.wait_for(one, 10))[-1] == "done"
+
+
+async def test_turn_kept_is_at_once_without_a_turn_executor(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    provider = ScriptedProvider([text("plain")])
+    async with _runtime(tmp_path, project, provider, None) as rt:
+        agent = await _agent(rt, "s1")
+        running = asyncio.create_task(collect(agent.chat("hello")))
+        await asyncio.wait_for(agent.turn_kept(), 10)
+        assert types(await running)[-1] == "done"

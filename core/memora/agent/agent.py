@@ -517,6 +517,20 @@ class Agent(PauseVerbs, SyncVerbs):
         the rest of its chunks, as :meth:`chat` does (see docs/durability.md)."""
         return self._ready("take_over").take_over(key)
 
+    def turn_kept(self) -> Awaitable[None]:
+        """Done once the turn :meth:`chat` (or a paused turn's resume) last started is kept by
+        the turn executor — from then on a process that dies leaves it to another (see
+        docs/durability.md) — or has ended or was refused; at once without a turn executor.
+        For a host that acknowledges a turn (``202``) while another task iterates its
+        chunks: call it right after :meth:`chat` (the turn is the one started then)."""
+        event = self._parts.turn_kept if self._initialised else None
+
+        async def kept() -> None:
+            if event is not None:
+                await event.wait()
+
+        return kept()
+
     def abort(self, reason: Literal["user", "timeout"] = "user") -> None:
         """Host abort signal: the running turn ends with ``aborted(stop_reason=reason)`` —
         ``"user"`` (a stop button), or ``"timeout"`` for the host's own deadline; the iterator

@@ -111,6 +111,8 @@ class DurableTurn:
         record: TurnRecord,
         run: Callable[[], AsyncGenerator[AgentChunk | Checkpoint, None]],
         control: TurnControl,
+        *,
+        on_kept: Callable[[], None] | None = None,
     ) -> None:
         self.key = key
         """``<project>:<session>:<round>:<run>``: the turn's identity across workers (a turn
@@ -125,6 +127,10 @@ class DurableTurn:
         self._proceed = asyncio.Event()
         self._ended = False
         self._vanished = False
+        self._on_kept = on_kept
+        """Told once, at the first :meth:`segment`: an executor asks for segments only once it
+        has kept the turn's start (its workflow started with the turn's state as its input),
+        so from then on a worker that dies leaves the turn to another."""
 
     @property
     def ended(self) -> bool:
@@ -146,6 +152,8 @@ class DurableTurn:
         if self._ended:
             return None
         if self._task is None:
+            if self._on_kept is not None:
+                self._on_kept()
             self._task = asyncio.get_running_loop().create_task(
                 self._pump(), name=f"memora-turn-{self.round_id}"
             )

@@ -12,6 +12,7 @@ weakly: the Agent owns it, not the other way round.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -86,6 +87,9 @@ class SessionMachinery:
         """The Agent, held weakly; only its public surface is read."""
         self.driver = driver
         """The Agent's turn driver: the running turn and the host's signals to it."""
+        self.turn_kept = asyncio.Event()
+        """Set once the turn last started is kept by the turn executor (at once without one),
+        or has ended: :meth:`Agent.turn_kept`."""
         runtime = agent.runtime
         opts = agent.options
         project = Path(opts.project_path)
@@ -237,15 +241,20 @@ class SessionMachinery:
         """A chat turn made ready to run: its tools loaded, its pinned memories read."""
         live = self.live
         live.duplicates.reset()
+        await self._ready(record)
+        live.turn = record
+        return record
+
+    async def _ready(self, record: TurnRecord) -> None:
+        """What a turn needs besides its record — its capabilities' tools loaded, the scope's
+        pinned memories read — for a new turn and for one taken over from its journal alike."""
         self.exposure.plan_asked = self.prompts.asks_for_plan(record.user_text)
         try:
             await self.exposure.load_capability_tools()
             self.prompts.pinned = await self._pinned_block()
         except BaseException:
-            live.busy = False
+            self.live.busy = False
             raise
-        live.turn = record
-        return record
 
     async def _pinned_block(self) -> str | None:
         """The scope's pinned memories for this turn's prompt; a store that fails to answer
@@ -258,12 +267,25 @@ class SessionMachinery:
 
     def drive(self, start: Callable[[], Awaitable[TurnRecord]]) -> AsyncIterator[AgentChunk]:
         """The chunks of the turn ``start`` begins or resumes, run by the turn engine."""
-        return self.driver.drive(self.live, start, self.run_turn)
+        previous, kept = self.turn_kept, asyncio.Event()
+        self.turn_kept = kept
+
+        async def started() -> TurnRecord:
+            try:
+                return await start()
+            except BaseException:
+                kept.set()  # refused (busy, its tools failed to load): it will never be kept
+                if self.turn_kept is kept:  # a turn still running is the one to wait for
+                    self.turn_kept = previous
+                raise
+
+        return self.driver.drive(self.live, started, self.run_turn)
 
     def run_turn(self, record: TurnRecord) -> AsyncIterator[AgentChunk]:
         engine = TurnEngine(self.turn_deps(record), record)
         executor = self.agent.runtime.turn_executor
         if executor is None:
+            self.turn_kept.set()  # nothing is kept: as accepted as it will be
             return engine.run()
         record.runs += 1  # a durable turn: each start or continuation is one run of its round
         return self._kept(record, executor.execute(self._durable(record, engine)))
@@ -274,16 +296,20 @@ class SessionMachinery:
         """An executed turn's chunks; when its executor could not keep it (``JournalError``),
         the turn's messages leave the window: it is unfinished, and goes on — from what was
         kept — wherever it is taken over, this Agent's history as the store has it."""
+        kept = self.turn_kept
         try:
             async for chunk in chunks:
                 yield chunk
         except JournalError:
             self.window.rollback(len(record.messages))
             raise
+        finally:
+            kept.set()  # ended, or failed before its start was kept: nobody waits on for it
 
     def _durable(self, record: TurnRecord, engine: TurnEngine) -> DurableTurn:
         key = f"memora:{record.session_id}:{record.round_id}:{record.runs}"
-        return DurableTurn(key, record, engine.run_durably, self.driver.control)
+        control = self.driver.control
+        return DurableTurn(key, record, engine.run_durably, control, on_kept=self.turn_kept.set)
 
     def take_over(self, key: str) -> AsyncIterator[AgentChunk]:
         """``agent.take_over(key)``: the durable turn ``key``, left unfinished by a worker
@@ -333,6 +359,9 @@ class SessionMachinery:
         session.start()
         session.set_goal(record.user_text)
         live.busy = True
+        # a worker that never served the session has not loaded its capabilities' tools: the
+        # turn would go on without them (every call to one "no tool named ... here")
+        await self._ready(record)
         live.turn = record
         return record
 

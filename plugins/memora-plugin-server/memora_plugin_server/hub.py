@@ -479,7 +479,7 @@ class Hub:
             if lease is not None:
                 await lease.release()
             raise
-        log = await run_turn(slot, "turn", chunks, lease)
+        log = await run_turn(slot, "turn", chunks, lease, agent=agent)
         log.output = output
         log.text = text
         return log
@@ -525,7 +525,7 @@ class Hub:
             if lease is not None:
                 await lease.release()
             raise
-        log = await run_turn(slot, "continue", chunks, lease)
+        log = await run_turn(slot, "continue", chunks, lease, agent=agent)
         log.output = paused.record.output_spec
         return log
 

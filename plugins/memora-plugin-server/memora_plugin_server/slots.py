@@ -75,12 +75,15 @@ async def run_turn(
     lease: Lease | None,
     *,
     going_on: str | None = None,
+    agent: Agent | None = None,
 ) -> TurnLog:
     """Run a turn's ``chunks`` in a task of their own (``slot.running``), into a new
     :class:`TurnLog` (and, with several workers, where every worker reads it); ``lease``:
     the session's lock across the workers, let go when the turn ends.  ``going_on``: the id of
     a dead worker's durable turn taken over here — its events go on after the last one written
-    (followers read them where the workers share them: the log here holds only the rest)."""
+    (followers read them where the workers share them: the log here holds only the rest).
+    ``agent``: returns only once its turn executor has kept the turn's start (or the turn
+    ended first) — a turn acknowledged to a client is never one a dying worker loses."""
     log = TurnLog(going_on or "t_" + secrets.token_hex(8), kind)
     if going_on is None:
         slot.logs[log.id] = log
@@ -93,9 +96,15 @@ async def run_turn(
             writer = await shared.resume_writer(slot.session_id, going_on)
         else:
             writer = await shared.writer(slot.session_id, log.id)
-    slot.running = asyncio.get_running_loop().create_task(
+    running = slot.running = asyncio.get_running_loop().create_task(
         _drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
     )
+    if agent is not None and agent.runtime.turn_executor is not None:
+        kept = asyncio.ensure_future(agent.turn_kept())
+        try:
+            await asyncio.wait((kept, running), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            kept.cancel()
     return log
 
 
