@@ -16,10 +16,19 @@ runs alone: ``pytest tests/plugins/server/test_durable_soak_findings.py --runxfa
    turn's ``chat_turn`` does): every later call to an MCP tool ends ``NOT_AVAILABLE`` ("there is
    no tool named ... here") and the model is offered none of them.  In the soak: a few turns a
    3-minute run, each one the taken-over turn of a session the other host had not served yet.
+
+3. (memora-plugin-mcp, met on the way) An MCP server's first start is not safe against
+   concurrent first uses: ``_Server.start`` has no lock, so a second caller that arrives while
+   the first is starting the server finds it "tried and not running" and resets it — closing
+   the connection the first is about to use (``MCPError: Connection closed``) — and starts a
+   second process.  In `memora serve`, several sessions' first turns at once: one of them runs
+   with no MCP tools (its capability "unavailable").  The soak warms each host up with one
+   turn before sending it clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -237,3 +246,43 @@ def test_a_turn_taken_over_keeps_its_mcp_tools(
     finally:
         a.stop()
         b.stop()
+
+
+NOOP_SERVER = textwrap.dedent(
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("x")
+
+    @server.tool(description="Does nothing.")
+    def noop() -> str:
+        return "nothing done"
+
+    server.run("stdio")
+    """
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="#71 soak finding 3: concurrent first uses of an MCP server tear its connection down",
+)
+async def test_concurrent_first_uses_of_an_mcp_server_all_get_its_tools(tmp_path: Path) -> None:
+    from memora_plugin_mcp.client import McpToolSource
+
+    script = tmp_path / "x_server.py"
+    script.write_text(NOOP_SERVER)
+    source = McpToolSource(
+        servers={"x": {"command": sys.executable, "args": [str(script)]}},
+        log_dir=tmp_path / "logs",
+        timeout=60,
+    )
+    try:
+        listed = await asyncio.gather(
+            *(source.tools("mcp:x") for _ in range(3)), return_exceptions=True
+        )
+    finally:
+        await source.aclose()
+    # today: [RuntimeError("MCP server 'x' failed: MCPError: Connection closed"), [...], [...]]
+    assert all(not isinstance(r, BaseException) for r in listed), listed
+    assert [[t.name for t in r] for r in listed] == [["mcp_x_noop"]] * 3
