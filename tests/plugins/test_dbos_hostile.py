@@ -153,6 +153,8 @@ async def test_the_users_journal_is_private(tmp_path: Path) -> None:
         journal = Path(executor.url.removeprefix("sqlite:///"))
     assert stat.S_IMODE(journal.stat().st_mode) == 0o600
     assert not (tmp_path / "data" / "turns.sqlite").exists()
+    # in the runtime's own user folder (config_dir), not $MEMORA_HOME's or ~/.config's
+    assert journal.parent == user_config(tmp_path) / "turns", journal
 
 
 async def test_a_projects_config_chooses_neither_the_executor_nor_its_journal(

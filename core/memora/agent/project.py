@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ..errors import BusyError, ErrorCode, InvalidConfigError, MemoraError, NotAvailableError
 from ..events import EventEmitter
 from ..llm.router import ProviderRouter
+from ..security.state import user_config_dir
 from .options import SESSION_OPTIONS, AgentOptions
 
 # the stores, plugins, services and tools are imported by open(), not with the class
@@ -226,6 +227,9 @@ class ProjectResources:
             "path": data_dir,
             "storage": storage if isinstance(storage, str) else None,
             "storage_options": self.plugin_options(storage) if isinstance(storage, str) else {},
+            # the user's own folder (this runtime's config_dir, as every other user file): the
+            # journal a turn is taken over from is never a file a project could ship
+            "user_dir": user_config_dir(self.options.config_dir),
         }
         executor = self.plugins.create("turn_executor", spec, options)
         self._owned.append(executor)
@@ -276,7 +280,6 @@ class ProjectResources:
     async def _assemble(self, project: Path, data_dir: Path, lock: Any) -> None:
         from ..memory.manager import MemoryManager
         from ..security.paths import PathGuard
-        from ..security.state import user_config_dir
         from ..services import LazyServices
         from ..tools.process import BackgroundTasks
         from ..tools.works import WorksRegistry
