@@ -1,5 +1,6 @@
 """What bench/soak_durable.py found in durable turns (#71 item 4), each as a reproduction that
-runs alone: ``pytest tests/plugins/server/test_durable_soak_findings.py --runxfail``.
+runs alone (``pytest tests/plugins/server/test_durable_soak_findings.py``; one not fixed yet is a
+strict xfail: ``--runxfail`` shows it fail).  Findings 1 and 2 were fixed in a145530.
 
 1. An acknowledged turn is lost when its host dies before the turn's first step is journaled.
    ``POST .../turns`` answers (202 for ``background: true``, the stream's headers otherwise) as
@@ -144,11 +145,6 @@ def _two_hosts(
     return a, b
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#71 soak finding 1: a turn acknowledged before its workflow is journaled is lost "
-    "when its host dies in between (TURN_LOST)",
-)
 def test_a_background_turn_acknowledged_then_its_host_killed_before_its_first_step(
     server: tuple[str, Script],  # noqa: F811
     pg_dsn: str,
@@ -174,7 +170,7 @@ def test_a_background_turn_acknowledged_then_its_host_killed_before_its_first_st
             cb.stream("GET", started.json()["events"]) as follower,
         ):
             chunks = [chunk for _, chunk in _events(follower.iter_lines())]
-        # what the soak saw: [..., {"type": "error", "code": "TURN_LOST", ...}] after 30 s
+        # before a145530 (what the soak saw): {"type": "error", "code": "TURN_LOST"} after 30 s
         assert chunks[-1]["type"] == "done", chunks[-3:]
         assert chunks[-1]["answer"] == "answered after all"
     finally:
@@ -197,11 +193,6 @@ MCP_SERVER = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#71 soak finding 2: a turn taken over on a worker that had not opened its session "
-    "finds no MCP tools (NOT_AVAILABLE)",
-)
 def test_a_turn_taken_over_keeps_its_mcp_tools(
     server: tuple[str, Script],  # noqa: F811
     pg_dsn: str,
@@ -237,7 +228,7 @@ def test_a_turn_taken_over_keeps_its_mcp_tools(
             chunks = [chunk for _, chunk in _events(follower.iter_lines())]
         assert chunks[-1]["type"] == "done", chunks[-3:]
         results = {c["tool_call_id"]: c for c in chunks if c["type"] == "tool_result"}
-        # on B the turn went on without its MCP tools: {"ok": false, "error_code":
+        # before a145530, B went on without the MCP tools: {"ok": false, "error_code":
         # "NOT_AVAILABLE", "summary": "NOT_AVAILABLE: there is no tool named 'mcp_fast_step' here"}
         assert results["m2"]["ok"], json.dumps(results["m2"])
         # and the model was offered them again after the take-over
