@@ -237,10 +237,16 @@ def _handler(model: Model) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a host killed mid-request resets its connection: expected here, not news
+
+
 @contextlib.contextmanager
 def model_server(model: Model) -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
-    httpd.daemon_threads = True
+    httpd = _Quiet(("127.0.0.1", 0), _handler(model))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
@@ -522,8 +528,11 @@ class Soak:
     async def killer(self) -> None:
         n = 0
         while not self.stop.is_set():
+            # kills on a fixed schedule (every kill_every s from the start), whatever a
+            # restart took
+            due = self.started + (n + 1) * self.args.kill_every - time.monotonic()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), self.args.kill_every)
+                await asyncio.wait_for(self.stop.wait(), max(due, 0.0))
             if self.stop.is_set():
                 return
             victim = self.hosts[n % 2]
