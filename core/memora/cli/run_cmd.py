@@ -149,18 +149,7 @@ async def run_turn(
                 stream = _after_pause(agent, approvals, interactive, always)
                 if stream is None:
                     code = EXIT_PAUSED
-                    paused = agent.paused_turn
-                    if paused is not None:  # private to the user, never half-written
-                        state = json.dumps(
-                            seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False
-                        )
-                        atomic_write_text(state_file, state)
-                        os.chmod(state_file, 0o600)  # an older file's mode is not kept
-                    click.echo(
-                        f"turn paused; its state is in {state_file} — continue it with "
-                        "`memora run --resume` (add --yes to approve the pending call)",
-                        err=True,
-                    )
+                    _keep_pause(agent, state_file, user_dir)
                 continue
             else:
                 code = EXIT_ERROR
@@ -179,6 +168,20 @@ async def run_turn(
 
 
 PAUSED_FILE = "paused-turn.json"
+
+
+def _keep_pause(agent: Any, state_file: Path, user_dir: Path) -> None:
+    """A turn paused with nobody to answer: its state saved for `memora run --resume`."""
+    paused = agent.paused_turn
+    if paused is not None:  # private to the user, never half-written
+        state = json.dumps(seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False)
+        atomic_write_text(state_file, state)
+        os.chmod(state_file, 0o600)  # an older file's mode is not kept
+    click.echo(
+        f"turn paused; its state is in {state_file} — continue it with "
+        "`memora run --resume` (add --yes to approve the pending call)",
+        err=True,
+    )
 
 
 def new_agent(

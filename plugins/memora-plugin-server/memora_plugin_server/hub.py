@@ -41,7 +41,7 @@ from .shared import (
     SessionView,
     SharedState,
 )
-from .slots import Project, Slot, pause_doc, run_turn
+from .slots import Project, Slot, forgotten_in, pause_doc, run_turn
 from .takeover import TAKEOVER_GRACE, take_overs
 from .turns import RemoteTurnLog, TurnLog
 
@@ -310,12 +310,7 @@ class Hub:
         async with slot.opening:
             shared = slot.project.shared
             # what the workers share of it, read once
-            view: SessionView | None = lease.view if lease is not None else None
-            if slot.agent is not None and shared is not None and not slot.busy:
-                if view is None:
-                    view = await shared.view(session_id)
-                if view.version != slot.version and not await self._reread(slot, view):
-                    await self._close_agent(slot)
+            view = await self._drop_stale(slot, lease.view if lease is not None else None)
             self._own_slot(slot, scope)
             if slot.agent is None:
                 runtime = slot.project.runtime
@@ -350,6 +345,20 @@ class Hub:
                 slot.agent = agent
                 slot.scope = scope
             return slot.agent
+
+    async def _drop_stale(self, slot: Slot, view: SessionView | None) -> SessionView | None:
+        """Close the idle Agent of a session that moved on without it (a forget under its last
+        turn, another worker's turn or switch not read on into it); the shared view read."""
+        if slot.agent is None or slot.busy:
+            return view
+        if slot.stale:
+            slot.stale = False
+            await self._close_agent(slot)
+        elif (shared := slot.project.shared) is not None:
+            view = view if view is not None else await shared.view(slot.session_id)
+            if view.version != slot.version and not await self._reread(slot, view):
+                await self._close_agent(slot)
+        return view
 
     @staticmethod
     async def _reread(slot: Slot, view: SessionView) -> bool:
@@ -569,14 +578,8 @@ class Hub:
         forgotten = await served.runtime.forget_everywhere(memory_id, by=by, scope=scope)
         for session_id in forgotten.sessions:
             slot = self._slots.get((project, session_id))
-            if slot is not None:
-                # the events of its finished turns, kept for a client that reconnects, hold
-                # the text too: gone (the session's rounds say what is left of them)
-                for turn_id, log in list(slot.logs.items()):
-                    if log.ended:
-                        del slot.logs[turn_id]
-                if not slot.busy:
-                    await self._close_agent(slot)  # reopened from the store, without the text
+            if slot is not None and forgotten_in(slot):
+                await self._close_agent(slot)  # reopened from the store, without the text
             if served.shared is not None:
                 await served.shared.forget_turns(session_id)
                 await served.shared.bump(session_id)

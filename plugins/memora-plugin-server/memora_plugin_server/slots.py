@@ -51,6 +51,10 @@ class Slot:
     """The memory scope (user) the session belongs to, known once its Agent was opened."""
     pack: str | None = None
     """The shared role pack the Agent was opened with or switched to (shared mode)."""
+    stale: bool = False
+    """The store changed under the running turn (``forget --everywhere``, here or on another
+    worker): the Agent, whose window may hold what was forgotten, is opened again from the
+    store before its next use."""
 
     @property
     def busy(self) -> bool:
@@ -159,11 +163,26 @@ async def _drive(
             slot.last_used = time.monotonic()
 
 
+def forgotten_in(slot: Slot) -> bool:
+    """``forget --everywhere`` took text out of the session's rounds: the events of its
+    finished turns, kept for a client that reconnects, go too (the rounds say what is left);
+    true when its Agent is to be closed now — a running turn's is once the turn ends."""
+    for turn_id, log in list(slot.logs.items()):
+        if log.ended:
+            del slot.logs[turn_id]
+    slot.stale = slot.busy
+    return not slot.busy
+
+
 async def _share_outcome(slot: Slot, ended_as: str | None) -> None:
     """Shared mode: save the turn's pause (or clear it) and move the session's version on."""
     shared, agent = slot.project.shared, slot.agent
     if shared is None or agent is None:
         return
+    if (await shared.view(slot.session_id)).version != slot.version:
+        # another worker moved the session on while this turn ran (a forget): the version
+        # settled here would pass for this Agent's, whose window still holds what it changed
+        slot.stale = True
     paused = agent.paused_turn
     pause = {"state": paused.to_json(), "doc": pause_doc(paused)} if paused is not None else None
     slot.version = await shared.settle(slot.session_id, pause)

@@ -360,16 +360,11 @@ async def test_a_turn_whose_journal_failed_never_goes_on_after_the_session_moved
 SECRET = "heron-4711-kestrel"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (hub.py / slots.py, the lead's): forget everywhere leaves a busy session's "
-    "Agent open, and the turn's end keeps it as current",
-)
 @pytest.mark.parametrize("shared", [False, True], ids=["one-worker", "workers"])
 async def test_forgetting_while_a_background_turn_runs_reaches_the_next_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool
 ) -> None:
-    """Found, not fixed here: ``forget?everywhere=1`` while a turn of the session runs (the
+    """Found: ``forget?everywhere=1`` while a turn of the session runs (the
     normal case with a background run) cleans the store and the logs, but leaves the session's
     open Agent alone because it is busy — its window still holds the words — and nothing
     reopens it when the turn ends (with workers, the turn's own settle takes the forget's new
