@@ -225,6 +225,9 @@ class _Server:
         self._failures = 0
         self._next_start = 0.0
         self._tried = False  # a start was attempted: later ones wait for the back-off
+        self._starting = asyncio.Lock()
+        """One start at a time: a caller arriving while the server starts waits for it (seen
+        alone, "tried and not running", it would reset the connection about to be used)."""
         self._served = False  # it answered once: a later start is a restart (warned once)
         self._warned = False
 
@@ -269,6 +272,11 @@ class _Server:
     async def start(self) -> None:
         if self.running:
             return
+        async with self._starting:
+            if not self.running:  # the start waited for may have made it run
+                await self._start()
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._tried:  # it was started before and is not running: wait for the back-off
             await self._reset()

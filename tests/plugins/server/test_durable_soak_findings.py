@@ -254,10 +254,6 @@ NOOP_SERVER = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#71 soak finding 3: concurrent first uses of an MCP server tear its connection down",
-)
 async def test_concurrent_first_uses_of_an_mcp_server_all_get_its_tools(tmp_path: Path) -> None:
     from memora_plugin_mcp.client import McpToolSource
 
