@@ -291,6 +291,10 @@ def exec_cmd(
     run_id: str, data_dir: Path, config_dir: Path | None, lock_fd: int, take_over: bool
 ) -> None:
     """The process of a detached run (started by memora run --detach or runs follow)."""
+    # stdout is the run's events file, memora's own data, read back as UTF-8: never in the
+    # launching shell's encoding (a Latin-1 locale turned é into a byte read back as U+FFFD,
+    # and an emoji into an escape that is no JSON, dropping its whole event)
+    sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")  # type: ignore[union-attr]
     run = find_run(data_dir, run_id)
     run.write("pid", str(os.getpid()))
     code = EXIT_ERROR
