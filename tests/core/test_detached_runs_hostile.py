@@ -7,6 +7,7 @@ tests/core/test_detached_runs.py."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.core.test_chat_cli import Script, say, server  # noqa: F401 - the fixture
@@ -46,3 +47,48 @@ def test_a_run_keeps_its_events_in_utf8_whatever_the_launching_locale(
     assert _runs(project, env)[run_id]["prompt"] == "用中文打个招呼"
     text = _memora(project, env, "runs", "follow", run_id)
     assert text.returncode == 0 and answer in text.stdout, text.stderr
+
+
+def _plant(project: Path, run_id: str) -> Path:
+    folder = project / ".memora" / "data" / "runs" / run_id
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_a_cloned_projects_runs_tree_never_breaks_runs_list_follow_or_cancel(
+    tmp_path: Path,
+) -> None:
+    """A cloned or unpacked project may bring any ``.memora/data/runs`` tree: a run.json
+    nested deeper than the JSON parser recurses, a sparse file of 50 GB (free to ship in a
+    tarball), binary bytes, fifos where files belong.  `runs list` names each run foreign
+    and `follow`/`cancel` refuse it in one line — each used to end in a traceback
+    (RecursionError, MemoryError), or read for ever."""
+    project, env = _project(tmp_path), _env(tmp_path)
+    (_plant(project, "000000000001") / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    with (_plant(project, "000000000002") / "run.json").open("wb") as f:
+        f.truncate(50 * 2**30)
+    (_plant(project, "000000000003") / "run.json").write_bytes(bytes(range(256)) * 8)
+    deep = '{"mac": "00", "sealed": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (_plant(project, "000000000004") / "run.json").write_text(deep)
+    fifos = _plant(project, "000000000005")
+    (fifos / "run.json").write_text(json.dumps({"sealed": {"version": 1}, "mac": "00"}))
+    for name in ("lock", "events.jsonl", "exit", "cancelled", "session", "pid"):
+        os.mkfifo(fifos / name)
+    os.mkfifo(project / ".memora" / "data" / "runs" / "000000000006")
+    planted = [f"00000000000{i}" for i in range(1, 6)]
+    listed = _memora(project, env, "runs", "list", timeout=60)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    for run_id in planted:
+        assert f"{run_id}  foreign" in listed.stdout, listed.stdout
+    for run_id in planted:
+        for verb in ("follow", "cancel"):
+            done = _memora(project, env, "runs", verb, run_id, timeout=60)
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            assert "memora: error:" in done.stderr and run_id in done.stderr, done.stderr
+    # the runs folder itself is a file: one line saying so, not a traceback
+    other = tmp_path / "other"
+    (other / ".memora" / "data").mkdir(parents=True)
+    (other / ".memora" / "data" / "runs").write_text("not a folder")
+    listed = _memora(other, env, "runs", "list", timeout=60)
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr, listed.stderr
+    assert "runs cannot be listed (Not a directory)" in listed.stderr, listed.stderr

@@ -58,6 +58,13 @@ EXIT_STATUS = {0: "done", 1: "error", 3: "paused", 130: "aborted"}
 
 RUN_SPEC_VERSION = 1
 
+SPEC_LIMIT = 4 * 2**20
+"""The largest ``run.json`` read (a sealed spec is a few KiB: its prompt came through argv,
+at most 128 KiB on Linux).  A planted one may be a sparse file of any size, free to ship in a
+tarball: read whole, it was a MemoryError, or a read that never ended."""
+SMALL_LIMIT = 4096
+"""The largest ``exit``, ``pid``, ``session`` or ``cancelled`` file read."""
+
 
 def runs_folder(data_dir: Path) -> Path:
     return data_dir / "runs"
@@ -79,10 +86,14 @@ class Run:
         """What the run runs, when this user's memora sealed it; refused otherwise."""
         path = self.folder / "run.json"
         try:
-            doc = json.loads(self._read("run.json") or "null")
-        except ValueError as exc:
-            raise MemoraError(ErrorCode.INVALID_INPUT, f"{path} is not a run: {exc}") from exc
-        data = unseal(doc, user_key(user_config_dir(config_dir)))
+            doc = json.loads(self._read("run.json", SPEC_LIMIT) or "null")
+            data = unseal(doc, user_key(user_config_dir(config_dir)))
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: JSON nested deeper than the parser (or the seal's canonical
+            # dump) recurses — a planted file, named like any other that is not a run
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT, f"{path} is not a run: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(data, dict) or data.get("version") != RUN_SPEC_VERSION:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT,
@@ -197,14 +208,24 @@ class Run:
     def _open_lock(self) -> int:
         return open_state_file(self.folder / "lock", os.O_RDWR | os.O_CREAT, self.data_dir)
 
-    def _read(self, name: str) -> str | None:
+    def _read(self, name: str, limit: int = SMALL_LIMIT) -> str | None:
+        """The run's file ``name``, None when missing; refused when larger than ``limit``
+        (see :data:`SPEC_LIMIT`).  Bytes that are not UTF-8 read as U+FFFD: a run's own
+        files are UTF-8, and anything else is then not a run, never a traceback."""
         path = self.folder / name
         try:
             fd = open_state_file(path, os.O_RDONLY, self.data_dir)
         except FileNotFoundError:
             return None
-        with os.fdopen(fd, encoding="utf-8") as f:
-            return f.read().strip()
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise MemoraError(
+                ErrorCode.INVALID_INPUT,
+                f"{path} is larger than any run's {name} ({limit} bytes): not a run's",
+                context={"path": str(path)},
+            )
+        return data.decode("utf-8", errors="replace").strip()
 
 
 def launch(spec: dict[str, Any], data_dir: Path, config_dir: Path | None) -> Run:
@@ -245,6 +266,13 @@ def list_runs(data_dir: Path) -> list[Run]:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
+    except OSError as exc:  # a cloned project's `runs` may be a file, or a folder not ours
+        raise MemoraError(
+            ErrorCode.STORAGE_ERROR,
+            f"{folder} cannot be listed ({exc.strerror or exc}): memora keeps its detached "
+            "runs there; remove or rename it",
+            context={"path": str(folder)},
+        ) from exc
     runs = [Run(n, folder / n, data_dir) for n in names if RUN_ID.fullmatch(n)]
     return sorted((r for r in runs if (r.folder / "run.json").is_file()), key=Run.created)
 
