@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.core.test_chat_cli import Script, say, server  # noqa: F401 - the fixture
 from tests.core.test_detached_runs import (
     _detach,
     _env,
+    _events,
     _memora,
     _project,
     _runs,
+    _wait,
 )
 
 
@@ -92,3 +97,87 @@ def test_a_cloned_projects_runs_tree_never_breaks_runs_list_follow_or_cancel(
     listed = _memora(other, env, "runs", "list", timeout=60)
     assert listed.returncode == 1 and "Traceback" not in listed.stderr, listed.stderr
     assert "runs cannot be listed (Not a directory)" in listed.stderr, listed.stderr
+
+
+# A stand-in for a run's process that cannot be stopped by asking: it holds the run's lock,
+# names itself in the pid file (its command line holds "memora" and the run's id, as a run's
+# does), ignores SIGINT — and SIGTERM too when told "never" — and, told "done", ends on its
+# own after a while as a run finishing its turn would (its exit file says 0).
+HOLDER = """
+import fcntl, os, signal, sys, time
+run_id, folder, then = sys.argv[2:5]
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+if then == "never":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = os.open(os.path.join(folder, "lock"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+with open(os.path.join(folder, "pid"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(4 if then == "done" else 600)
+with open(os.path.join(folder, "exit"), "w") as f:
+    f.write("0")
+"""
+
+
+def _held(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+    then: str,
+) -> tuple[Path, dict[str, str], str, subprocess.Popen[bytes]]:
+    """A run of this user's that ended, whose process is then replaced by :data:`HOLDER`."""
+    url, script = server
+    script.answers = [say("all done")]
+    project, env = _project(tmp_path), _env(tmp_path)
+    run_id = _detach(project, env, url, "say it")
+    assert _memora(project, env, "runs", "follow", run_id).returncode == 0
+    folder = project / ".memora" / "data" / "runs" / run_id
+    for name in ("exit", "pid"):
+        (folder / name).unlink()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, "memora", run_id, str(folder), then],
+        start_new_session=True,
+    )
+    _wait(lambda: (folder / "pid").exists() and (folder / "pid").read_text() == str(holder.pid))
+    assert _runs(project, env)[run_id]["status"] == "running"
+    return project, env, run_id, holder
+
+
+def test_cancel_does_not_say_cancelled_when_the_run_ended_on_its_own_meanwhile(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The run ends done while `cancel` waits for it to stop (the SIGINT came as it was
+    closing, or before its turn began, when there is nothing to abort): its turn happened,
+    so cancel says it ended and the run stays done.  It said "cancelled", the run's status
+    became cancelled and `follow` exited 130 — a script would run the turn's work again."""
+    project, env, run_id, holder = _held(server, tmp_path, "done")
+    try:
+        cancelled = _memora(project, env, "runs", "cancel", run_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "ended (done)" in cancelled.stdout and "cancelled" not in cancelled.stdout
+        assert _runs(project, env)[run_id]["status"] == "done"
+        assert _memora(project, env, "runs", "follow", run_id).returncode == 0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_cancel_stops_a_run_that_ignores_sigint_and_sigterm(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A run's process that neither SIGINT nor SIGTERM stops (stopped, or a handler of its
+    own) is killed: cancel means the run stops.  It said "did not stop; cancel it again",
+    and again on every try.  Killed, the run wrote no end of its own: cancel adds the
+    `aborted` event, so a follower's stream ends like any cancelled run's."""
+    project, env, run_id, holder = _held(server, tmp_path, "never")
+    try:
+        cancelled = _memora(project, env, "runs", "cancel", run_id)
+        assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+        assert holder.wait(timeout=10) == -signal.SIGKILL
+        assert _events(project, run_id)[-1]["type"] == "aborted"
+        assert _runs(project, env)[run_id]["status"] == "cancelled"
+        assert _memora(project, env, "runs", "follow", run_id).returncode == 130
+    finally:
+        holder.kill()
+        holder.wait()

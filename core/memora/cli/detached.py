@@ -133,11 +133,13 @@ class Run:
         except ValueError:
             return None
 
-    def status(self) -> str:
-        """``running``, ``done``, ``error``, ``paused``, ``aborted``, ``cancelled`` or ``died``."""
+    def status(self, *, held: bool = False) -> str:
+        """``running``, ``done``, ``error``, ``paused``, ``aborted``, ``cancelled`` or ``died``;
+        ``held``: the caller holds the run's lock (:meth:`claim`), so no process runs it — what
+        its files say."""
         if self._read("cancelled") is not None:
             return "cancelled"
-        if self.running():
+        if not held and self.running():
             return "running"
         code = self.exit_code()
         if code is not None:

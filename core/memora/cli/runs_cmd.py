@@ -165,9 +165,14 @@ def _follow(
 
 def _take_over(run: Run, spec: dict[str, Any], config_dir: Path | None) -> bool:
     """Start a process that goes on with a dead run's turn; False when another one is
-    (it holds the run's lock)."""
+    (it holds the run's lock) or the run is no longer dead."""
     lock = run.claim()
     if lock is None:
+        return False
+    if run.status(held=True) != "died":
+        # between the look that found it dead and the lock: another follow's take-over ran
+        # and ended, or a cancel gave it up — never a second process for one turn
+        os.close(lock)
         return False
     click.echo(f"memora: run {run.id}'s process died; going on with its turn", err=True)
     run.start(lock, config_dir, take_over=True, cwd=spec["cwd"])
@@ -210,34 +215,48 @@ def cancel_cmd(run_id: str, project: Path, data_dir: Path | None, config_dir: Pa
 
 
 def _cancel(run: Run, spec: dict[str, Any], config_dir: Path | None) -> str:
-    status = run.status()
-    if status in ("done", "error", "aborted", "cancelled"):
-        return f"already ended ({status})"
-    if status == "running":
+    stopped = run.status() == "running"
+    if stopped:
         _stop(run)
         if run.running():
             raise MemoraError(ErrorCode.BUSY, f"run {run.id} did not stop; cancel it again")
-    elif status == "paused":
-        _drop_pause(run, config_dir)
-    elif status == "died":
-        _abandon(run, spec, config_dir)
-    run.write("cancelled", str(time.time()))
-    line = {"type": "aborted", "reason": "cancelled (memora runs cancel)", "stop_reason": "user"}
-    if status != "running":  # a running turn wrote its own `aborted`
-        run.append_event(json.dumps(line))
-    return "cancelled"
+    # held from here on: no take-over starts, and no other cancel drops or adds the same
+    lock = run.claim()
+    if lock is None:
+        raise MemoraError(
+            ErrorCode.BUSY, f"run {run.id} is being taken over or cancelled; cancel it again"
+        )
+    try:
+        # what the run's own files say now: a run asked to stop may have ended on its own
+        # meanwhile (done: its turn happened, never called cancelled), or been killed
+        status = run.status(held=True)
+        if status in ("done", "error", "cancelled") or (status == "aborted" and not stopped):
+            return f"already ended ({status})"
+        if status == "paused":
+            _drop_pause(run, config_dir)
+        elif status == "died":  # found dead, or killed by _stop: its durable turn goes too
+            _abandon(run, spec, config_dir)
+        run.write("cancelled", str(time.time()))
+        if status != "aborted":  # a turn our SIGINT stopped wrote its own `aborted`
+            line = {"type": "aborted", "reason": "cancelled (memora runs cancel)"}
+            run.append_event(json.dumps({**line, "stop_reason": "user"}))
+        return "cancelled"
+    finally:
+        os.close(lock)
 
 
 def _stop(run: Run) -> None:
     """Ask the running turn to stop (SIGINT: ``memora run`` aborts its turn, saving what it
-    did); terminate it when it does not within :data:`CANCEL_WAIT_SECONDS`."""
+    did); terminate it when it does not within :data:`CANCEL_WAIT_SECONDS`, and kill it when
+    that does not end it either (a stopped process, a handler of its own)."""
     pid = run.pid()
     if pid is None:  # between the lock and its pid file: a moment
         time.sleep(1.0)
         pid = run.pid()
     if pid is None:
         return
-    for sig, wait in ((signal.SIGINT, CANCEL_WAIT_SECONDS), (signal.SIGTERM, 5.0)):
+    steps = ((signal.SIGINT, CANCEL_WAIT_SECONDS), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+    for sig, wait in steps:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -268,17 +287,11 @@ def _drop_pause(run: Run, config_dir: Path | None) -> None:
 
 def _abandon(run: Run, spec: dict[str, Any], config_dir: Path | None) -> None:
     """A dead run's durable turn is given up: its executor stops keeping it, so nobody goes
-    on with it (a new process runs this, holding the run's lock)."""
+    on with it (the caller holds the run's lock: nobody takes it over meanwhile)."""
     import asyncio
 
-    lock = run.claim()  # held while the turn is given up: nobody takes it over meanwhile
-    if lock is None:
-        raise MemoraError(ErrorCode.BUSY, f"run {run.id} is being taken over; cancel it again")
-    try:
-        session = run.session() or spec["session"]
-        asyncio.run(abandon_left_turns({**spec, "session": session}, run.data_dir, config_dir))
-    finally:
-        os.close(lock)
+    session = run.session() or spec["session"]
+    asyncio.run(abandon_left_turns({**spec, "session": session}, run.data_dir, config_dir))
 
 
 @runs_group.command("exec", hidden=True)
@@ -295,6 +308,9 @@ def exec_cmd(
     # launching shell's encoding (a Latin-1 locale turned é into a byte read back as U+FFFD,
     # and an emoji into an escape that is no JSON, dropping its whole event)
     sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")  # type: ignore[union-attr]
+    # the lock is this process's alone: a program a tool or a plugin starts never inherits
+    # it (one started with close_fds=False would keep a dead run "running" for its life)
+    os.set_inheritable(lock_fd, False)
     run = find_run(data_dir, run_id)
     run.write("pid", str(os.getpid()))
     code = EXIT_ERROR
@@ -314,6 +330,12 @@ def exec_cmd(
         sys.stdout.write(
             json.dumps({"type": "error", "message": str(exc), "category": "unknown"}) + "\n"
         )
+    except KeyboardInterrupt:
+        # `runs cancel`'s SIGINT before the turn took the signal over (it was starting): the
+        # run is aborted, as a turn stopped by it would be — not an error
+        code = EXIT_ABORTED
+        line = {"type": "aborted", "reason": "cancelled before its turn began"}
+        sys.stdout.write(json.dumps({**line, "stop_reason": "user"}) + "\n")
     finally:
         sys.stdout.flush()
         run.write("exit", str(code))
