@@ -15,9 +15,11 @@ from pathlib import Path
 
 from tests.core.test_chat_cli import Script, say, server  # noqa: F401 - the fixture
 from tests.core.test_detached_runs import (
+    MEMORA,
     _detach,
     _env,
     _events,
+    _kill_mid_answer,
     _memora,
     _project,
     _runs,
@@ -181,3 +183,35 @@ def test_cancel_stops_a_run_that_ignores_sigint_and_sigterm(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_take_over_reads_the_config_folder_the_follower_named(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`runs follow --config-dir cfg`, a relative folder, from another working folder than
+    the run was started in: the process that takes the dead run over reads the same folder,
+    not ``cfg`` under the run's working folder — there it found no key, made a new one
+    (a stray folder in the user's project) and refused the user's own run as foreign."""
+    url, script = server
+    script.answers = [say("one two three four five six seven eight", 0.5)]
+    project, env = _project(tmp_path), _env(tmp_path)
+    started_in = tmp_path / "started-in"
+    started_in.mkdir()
+    config = ["--config-dir", str(tmp_path / "cfg")]
+    launched = subprocess.run(
+        [*MEMORA, "run", "--detach", "--base-url", url, "--model", "m", "talk slowly",
+         "--project", str(project), *config],
+        env=env, cwd=started_in, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    run_id = launched.stdout.strip()
+    _kill_mid_answer(project, run_id)
+    followed = subprocess.run(
+        [*MEMORA, "runs", "follow", run_id, "--project", str(project), "--config-dir", "cfg"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert followed.returncode == 1, followed.stderr
+    said = followed.stdout + followed.stderr
+    assert "no turn executor kept its turn" in said and "not written by" not in said, said
+    assert not (started_in / "cfg").exists()

@@ -190,7 +190,8 @@ class Run:
         argv = [sys.executable, "-m", "memora", "runs", "exec", self.id]
         argv += ["--data-dir", str(self.data_dir), "--lock-fd", str(lock_fd)]
         if config_dir is not None:
-            argv += ["--config-dir", str(config_dir)]
+            # absolute: the child starts in the run's working folder, not necessarily this one
+            argv += ["--config-dir", str(Path(config_dir).absolute())]
         if take_over:
             argv.append("--take-over")
         try:
