@@ -215,3 +215,88 @@ def test_a_take_over_reads_the_config_folder_the_follower_named(
     said = followed.stdout + followed.stderr
     assert "no turn executor kept its turn" in said and "not written by" not in said, said
     assert not (started_in / "cfg").exists()
+
+
+def _ended_run(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+    answer: str = "one two three",
+) -> tuple[Path, dict[str, str], str, Path]:
+    url, script = server
+    script.answers = [say(answer)]
+    project, env = _project(tmp_path), _env(tmp_path)
+    run_id = _detach(project, env, url, "count")
+    assert _memora(project, env, "runs", "follow", run_id).returncode == 0
+    return project, env, run_id, project / ".memora" / "data" / "runs" / run_id / "events.jsonl"
+
+
+def test_follow_from_n_skips_n_events_not_n_lines(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`--from N` re-attaches after the N events a follower printed.  A line of the events
+    file that is no event (a half line a killed process left, a blank line, anything else
+    the run's process wrote on its stdout) is never printed, so it is not counted either:
+    counted, a follower re-attaching got an event it had already printed (its text twice)."""
+    project, env, run_id, events = _ended_run(server, tmp_path)
+    lines = events.read_text().splitlines(keepends=True)
+    events.write_text(lines[0] + "a line that is no event\n\n" + "".join(lines[1:]))
+    every = _memora(project, env, "runs", "follow", run_id, "--events", "jsonl")
+    printed = every.stdout.splitlines()
+    assert len(printed) == len(lines) >= 3, every.stdout
+    again = _memora(project, env, "runs", "follow", run_id, "--from", "2", "--events", "jsonl")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == printed[2:]
+    beyond = _memora(project, env, "runs", "follow", run_id, "--from", "1000", "--events", "jsonl")
+    assert beyond.returncode == 0 and beyond.stdout == "", beyond.stderr
+    negative = _memora(project, env, "runs", "follow", run_id, "--from", "-1")
+    assert negative.returncode == 2 and "--from" in negative.stderr, negative.stderr
+
+
+def test_an_event_added_after_a_half_written_line_is_kept_whole(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A run killed while it wrote an event leaves half a line: the `aborted` event cancel
+    adds (or the first event of a process that takes the run over) starts on a line of its
+    own, where it was glued to the half line and lost — the follower's stream had no end."""
+    project, env, run_id, events = _ended_run(server, tmp_path)
+    data = events.read_bytes()
+    events.write_bytes(data[: len(data) - 10])  # the `done` line, half written
+    (events.parent / "exit").unlink()  # as a killed process leaves its run: died
+    assert _runs(project, env)[run_id]["status"] == "died"
+    cancelled = _memora(project, env, "runs", "cancel", run_id)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+    followed = _memora(project, env, "runs", "follow", run_id, "--events", "jsonl")
+    assert followed.returncode == 130, followed.stderr
+    assert json.loads(followed.stdout.splitlines()[-1])["type"] == "aborted"
+
+
+def test_following_a_huge_events_file_keeps_memory_flat(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A run's events file holding a line of 512 MiB (a runaway process's output; sparse
+    here, so it costs no disk): `runs follow` reads it a block at a time and skips the line
+    (no event is that long) — read whole, its follower held the file twice over in memory."""
+    project, env, run_id, events = _ended_run(server, tmp_path)
+    printed = _memora(project, env, "runs", "follow", run_id, "--events", "jsonl").stdout
+    with events.open("r+b") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(512 * 2**20, os.SEEK_CUR)
+        f.write(b"\n")
+    # the follower's peak memory, as its parent (a small Python) sees it
+    measure = (
+        "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
+        "print(peak, file=sys.stderr); sys.exit(done.returncode)"
+    )
+    followed = subprocess.run(
+        [sys.executable, "-c", measure, *MEMORA, "runs", "follow", run_id, "--events", "jsonl",
+         "--project", str(project)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == printed
+    peak_kib = int(followed.stderr.strip().splitlines()[-1])
+    assert peak_kib < 256 * 1024, f"the follower peaked at {peak_kib // 1024} MiB"

@@ -176,14 +176,16 @@ class Run:
         os.chmod(path, PRIVATE_FILE)
 
     def append_event(self, line: str) -> None:
-        fd = open_state_file(self.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.data_dir)
+        fd = open_state_file(self.events, os.O_RDWR | os.O_APPEND | os.O_CREAT, self.data_dir)
+        end_line(fd)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
             out.write(line.rstrip("\n") + "\n")
 
     def start(self, lock_fd: int, config_dir: Path | None, *, take_over: bool, cwd: str) -> None:
         """Start the process that runs (or, ``take_over``, goes on with) the turn, handing it
         the run's lock; returns at once."""
-        events = open_state_file(self.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.data_dir)
+        events = open_state_file(self.events, os.O_RDWR | os.O_APPEND | os.O_CREAT, self.data_dir)
+        end_line(events)  # a dead process's half line: the new process starts a line of its own
         errors = open_state_file(
             self.folder / "stderr.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.data_dir
         )
@@ -280,19 +282,43 @@ def list_runs(data_dir: Path) -> list[Run]:
     return sorted((r for r in runs if (r.folder / "run.json").is_file()), key=Run.created)
 
 
+READ_BLOCK = 2**20
+"""How much of the events file :func:`new_lines` reads at a time."""
+LINE_LIMIT = 64 * 2**20
+"""The longest events line read as one (an event is a few KiB; a tool call's arguments the
+model wrote may be a few MiB).  A longer one is no event: skipped without being held."""
+
+
 def new_lines(run: Run, offset: int) -> Iterator[tuple[int, str]]:
     """The complete lines of the run's events from byte ``offset``, each with the offset after
-    it (a line still being written is left for the next read)."""
+    it (a line still being written is left for the next read); a line longer than
+    :data:`LINE_LIMIT` is given as ``""``.  Read a block at a time: memory stays flat
+    whatever the file holds (read whole, a long run's file was held twice over)."""
     try:
         fd = open_state_file(run.events, os.O_RDONLY, run.data_dir)
     except FileNotFoundError:
         return
     with os.fdopen(fd, "rb") as f:
         f.seek(offset)
-        data = f.read()
-    at = offset
-    for raw in data.splitlines(keepends=True):
-        if not raw.endswith(b"\n"):
-            break
-        at += len(raw)
-        yield at, raw.decode("utf-8", errors="replace").strip()
+        at, line, length = offset, bytearray(), 0  # the line being read and its length
+        while block := f.read(READ_BLOCK):
+            *ended, rest = block.split(b"\n")
+            for piece in ended:
+                length += len(piece) + 1
+                at += length
+                whole = line + piece if length <= LINE_LIMIT else b""
+                yield at, whole.decode("utf-8", errors="replace").strip()
+                line, length = bytearray(), 0
+            length += len(rest)
+            if length <= LINE_LIMIT:
+                line += rest
+            else:
+                line = bytearray()  # too long to be an event: only its end is looked for
+
+
+def end_line(fd: int) -> None:
+    """End the half line a killed process may have left at the end of the events file open
+    on ``fd`` (read and write): a line appended after it would be glued to it and lost."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.write(fd, b"\n")

@@ -141,16 +141,15 @@ def _follow(
     offset, seen, typed = 0, 0, bool(spec.get("output_schema"))
     took_over = False
     while True:
-        for after, line in list(new_lines(run, offset)):
+        for after, line in new_lines(run, offset):
             offset = after  # read on from here next time
-            seen += 1
-            if seen <= start or not line:
-                continue
             try:
                 chunk = chunk_adapter.validate_json(line)
             except ValueError:
                 continue  # not a chunk (a line an old or crashed process left half-made)
-            emit(chunk, events, typed=typed)
+            seen += 1  # only what a follower is shown counts toward --from
+            if seen > start:
+                emit(chunk, events, typed=typed)
         status = run.status()
         if status == "running":
             time.sleep(FOLLOW_POLL_SECONDS)
