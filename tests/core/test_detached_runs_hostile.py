@@ -23,8 +23,10 @@ from tests.core.test_detached_runs import (
     _memora,
     _project,
     _runs,
+    _state,
     _wait,
 )
+from tests.small_disk import fill, small_disk
 
 
 def _texts(stdout: str) -> str:
@@ -300,3 +302,50 @@ def test_following_a_huge_events_file_keeps_memory_flat(
     assert followed.stdout == printed
     peak_kib = int(followed.stderr.strip().splitlines()[-1])
     assert peak_kib < 256 * 1024, f"the follower peaked at {peak_kib // 1024} MiB"
+
+
+def test_a_full_disk_never_makes_a_run_say_more_than_it_kept(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The data folder on a small disk.  Filled while a run streams, the run cannot write
+    its events (nor its exit): it is not done — died, said without a traceback once there is
+    room again — and the project works again.  Full when `run --detach` starts a run: one
+    line saying so and no half-made run folder (it was a traceback)."""
+    url, script = server
+    words = " ".join(f"w{i}" * 50 for i in range(200))
+    script.answers = [say(words, 0.02), say("back again")]
+    project, env = _project(tmp_path), _env(tmp_path)
+    with small_disk(tmp_path / "disk", size="2m") as disk:
+        where = ["--project", str(project), "--data-dir", str(disk / "data")]
+
+        def memora(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*MEMORA, *args, *where], env=env, capture_output=True, text=True, timeout=120
+            )
+
+        started = memora("run", "--detach", "--base-url", url, "--model", "m", "talk")
+        run_id = started.stdout.strip()
+        events = disk / "data" / "runs" / run_id / "events.jsonl"
+        _wait(lambda: events.exists() and b'"text"' in events.read_bytes())
+        filler = fill(disk)
+        _wait(lambda: not (events.parent / "pid").exists() or _gone(events.parent / "pid"))
+        refused = memora("run", "--detach", "--base-url", url, "--model", "m", "more")
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert "No space left on device" in refused.stderr, refused.stderr
+        assert sorted(p.name for p in (disk / "data" / "runs").iterdir()) == [run_id]
+        filler.unlink()
+        listed = memora("runs", "list", "--json")
+        assert json.loads(listed.stdout)[0]["status"] == "died", listed.stderr
+        followed = memora("runs", "follow", run_id, "--no-take-over")
+        assert followed.returncode == 1 and "Traceback" not in followed.stderr
+        again = memora("run", "--detach", "--base-url", url, "--model", "m", "are you there")
+        assert again.returncode == 0, again.stderr
+        done = memora("runs", "follow", again.stdout.strip())
+        assert done.returncode == 0 and "back again" in done.stdout, done.stderr
+
+
+def _gone(pid_file: Path) -> bool:
+    """The process a run's pid file names has ended (or is a zombie)."""
+    pid = int(pid_file.read_text())
+    return not Path(f"/proc/{pid}").exists() or _state(pid) == "Z"

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -235,14 +236,24 @@ class Run:
 
 def launch(spec: dict[str, Any], data_dir: Path, config_dir: Path | None) -> Run:
     """A new detached run of ``spec`` (``memora run``'s options), started; returns at once."""
-    runs = ensure_state_dir(runs_folder(data_dir), data_dir)
     run_id = secrets.token_hex(6)
-    run = Run(run_id, ensure_state_dir(runs / run_id, data_dir), data_dir)
-    sealed = seal({**spec, "version": RUN_SPEC_VERSION}, user_key(user_config_dir(config_dir)))
-    run.write("run.json", json.dumps(sealed, ensure_ascii=False))
-    lock = run.claim()
-    assert lock is not None  # a folder made just now: nobody else holds its lock
-    run.start(lock, config_dir, take_over=False, cwd=spec["cwd"])
+    run = Run(run_id, runs_folder(data_dir) / run_id, data_dir)
+    try:
+        ensure_state_dir(run.folder, data_dir)
+        sealed = seal({**spec, "version": RUN_SPEC_VERSION}, user_key(user_config_dir(config_dir)))
+        run.write("run.json", json.dumps(sealed, ensure_ascii=False))
+        lock = run.claim()
+        assert lock is not None  # a folder made just now: nobody else holds its lock
+        run.start(lock, config_dir, take_over=False, cwd=spec["cwd"])
+    except OSError as exc:
+        # a full disk, a folder that cannot be written: one line saying so (it was a
+        # traceback), and no half-made run folder left behind (its name is ours, made now)
+        shutil.rmtree(run.folder, ignore_errors=True)
+        raise MemoraError(
+            ErrorCode.STORAGE_ERROR,
+            f"no detached run started: {exc.filename or run.folder}: {exc.strerror or exc}",
+            context={"path": str(run.folder)},
+        ) from exc
     return run
 
 
