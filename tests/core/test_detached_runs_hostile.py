@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.core.test_chat_cli import Script, say, server  # noqa: F401 - the fixture
+from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401 - the fixture
 from tests.core.test_detached_runs import (
     MEMORA,
     _detach,
@@ -349,3 +349,34 @@ def _gone(pid_file: Path) -> bool:
     """The process a run's pid file names has ended (or is a zombie)."""
     pid = int(pid_file.read_text())
     return not Path(f"/proc/{pid}").exists() or _state(pid) == "Z"
+
+
+def test_a_run_whose_pause_a_later_one_replaced_is_never_resumed_blindly(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two detached runs wait for an approval: the project keeps one paused turn (what
+    `memora run --resume` continues), the later one's.  Following the first run must not
+    tell the user to continue it with `memora run --resume --yes` — that approved the other
+    run's call, unseen — and cancelling it says its pause was no longer kept, and leaves the
+    other run's pause alone."""
+    url, script = server
+    script.answers = [
+        call("write_file", {"path": "first.txt", "content": "1"}),
+        call("write_file", {"path": "second.txt", "content": "2"}),
+    ]
+    project, env = _project(tmp_path), _env(tmp_path)
+    first = _detach(project, env, url, "write the first file")
+    assert _memora(project, env, "runs", "follow", first).returncode == 3
+    second = _detach(project, env, url, "write the second file")
+    assert _memora(project, env, "runs", "follow", second).returncode == 3
+    followed = _memora(project, env, "runs", "follow", first)
+    assert followed.returncode == 3, followed.stderr
+    assert "continue it with `memora run --resume`" not in followed.stderr, followed.stderr
+    assert "no longer" in followed.stderr, followed.stderr
+    own = _memora(project, env, "runs", "follow", second)
+    assert own.returncode == 3 and "continue it with `memora run --resume`" in own.stderr
+    cancelled = _memora(project, env, "runs", "cancel", first)
+    assert cancelled.returncode == 0 and "no longer kept" in cancelled.stdout, cancelled.stdout
+    assert (project / ".memora" / "data" / "paused-turn.json").exists()
+    assert _runs(project, env)[second]["status"] == "paused"

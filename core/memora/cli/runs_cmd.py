@@ -13,6 +13,8 @@ from typing import Any
 import click
 
 from ..errors import ErrorCode, MemoraError
+from ..security.seal import user_key
+from ..security.state import check_state_path, user_config_dir
 from ..security.terminal import clean
 from .base import emit_json
 from .common import data_dir_for, location_options
@@ -159,7 +161,7 @@ def _follow(
         if status == "died" and take_over and not took_over:
             took_over = _take_over(run, spec, config_dir)
             continue
-        return _exit_of(run, status)
+        return _exit_of(run, status, config_dir)
 
 
 def _take_over(run: Run, spec: dict[str, Any], config_dir: Path | None) -> bool:
@@ -178,7 +180,7 @@ def _take_over(run: Run, spec: dict[str, Any], config_dir: Path | None) -> bool:
     return True
 
 
-def _exit_of(run: Run, status: str) -> int:
+def _exit_of(run: Run, status: str, config_dir: Path | None) -> int:
     if status == "died":
         click.echo(
             f"memora: run {run.id}'s process died before its turn ended (follow it without "
@@ -186,11 +188,20 @@ def _exit_of(run: Run, status: str) -> int:
             err=True,
         )
         return EXIT_ERROR
-    if status == "paused":
+    if status == "paused" and _own_pause(run, config_dir):
         click.echo(
             "memora: the run waits for an approval or an answer — continue it with "
             "`memora run --resume` (add --yes to approve), or `memora runs cancel "
             f"{run.id}`",
+            err=True,
+        )
+    elif status == "paused":
+        # the project keeps one paused turn: advising --resume (--yes) here approved another
+        # run's call, unseen
+        click.echo(
+            "memora: the run paused, but its paused turn is no longer kept (continued "
+            "already, or replaced by a later run's pause): `memora run --resume` would not "
+            f"continue this run — `memora runs cancel {run.id}` closes it",
             err=True,
         )
     code = run.exit_code()
@@ -225,21 +236,25 @@ def _cancel(run: Run, spec: dict[str, Any], config_dir: Path | None) -> str:
         raise MemoraError(
             ErrorCode.BUSY, f"run {run.id} is being taken over or cancelled; cancel it again"
         )
+    said = "cancelled"
     try:
         # what the run's own files say now: a run asked to stop may have ended on its own
         # meanwhile (done: its turn happened, never called cancelled), or been killed
         status = run.status(held=True)
         if status in ("done", "error", "cancelled") or (status == "aborted" and not stopped):
             return f"already ended ({status})"
-        if status == "paused":
-            _drop_pause(run, config_dir)
+        if status == "paused" and not _drop_pause(run, config_dir):
+            said = (
+                "cancelled (its paused turn was no longer kept: continued already, or "
+                "replaced by a later pause, which stays)"
+            )
         elif status == "died":  # found dead, or killed by _stop: its durable turn goes too
             _abandon(run, spec, config_dir)
         run.write("cancelled", str(time.time()))
         if status != "aborted":  # a turn our SIGINT stopped wrote its own `aborted`
             line = {"type": "aborted", "reason": "cancelled (memora runs cancel)"}
             run.append_event(json.dumps({**line, "stop_reason": "user"}))
-        return "cancelled"
+        return said
     finally:
         os.close(lock)
 
@@ -267,21 +282,25 @@ def _stop(run: Run) -> None:
             time.sleep(0.1)
 
 
-def _drop_pause(run: Run, config_dir: Path | None) -> None:
-    """The paused turn this run left (``memora run --resume``'s file), when it is this run's
-    session's; another's is left alone."""
-    from ..security.seal import user_key
-    from ..security.state import user_config_dir
-
+def _own_pause(run: Run, config_dir: Path | None) -> bool:
+    """Whether the paused turn ``memora run --resume`` continues is this run's: the project
+    keeps one, and a later pause (another run's, a foreground run's) replaces it."""
     state_file = run.data_dir / PAUSED_FILE
-    if not state_file.exists():
-        return
     try:
+        check_state_path(state_file, run.data_dir)  # a link or a fifo is never read
         state = read_paused(state_file, user_key(user_config_dir(config_dir)))
     except MemoraError:
-        return  # not this user's: not ours to remove
-    if state.get("session_id") == run.session():
-        state_file.unlink(missing_ok=True)
+        return False  # none, or not this user's
+    return state.get("session_id") == run.session()
+
+
+def _drop_pause(run: Run, config_dir: Path | None) -> bool:
+    """Remove the paused turn this run left (``memora run --resume``'s file), when it is
+    still this run's; another's is left alone.  Whether it was there to remove."""
+    if not _own_pause(run, config_dir):
+        return False
+    (run.data_dir / PAUSED_FILE).unlink(missing_ok=True)
+    return True
 
 
 def _abandon(run: Run, spec: dict[str, Any], config_dir: Path | None) -> None:
