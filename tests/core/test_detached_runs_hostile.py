@@ -380,3 +380,39 @@ def test_a_run_whose_pause_a_later_one_replaced_is_never_resumed_blindly(
     assert cancelled.returncode == 0 and "no longer kept" in cancelled.stdout, cancelled.stdout
     assert (project / ".memora" / "data" / "paused-turn.json").exists()
     assert _runs(project, env)[second]["status"] == "paused"
+
+
+HOSTILE_TEXT = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\u202eevil\x1b]0;title\x07"
+"""Escape sequences that write the clipboard, clear the screen, an 8-bit CSI, a bidi
+override and a window title — text from outside that wants to drive the terminal."""
+
+
+def _controls(text: str) -> list[str]:
+    return [c for c in text if c in "\x1b\x07\x9b\u202e"]
+
+
+def test_model_text_never_drives_the_terminal_through_follow_or_list(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Whatever the model says — in its answer, in a tool's name — and whatever the user
+    typed as a session id, `runs follow` (text) and `runs list` print it without a control
+    sequence (`runs list` printed the session id as given)."""
+    url, script = server
+    script.answers = [
+        call("read_file" + HOSTILE_TEXT, {"path": HOSTILE_TEXT}),
+        say("plain " + HOSTILE_TEXT + " words"),
+    ]
+    project, env = _project(tmp_path), _env(tmp_path)
+    run_id = _detach(project, env, url, "say " + HOSTILE_TEXT)
+    followed = _memora(project, env, "runs", "follow", run_id)
+    assert followed.returncode == 0, followed.stderr
+    assert "plain" in followed.stdout and "evil" in followed.stdout, followed.stdout
+    assert "read_file" in followed.stderr, followed.stderr
+    assert _controls(followed.stdout + followed.stderr) == []
+    odd = _memora(project, env, "run", "--detach", "--base-url", url, "--model", "m",
+                  "--session", "s" + HOSTILE_TEXT, "hi")  # fmt: skip
+    assert odd.returncode == 0, odd.stderr
+    listed = _memora(project, env, "runs", "list")
+    assert listed.returncode == 0 and run_id in listed.stdout, listed.stderr
+    assert _controls(listed.stdout + listed.stderr) == [], listed.stdout

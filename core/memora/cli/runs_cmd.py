@@ -65,7 +65,9 @@ def list_cmd(project: Path, data_dir: Path | None, config_dir: Path | None, as_j
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created"]))
         prompt = clean(row["prompt"] or "", newlines=False)[:60]
-        click.echo(f"{row['id']}  {row['status']:<9}  {when}  {row['session'] or '-'}  {prompt}")
+        # the session id as given to `run --session` (the run refuses a bad one only later)
+        session = clean(row["session"] or "-", newlines=False)
+        click.echo(f"{row['id']}  {row['status']:<9}  {when}  {session}  {prompt}")
 
 
 def _row(run: Run, config_dir: Path | None) -> dict[str, Any]:
