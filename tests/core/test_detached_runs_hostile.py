@@ -416,3 +416,71 @@ def test_model_text_never_drives_the_terminal_through_follow_or_list(
     listed = _memora(project, env, "runs", "list")
     assert listed.returncode == 0 and run_id in listed.stdout, listed.stderr
     assert _controls(listed.stdout + listed.stderr) == [], listed.stdout
+
+
+def test_a_run_outlives_its_terminals_hang_up_and_stays_private_under_umask_0(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Started from a shell whose umask gives everything away (000), which then hangs up
+    (SIGHUP to its whole process group, as a closed terminal does): the run goes on to its
+    end, and its folder is 0700 and every file 0600."""
+    url, script = server
+    script.answers = [say("still here after the hang up", 0.3)]
+    project, env = _project(tmp_path), _env(tmp_path)
+    command = [*MEMORA, "run", "--detach", "--base-url", url, "--model", "m", "talk slowly",
+               "--project", str(project)]  # fmt: skip
+    shell = subprocess.Popen(
+        ["sh", "-c", 'umask 000; "$@" > run-id; exec sleep 60', "sh", *command],
+        env=env, cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    try:
+        id_file = tmp_path / "run-id"
+        _wait(lambda: id_file.exists() and len(id_file.read_text().strip()) == 12, 120)
+        run_id = id_file.read_text().strip()
+        _wait(lambda: any(e["type"] == "text" for e in _events(project, run_id)))
+        os.killpg(shell.pid, signal.SIGHUP)
+        assert shell.wait(timeout=10) == -signal.SIGHUP
+    finally:
+        shell.kill()
+        shell.wait()
+    followed = _memora(project, env, "runs", "follow", run_id)
+    assert followed.returncode == 0, followed.stderr
+    assert "still here after the hang up" in followed.stdout
+    runs = project / ".memora" / "data" / "runs"
+    for folder in (runs, runs / run_id):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    files = list((runs / run_id).iterdir())
+    assert {"run.json", "events.jsonl", "lock", "pid", "session", "exit", "stderr.log"} <= {
+        p.name for p in files
+    }
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {
+        p.name: "0o600" for p in files
+    }
+
+
+def test_two_follows_of_a_dead_run_start_one_take_over(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two `runs follow` of a dead run at once: one process takes it over, the other follows
+    that one — the turn is never gone on with twice."""
+    url, script = server
+    script.answers = [say("one two three four five six seven eight", 0.5)]
+    project, env = _project(tmp_path), _env(tmp_path)
+    run_id = _detach(project, env, url, "talk slowly")
+    _kill_mid_answer(project, run_id)
+    follows = [
+        subprocess.Popen(
+            [*MEMORA, "runs", "follow", run_id, "--project", str(project)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    said = [f.communicate(timeout=120) for f in follows]
+    assert [f.returncode for f in follows] == [1, 1], said
+    assert sum(err.count("going on with its turn") for _, err in said) == 1, said
+    assert all("no turn executor kept its turn" in out + err for out, err in said), said
