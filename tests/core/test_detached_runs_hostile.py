@@ -484,3 +484,30 @@ def test_two_follows_of_a_dead_run_start_one_take_over(
     assert [f.returncode for f in follows] == [1, 1], said
     assert sum(err.count("going on with its turn") for _, err in said) == 1, said
     assert all("no turn executor kept its turn" in out + err for out, err in said), said
+
+
+def test_a_copied_projects_runs_are_never_taken_over_in_the_copy(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`cp -a proj proj-copy` copies a dead run sealed with the user's own key.  The copy's
+    runs are foreign, as the docs promise of a copied project: following one there started
+    a take-over of the original's turn — run in the original's folder (its spec names it)
+    with the copy's sessions.  A run folder copied beside itself in one project is
+    foreign too."""
+    url, script = server
+    script.answers = [say("one two three four five six seven eight", 0.5)]
+    project, env = _project(tmp_path), _env(tmp_path)
+    run_id = _detach(project, env, url, "talk slowly")
+    _kill_mid_answer(project, run_id)
+    copy = tmp_path / "proj-copy"
+    subprocess.run(["cp", "-a", str(project), str(copy)], check=True)
+    assert _runs(copy, env)[run_id]["status"] == "foreign"
+    for verb in ("follow", "cancel"):
+        done = _memora(copy, env, "runs", verb, run_id)
+        assert done.returncode == 1 and "was not written by your memora" in done.stderr
+        assert "going on with its turn" not in done.stderr, done.stderr
+    runs = project / ".memora" / "data" / "runs"
+    subprocess.run(["cp", "-a", str(runs / run_id), str(runs / "0123456789ab")], check=True)
+    rows = _runs(project, env)
+    assert rows["0123456789ab"]["status"] == "foreign" and rows[run_id]["status"] == "died"

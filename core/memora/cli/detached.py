@@ -57,11 +57,12 @@ RUN_ID = re.compile(r"[0-9a-f]{12}")
 EXIT_STATUS = {0: "done", 1: "error", 3: "paused", 130: "aborted"}
 """A run's exit code -> its status."""
 
-RUN_SPEC_VERSION = 1
+RUN_SPEC_VERSION = 2
+"""2: the seal covers the run's id and data folder (a copied run folder is not this run)."""
 
-SPEC_LIMIT = 4 * 2**20
+SPEC_LIMIT = 2**20
 """The largest ``run.json`` read (a sealed spec is a few KiB: its prompt came through argv,
-at most 128 KiB on Linux).  A planted one may be a sparse file of any size, free to ship in a
+at most 128 KiB on Linux, six times that JSON-escaped).  A planted one may be a sparse file of any size, free to ship in a
 tarball: read whole, it was a MemoryError, or a read that never ended."""
 SMALL_LIMIT = 4096
 """The largest ``exit``, ``pid``, ``session`` or ``cancelled`` file read."""
@@ -96,11 +97,18 @@ class Run:
                 ErrorCode.INVALID_INPUT, f"{path} is not a run: {type(exc).__name__}: {exc}"
             ) from exc
         if not isinstance(data, dict) or data.get("version") != RUN_SPEC_VERSION:
+            data = None
+        elif (data.get("run_id"), data.get("data_dir")) != (self.id, str(self.data_dir)):
+            # sealed by this user for another folder: a copied (or moved) project's run, or a
+            # run folder copied beside itself — going on with it here would run the original
+            # project's turn with this folder's sessions
+            data = None
+        if data is None:
             raise MemoraError(
                 ErrorCode.INVALID_INPUT,
-                f"{path} was not written by your memora (a run from another user or machine, "
-                "a copied or cloned project, or a file changed since is never run): remove "
-                f"{self.folder}",
+                f"{path} was not written by your memora for this folder (a run from another "
+                "user or machine, a copied, moved or cloned project, or a file changed since "
+                f"is never run): remove {self.folder}",
                 context={"path": str(path)},
             )
         return data
@@ -240,7 +248,8 @@ def launch(spec: dict[str, Any], data_dir: Path, config_dir: Path | None) -> Run
     run = Run(run_id, runs_folder(data_dir) / run_id, data_dir)
     try:
         ensure_state_dir(run.folder, data_dir)
-        sealed = seal({**spec, "version": RUN_SPEC_VERSION}, user_key(user_config_dir(config_dir)))
+        whose = {"version": RUN_SPEC_VERSION, "run_id": run_id, "data_dir": str(data_dir)}
+        sealed = seal({**spec, **whose}, user_key(user_config_dir(config_dir)))
         run.write("run.json", json.dumps(sealed, ensure_ascii=False))
         lock = run.claim()
         assert lock is not None  # a folder made just now: nobody else holds its lock
