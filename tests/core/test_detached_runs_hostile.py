@@ -6,12 +6,16 @@ tests/core/test_detached_runs.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401 - the fixture
 from tests.core.test_detached_runs import (
@@ -511,3 +515,31 @@ def test_a_copied_projects_runs_are_never_taken_over_in_the_copy(
     subprocess.run(["cp", "-a", str(runs / run_id), str(runs / "0123456789ab")], check=True)
     rows = _runs(project, env)
     assert rows["0123456789ab"]["status"] == "foreign" and rows[run_id]["status"] == "died"
+
+
+def test_a_durable_run_cancel_had_to_kill_leaves_no_turn_to_take_over(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A durable run whose process is stopped (SIGSTOP: neither SIGINT nor SIGTERM reaches
+    it) is killed by cancel, and its turn leaves the journal — a killed turn left there would
+    be taken over by the next host that looks (`memora serve`), a cancelled turn running on."""
+    dbos = pytest.importorskip("memora_plugin_dbos.executor")
+    url, script = server
+    script.answers = [say("one two three four five six seven eight nine ten", 0.5)]
+    project, env = _project(tmp_path), _env(tmp_path, turn_executor="dbos")
+    run_id = _detach(project, env, url, "talk slowly")
+    _wait(lambda: any(e["type"] == "text" for e in _events(project, run_id)))
+    folder = project / ".memora" / "data" / "runs" / run_id
+    os.kill(int((folder / "pid").read_text()), signal.SIGSTOP)
+    journal = dbos.journal_file({"path": folder.parent.parent, "user_dir": tmp_path / "home"})
+
+    def kept() -> int:
+        with contextlib.closing(sqlite3.connect(journal)) as db:
+            return int(db.execute("SELECT count(*) FROM workflow_status").fetchone()[0])
+
+    assert kept() == 1
+    cancelled = _memora(project, env, "runs", "cancel", run_id)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+    assert kept() == 0
+    assert _events(project, run_id)[-1]["type"] == "aborted"
