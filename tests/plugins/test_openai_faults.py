@@ -859,8 +859,10 @@ async def test_more_turns_at_once_than_httpx2s_default_pool_all_stream(
     """A server's concurrent turns share their project's provider.  With httpx2's default pool
     (100 connections) the 101st concurrent request waited for a free connection and failed
     after ``connect_timeout`` when the streams ahead of it ran longer; 110 now all stream."""
-    server.script = [slow_stream(1.5)]
-    provider = OpenAIProvider(model="m", base_url=server.url, connect_timeout=0.5)
+    # a connect may take a while on a loaded machine (110 at once): the timeout leaves it
+    # room, and is still shorter than the streams a request would wait for a pool slot behind
+    server.script = [slow_stream(3.0)]
+    provider = OpenAIProvider(model="m", base_url=server.url, connect_timeout=1.5)
     try:
         outs = await asyncio.gather(
             *(collect(provider) for _ in range(110)), return_exceptions=True

@@ -62,6 +62,16 @@ class Served:
             self.workers.add(r.headers["x-memora-worker"])
         return r
 
+    def both_up(self, path: str = "/v1/projects", seconds: float = 120) -> None:
+        """Ask on new connections until both workers have answered (a worker still starting
+        has no socket yet: the kernel gives every connection to the other)."""
+        deadline = time.monotonic() + seconds
+        while len(self.workers) < 2 and time.monotonic() < deadline:
+            with contextlib.suppress(httpx2.TransportError):
+                self.request("GET", path)
+            time.sleep(0.05)
+        assert len(self.workers) == 2, self.workers
+
     def turn(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         r = self.request("POST", path, json=body)
         assert r.status_code == 200, r.text
@@ -99,7 +109,7 @@ def _serving(
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=120)  # each worker's graceful stop: slow on a loaded machine
         finally:
             proc.kill()
             log.close()
