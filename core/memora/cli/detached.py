@@ -62,8 +62,8 @@ RUN_SPEC_VERSION = 2
 
 SPEC_LIMIT = 2**20
 """The largest ``run.json`` read (a sealed spec is a few KiB: its prompt came through argv,
-at most 128 KiB on Linux, six times that JSON-escaped).  A planted one may be a sparse file of any size, free to ship in a
-tarball: read whole, it was a MemoryError, or a read that never ended."""
+at most 128 KiB on Linux, six times that JSON-escaped).  A planted one may be a sparse file of
+any size, free to ship in a tarball: read whole, it was a MemoryError, or a read without end."""
 SMALL_LIMIT = 4096
 """The largest ``exit``, ``pid``, ``session`` or ``cancelled`` file read."""
 
