@@ -531,15 +531,20 @@ def test_a_durable_run_cancel_had_to_kill_leaves_no_turn_to_take_over(
     run_id = _detach(project, env, url, "talk slowly")
     _wait(lambda: any(e["type"] == "text" for e in _events(project, run_id)))
     folder = project / ".memora" / "data" / "runs" / run_id
-    os.kill(int((folder / "pid").read_text()), signal.SIGSTOP)
+    pid = int((folder / "pid").read_text())
     journal = dbos.journal_file({"path": folder.parent.parent, "user_dir": tmp_path / "home"})
 
     def kept() -> int:
         with contextlib.closing(sqlite3.connect(journal)) as db:
             return int(db.execute("SELECT count(*) FROM workflow_status").fetchone()[0])
 
-    assert kept() == 1
-    cancelled = _memora(project, env, "runs", "cancel", run_id)
-    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
-    assert kept() == 0
-    assert _events(project, run_id)[-1]["type"] == "aborted"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert kept() == 1
+        cancelled = _memora(project, env, "runs", "cancel", run_id)
+        assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+        assert kept() == 0
+        assert _events(project, run_id)[-1]["type"] == "aborted"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # a failing test leaves no stopped process behind
