@@ -549,3 +549,19 @@ def test_a_durable_run_cancel_had_to_kill_leaves_no_turn_to_take_over(
         with contextlib.suppress(OSError):
             if run_id.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_resume_refuses_a_paused_turn_file_that_is_a_fifo_or_too_deep(tmp_path: Path) -> None:
+    """Found (H10): a cloned project's ``paused-turn.json`` that is a fifo made `memora run
+    --resume` wait for ever; nested deeper than the JSON parser recurses, a traceback."""
+    project, env = _project(tmp_path), _env(tmp_path)
+    data = project / ".memora" / "data"
+    data.mkdir(parents=True)
+    os.mkfifo(data / "paused-turn.json")
+    done = _memora(project, env, "run", "--resume", timeout=60)
+    assert done.returncode == 1 and "not a regular file" in done.stderr, done.stderr
+    (data / "paused-turn.json").unlink()
+    (data / "paused-turn.json").write_text("[" * 100_000 + "]" * 100_000)
+    done = _memora(project, env, "run", "--resume", timeout=60)
+    assert done.returncode == 1 and "is not a paused turn" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

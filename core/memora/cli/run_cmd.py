@@ -16,7 +16,7 @@ import click
 from ..errors import ErrorCode, InvalidInputError, MemoraError
 from ..security.atomic import atomic_write_text
 from ..security.seal import seal, unseal, user_key
-from ..security.state import user_config_dir
+from ..security.state import open_state_file, user_config_dir
 from ..security.terminal import clean
 from .approvals import (
     agent_mode,
@@ -168,6 +168,8 @@ async def run_turn(
 
 
 PAUSED_FILE = "paused-turn.json"
+MAX_PAUSED_BYTES = 16 * 1024 * 1024
+"""A paused turn's file larger than this is not one (its window is bounded far below)."""
 
 
 def _keep_pause(agent: Any, state_file: Path, user_dir: Path) -> None:
@@ -275,14 +277,20 @@ def read_paused(state_file: Path, key: bytes) -> dict[str, Any]:
     project's folder without this user's seal (cloned, copied, edited) is refused: resuming
     it with --yes would run a call that someone else chose."""
     try:
-        doc = json.loads(state_file.read_text(encoding="utf-8"))
+        # never a link or a fifo (a cloned project's would hang the read), never unbounded
+        fd = open_state_file(state_file, os.O_RDONLY | os.O_NONBLOCK, state_file.parent)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_PAUSED_BYTES + 1)
+        if len(raw) > MAX_PAUSED_BYTES:
+            raise ValueError(f"larger than {MAX_PAUSED_BYTES} bytes")
+        doc = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise MemoraError(
             ErrorCode.NOT_FOUND,
             f"no paused turn to resume ({state_file} does not exist)",
             context={"path": str(state_file)},
         ) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise MemoraError(
             ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn: {exc}"
         ) from exc
