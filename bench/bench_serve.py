@@ -23,7 +23,7 @@ about 1x).  Then the same with `--workers 2` and
 variant of :data:`VARIANTS` (which HTTP transport the provider uses: bench/_variants.py), all
 driven by the same load, passes taken in turn, RUNS times; printed: each one's median server
 CPU a turn and its ratio to the first's in the same run (paired).  ``--only=a,b`` picks the
-variants.
+variants; ``--only=net,durable`` is issue #71 item 4's: the same server with durable turns.
 """
 
 from __future__ import annotations
@@ -451,7 +451,7 @@ def variants(
     servers = []
     for variant in chosen:
         root = tmp / variant.replace("/", "-")
-        env = memora_env(root, upstream, {})
+        env = memora_env(root, upstream, _variants.config(variant))
         args, url = serve(root, env, 1)
         args = _variants.serve_args(variant, args)
         pid = stack.enter_context(process(args, env, root / "serve.log", url + "/ready"))
