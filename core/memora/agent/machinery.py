@@ -33,6 +33,7 @@ from ..errors import (
 from ..llm.provider import complete_text, model_label
 from ..llm.types import LLMRequest, Message, clean_text
 from ..role_pack.manager import RolePackManager
+from ..security.state import user_config_dir
 from ..tools.base import Tool, ToolRegistry
 from ..tools.context import ToolContext
 from ..tools.process import child_environment
@@ -66,7 +67,9 @@ def role_packs_for(opts: AgentOptions, **extra: Any) -> RolePackManager:
     """The role packs the options name (config folder, pack folders, the active one, the
     fallback, the project's); ``extra``: what a session adds (its skills, events, messages)."""
     return RolePackManager(
-        opts.config_dir,
+        # the user config folder as everywhere else (config_dir, else $MEMORA_HOME, else
+        # ~/.config/memora): with no config_dir the user's own packs and skills were not read
+        user_config_dir(opts.config_dir),
         pack_roots=opts.role_pack_dirs,
         active=opts.active_role_pack,
         fallback_role=opts.builtin_fallback_role,
