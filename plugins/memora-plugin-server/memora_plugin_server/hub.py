@@ -629,15 +629,16 @@ class Hub:
         """The message that started the turn running in the session, when this process runs
         it (a page reloaded mid-turn shows it above the answer being written)."""
         slot = self._slots.get((project, session_id))
-        if slot is not None and slot.busy and slot.logs:
-            return next(reversed(slot.logs.values())).text
-        return None
+        busy = slot is not None and slot.busy and slot.logs
+        return next(reversed(slot.logs.values())).text if slot is not None and busy else None
 
-    async def running_turn(self, project: str, session_id: str) -> str | None:
-        """The id of the turn running in the session (on any worker)."""
+    async def running_turn(self, project: str, session_id: str, stored: Any = ()) -> str | None:
+        """The id of the turn running in the session (any worker); none whose round is in
+        ``stored`` (round ids) — its end is being written, its round shown as stored."""
         slot = self._slots.get((project, session_id))
         if slot is not None and slot.busy and slot.logs:
-            return next(reversed(slot.logs.values())).id
+            log = next(reversed(slot.logs.values()))
+            return None if log.round_id() in stored else log.id
         shared = self.project(project).shared
         return await shared.current_turn(session_id) if shared is not None else None
 
@@ -654,9 +655,8 @@ class Hub:
         return await self._cancel_waiting(project, session_id, scope)
 
     async def _cancel_waiting(self, project: str, session_id: str, scope: str | None) -> bool:
-        """No turn runs: a paused one is dropped (nothing of it is stored; the session is
-        ready for the next message), and a durable turn left by a dead worker is given up
-        rather than taken over."""
+        """No turn runs: a paused one is dropped (nothing of it stored), a dead worker's
+        durable turn given up; the session takes the next message."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
         lease = await self._lease(slot)

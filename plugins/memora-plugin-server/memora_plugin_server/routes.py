@@ -136,7 +136,11 @@ async def get_session(call: Call) -> Response:
             **info,
             "rounds": [r.to_dict() for r in rounds],
             "pause": await call.hub.pause_of(project, sid),
-            "running_turn": await call.hub.running_turn(project, sid),
+            # a turn whose round is stored is shown from it (a reload while its end is being
+            # written would show it twice: stored, and replayed from its events)
+            "running_turn": await call.hub.running_turn(
+                project, sid, stored={r.round_id for r in rounds}
+            ),
             "running_text": call.hub.running_text(project, sid),
         }
     )

@@ -49,6 +49,10 @@ class TurnLog:
         self._wake()
         return data
 
+    def round_id(self) -> str | None:
+        """The round the turn writes (its first chunk that names one)."""
+        return next((c.round_id for c in self.typed if c.round_id), None)
+
     def end(self) -> None:
         self.ended = True
         # the typed chunks serve the adapters following the turn while it runs; a finished log

@@ -50,3 +50,14 @@ async def test_every_follower_is_woken_and_an_idle_one_gets_keep_alives() -> Non
     assert [seq for batch in restless for seq, _ in batch] == [1, 2]
     assert [] not in calm  # no idle limit: no keep-alive batches
     assert restless[0] == [] and restless.count([]) >= 2  # one per idle period, then the events
+
+
+def test_a_turn_log_names_the_round_it_writes() -> None:
+    """A page reloaded while a turn's end is being written is told no turn runs when its round
+    is already stored (``Hub.running_turn(stored=...)``): it showed the round twice — stored,
+    and replayed from the turn's events (seen once in a clean-clone run)."""
+    log = TurnLog("t_1")
+    assert log.round_id() is None
+    log.add(TextChunk(content="hi"))
+    log.add(TextChunk(content="there", round_id="r-1"))
+    assert log.round_id() == "r-1"
