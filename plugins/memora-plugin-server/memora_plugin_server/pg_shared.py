@@ -32,7 +32,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from .shared import TURN_EVENTS_KEPT_SECONDS, SessionView, lost_turn, one_by_one
+from .shared import TURN_EVENTS_KEPT_SECONDS, Orphaned, SessionView, lost_turn, one_by_one
 
 __all__ = ["PgSharedState", "for_store"]
 
@@ -409,7 +409,7 @@ class PgSharedState:
         over)."""
         seq = max(0, after)
         quiet_since = time.monotonic()
-        orphaned_since: float | None = None
+        orphaned = Orphaned(grace)
         while True:
             rows = await self._execute(
                 "SELECT seq, data FROM memora_server_events WHERE namespace = %s AND turn_id = %s "
@@ -439,14 +439,9 @@ class PgSharedState:
                 if rows:
                     yield [(int(r[0]), str(r[1])) for r in rows]
                 return
-            if not running:
-                now = time.monotonic()
-                orphaned_since = orphaned_since if orphaned_since is not None else now
-                if now - orphaned_since >= grace:
-                    yield lost_turn(seq + 1)
-                    return
-            else:
-                orphaned_since = None
+            if orphaned.lost(running):
+                yield lost_turn(seq + 1)
+                return
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()
                 yield []

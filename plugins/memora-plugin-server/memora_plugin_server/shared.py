@@ -154,6 +154,25 @@ async def one_by_one(
             yield item
 
 
+class Orphaned:
+    """How long a followed turn has had no live writer: :meth:`lost` once ``grace`` seconds
+    passed without one (another worker may take a durable turn over meanwhile)."""
+
+    __slots__ = ("grace", "since")
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.since: float | None = None
+
+    def lost(self, running: bool) -> bool:
+        if running:
+            self.since = None
+            return False
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        return now - self.since >= self.grace
+
+
 def lost_turn(seq: int) -> list[tuple[int, str]]:
     """The last event of a turn whose worker died before it ended."""
     from memora.chunks import ErrorChunk
@@ -392,7 +411,7 @@ class FileSharedState:
         path = self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl"
         seq, offset, rest = 0, 0, b""
         quiet_since = time.monotonic()
-        orphaned_since: float | None = None
+        orphaned = Orphaned(grace)
         while True:
             data = await asyncio.to_thread(_read_from, path, offset)
             offset += len(data)
@@ -420,13 +439,11 @@ class FileSharedState:
                 # one more look: the writer may have ended between the two
                 if await asyncio.to_thread(_read_from, path, offset):
                     continue
-                now = time.monotonic()
-                orphaned_since = orphaned_since if orphaned_since is not None else now
-                if now - orphaned_since >= grace:
+                if orphaned.lost(running=False):
                     yield lost_turn(seq + 1)
                     return
             else:
-                orphaned_since = None
+                orphaned.lost(running=True)
             if idle is not None and time.monotonic() - quiet_since >= idle:
                 quiet_since = time.monotonic()
                 yield []
