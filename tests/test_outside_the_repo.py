@@ -277,7 +277,8 @@ def test_python_dash_m_and_version(env: Env) -> None:
 FETCH_HTML = textwrap.dedent(
     """
     import asyncio, json, threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+    from tests.loopback import QuietHTTPServer
 
     PAGE = (
         "<html><head><title>Long-term memory</title></head><body><nav>menu</nav>"
@@ -297,7 +298,7 @@ FETCH_HTML = textwrap.dedent(
             self.end_headers()
             self.wfile.write(PAGE)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
     async def main():

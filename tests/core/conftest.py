@@ -3,10 +3,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from tests.loopback import QuietHTTPServer
 
 
 @pytest.fixture
@@ -25,7 +27,7 @@ class Endpoint:
         self.auth: list[str | None] = []
 
 
-def start_endpoint() -> tuple[str, Endpoint, ThreadingHTTPServer]:
+def start_endpoint() -> tuple[str, Endpoint, QuietHTTPServer]:
     """An :class:`Endpoint` serving on 127.0.0.1: its URL, its record, its server."""
     seen = Endpoint()
 
@@ -63,8 +65,7 @@ def start_endpoint() -> tuple[str, Endpoint, ThreadingHTTPServer]:
                 answer = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
                 self._send(200, json.dumps(answer).encode(), "application/json")
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
+    httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen, httpd
 

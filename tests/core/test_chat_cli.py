@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memora.config import strip_json_comments
+from tests.loopback import QuietHTTPServer
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -107,8 +108,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def server() -> Iterator[tuple[str, Script]]:
     script = Script()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-    httpd.daemon_threads = True
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _handler(script))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", script
     httpd.shutdown()

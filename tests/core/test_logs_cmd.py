@@ -50,7 +50,7 @@ def test_logs_across_sessions(tmp_path: Path) -> None:
     runner = CliRunner()
     r = runner.invoke(cli, ["logs", "-n", "10", "--json", "--data-dir", str(data)])
     assert r.exit_code == 0, r.output
-    rounds = json.loads(r.output)["rounds"]
+    rounds = json.loads(r.stdout)["rounds"]
     assert [x["user"] for x in rounds] == ["a third question", "read the notes", "what is SQLite?"]
     assert [x["session_id"] for x in rounds] == [second, second, first]
     read = rounds[1]

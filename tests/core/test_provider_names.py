@@ -139,7 +139,9 @@ def test_models_shows_a_hostile_401_as_one_clean_line(tmp_path: Path) -> None:
     """(low) `memora models` printed a server's 401 body as it came: escape sequences that
     clear the screen and retitle the terminal, newlines that draw a fake prompt."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.loopback import QuietHTTPServer
 
     body = json.dumps(
         {
@@ -160,7 +162,7 @@ def test_models_shows_a_hostile_401_as_one_clean_line(tmp_path: Path) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    httpd = QuietHTTPServer(("127.0.0.1", 0), Hostile)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"

@@ -39,7 +39,7 @@ def test_import_search_stats_export_history(tmp_path: Path) -> None:
         "imported 1 new memory (1 already present)" in r.output
     )  # the line with an id: idempotent
     r = runner.invoke(cli, ["memory", "search", "大纲", "--data-dir", str(data), "--json"])
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)
     assert [x["id"] for x in doc["results"]] == ["m1"]
     assert set(doc["results"][0]) == {"id", "source", "name", "content", "score"}
     r = runner.invoke(
@@ -55,14 +55,14 @@ def test_import_search_stats_export_history(tmp_path: Path) -> None:
             "--json",
         ],
     )
-    assert json.loads(r.output)["results"] == []
+    assert json.loads(r.stdout)["results"] == []
     r = runner.invoke(cli, ["memory", "stats", "--data-dir", str(data), "--json"])
-    assert json.loads(r.output) == {"total": 3, "by_source": {"persona": 2, "round_summary": 1}}
+    assert json.loads(r.stdout) == {"total": 3, "by_source": {"persona": 2, "round_summary": 1}}
     r = runner.invoke(cli, ["memory", "export", "--data-dir", str(data)])
     lines = [json.loads(x) for x in r.output.splitlines()]
     assert len(lines) == 3 and lines[0]["id"] == "m1" and lines[0]["summary_type"] == "progress"
     r = runner.invoke(cli, ["memory", "history", "m1", "--data-dir", str(data), "--json"])
-    assert [h["id"] for h in json.loads(r.output)["history"]] == ["m1"]
+    assert [h["id"] for h in json.loads(r.stdout)["history"]] == ["m1"]
     # round trip into a fresh store
     out = tmp_path / "out.jsonl"
     runner.invoke(cli, ["memory", "export", "--data-dir", str(data), "-o", str(out)])
@@ -93,13 +93,13 @@ def test_sessions_commands(tmp_path: Path) -> None:
     asyncio.run(seed())
     runner = CliRunner()
     r = runner.invoke(cli, ["sessions", "list", "--data-dir", str(tmp_path), "--json"])
-    assert [x["id"] for x in json.loads(r.output)["sessions"]] == ["main"]
+    assert [x["id"] for x in json.loads(r.stdout)["sessions"]] == ["main"]
     r = runner.invoke(cli, ["sessions", "show", "main", "--data-dir", str(tmp_path), "--json"])
-    assert len(json.loads(r.output)["rounds"]) == 3
+    assert len(json.loads(r.stdout)["rounds"]) == 3
     r = runner.invoke(
         cli, ["sessions", "fork", "main", "--at-round", "r1", "--data-dir", str(tmp_path), "--json"]
     )
-    assert json.loads(r.output)["round_count"] == 2
+    assert json.loads(r.stdout)["round_count"] == 2
     r = runner.invoke(cli, ["sessions", "show", "ghost", "--data-dir", str(tmp_path)])
     assert r.exit_code != 0 and "no session" in r.output
 
@@ -172,4 +172,4 @@ def test_a_numeric_id_is_imported_as_text(tmp_path: Path) -> None:
     r = runner.invoke(cli, ["memory", "import", str(src), *args])
     assert r.exit_code == 0, r.output
     r = runner.invoke(cli, ["memory", "export", *args])
-    assert json.loads(r.output.splitlines()[0])["id"] == "3"
+    assert json.loads(r.stdout.splitlines()[0])["id"] == "3"

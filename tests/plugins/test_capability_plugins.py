@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 from memora import Agent, hookimpl
 from memora.checks import CheckContext, Deny, ToolCallInfo
 from memora.testing import ScriptedProvider, text, tool_call
+from tests.loopback import QuietHTTPServer
 
 pytest.importorskip("ddgs")
 pytest.importorskip("opentelemetry.sdk")
@@ -49,7 +50,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()

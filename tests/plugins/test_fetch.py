@@ -6,13 +6,14 @@ import importlib
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from memora.errors import ToolError, ToolErrorCode
 from memora.plugins import create_plugin_manager
 from memora_plugin_fetch import HttpFetcher
+from tests.loopback import QuietHTTPServer
 
 ARTICLE = (
     "<html><head><title>记忆测试</title></head><body><nav>Home | About | Login</nav>"
@@ -113,8 +114,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
+    httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"

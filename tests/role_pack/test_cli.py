@@ -15,7 +15,7 @@ from .helpers import write_pack
 def test_validate_examples_json() -> None:
     result = CliRunner().invoke(cli, ["role-pack", "validate", str(REPO / "role_packs"), "--json"])
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert {p["name"] for p in doc["packs"]} >= {"novelist", "code-reviewer", "plain-designer"}
     for pack in doc["packs"]:
         assert set(pack) == {"path", "name", "errors", "warnings"}
@@ -27,7 +27,7 @@ def test_validate_reports_errors_with_exit_1(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(cli, ["role-pack", "validate", str(folder), "--json"])
     assert result.exit_code == 1
-    (pack,) = json.loads(result.output)["packs"]
+    (pack,) = json.loads(result.stdout)["packs"]
     assert pack["errors"] == [
         {
             "path": "strategy.global.contextLimit",
@@ -62,7 +62,7 @@ def test_list_shows_the_global_pool_with_the_built_in_skills(tmp_path: Path) -> 
         ["role-pack", "list", "--json", "--project", str(tmp_path), "--config-dir", str(tmp_path)],
     )
     assert r.exit_code == 0, r.output
-    pool = {s["name"]: s for s in json.loads(r.output)["global_skills"]}
+    pool = {s["name"]: s for s in json.loads(r.stdout)["global_skills"]}
     assert {"code-review", "summarize", "web-search", "role-pack-creator"} <= set(pool)
     assert all(pool[n]["builtin"] for n in ("code-review", "role-pack-creator"))
 
