@@ -71,6 +71,8 @@ CREATE TABLE IF NOT EXISTS memora_server_turns (
     ended boolean NOT NULL DEFAULT false,
     PRIMARY KEY (namespace, turn_id)
 );
+CREATE INDEX IF NOT EXISTS memora_server_turns_open ON memora_server_turns (namespace)
+    WHERE NOT ended;
 CREATE TABLE IF NOT EXISTS memora_server_events (
     namespace text NOT NULL,
     turn_id text NOT NULL,
@@ -389,6 +391,24 @@ class PgSharedState:
             (self.namespace, turn_id, session),
         )
         return bool(rows)
+
+    async def orphans(self) -> list[tuple[str, str]]:
+        rows = await self._execute(
+            "SELECT t.session_id, t.turn_id FROM memora_server_turns t "
+            "JOIN memora_server_sessions s ON s.namespace = t.namespace "
+            "AND s.session_id = t.session_id AND s.current_turn = t.turn_id "
+            f"WHERE t.namespace = %s AND NOT t.ended AND NOT (s.holder_pid IS NOT NULL AND {_ALIVE})",
+            (self.namespace,),
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    async def turn_ended(self, session: str, turn_id: str) -> bool:
+        rows = await self._execute(
+            "SELECT ended FROM memora_server_turns WHERE namespace = %s AND turn_id = %s "
+            "AND session_id = %s",
+            (self.namespace, turn_id, session),
+        )
+        return not rows or bool(rows[0][0])
 
     def follow(
         self, session: str, turn_id: str, after: int = 0, grace: float = 0.0

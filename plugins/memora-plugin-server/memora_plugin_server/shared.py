@@ -104,6 +104,15 @@ class SharedState(Protocol):
         ...
 
     async def has_turn(self, session: str, turn_id: str) -> bool: ...
+    async def orphans(self) -> list[tuple[str, str]]:
+        """``(session, turn id)`` of each turn left without an end by a worker that died: the
+        session's current turn, not ended, and no live worker holds the session."""
+        ...
+
+    async def turn_ended(self, session: str, turn_id: str) -> bool:
+        """Whether the turn's events end (a turn whose events are gone counts as ended)."""
+        ...
+
     def follow(
         self, session: str, turn_id: str, after: int = 0, grace: float = 0.0
     ) -> AsyncGenerator[tuple[int, str], None]: ...
@@ -390,6 +399,26 @@ class FileSharedState:
     async def has_turn(self, session: str, turn_id: str) -> bool:
         return (self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl").is_file()
 
+    async def orphans(self) -> list[tuple[str, str]]:
+        def scan() -> list[tuple[str, str]]:
+            found = []
+            with os.scandir(self.root / "turns") as folders:
+                for folder in folders:
+                    try:
+                        current = Path(folder.path, "current").read_text()
+                    except OSError:
+                        continue
+                    if _SAFE.match(current) and not _ends(Path(folder.path, f"{current}.jsonl")):
+                        found.append((folder.name, current))
+            return found
+
+        unended = await asyncio.to_thread(scan)
+        return [(s, t) for s, t in unended if _SAFE.match(s) and not await self.alive(s)]
+
+    async def turn_ended(self, session: str, turn_id: str) -> bool:
+        path = self.root / "turns" / _name(session) / f"{_name(turn_id)}.jsonl"
+        return await asyncio.to_thread(_ends, path)
+
     def follow(
         self, session: str, turn_id: str, after: int = 0, grace: float = 0.0
     ) -> AsyncGenerator[tuple[int, str], None]:
@@ -564,6 +593,17 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:  # pruned by another worker meanwhile
         return 0.0
+
+
+def _ends(path: Path) -> bool:
+    """Whether a turn's file ends with ``END`` (a file that is gone counts as ended)."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - len(END)))
+            return size >= len(END) and fh.read() == END
+    except FileNotFoundError:
+        return True
 
 
 def _size(path: Path) -> int:

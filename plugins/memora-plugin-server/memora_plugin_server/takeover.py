@@ -15,25 +15,37 @@ written into the events of the session's last turn.  A turn whose session has st
 started after it (the session took the next message while the turn waited) is given up: it
 would go on out of order, behind the user's back.  One turn whose take-over fails does not keep
 the others from theirs.
+
+A worker can also die after its turn's workflow ended (the round stored, the journal done with
+it) and before it wrote the turn's end where followers read it (:func:`_end_orphans`, every
+``ORPHAN_SECONDS``): no workflow is left to take over, so the turn's end is written from what
+the session kept — ``done`` with the stored round's answer, ``aborted`` or a failure as the
+round says — and, when the session kept no round of it, ``TURN_LOST``, which is then true.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import UnfinishedTurn, check_state_version
-from memora.errors import BusyError, MemoraError
+from memora.chunks import AbortedChunk, DoneChunk, ErrorChunk, Usage
+from memora.errors import BusyError, ErrorCode, MemoraError
+from memora.memory import RoundRecord
 from memora.security.state import warn_once
+
+from .shared import SharedState, lost_turn
 
 if TYPE_CHECKING:
     from .hub import Hub
     from .slots import Project
 
-__all__ = ["TAKEOVER_GRACE", "TAKEOVER_SECONDS", "take_overs"]
+__all__ = ["ORPHAN_SECONDS", "TAKEOVER_GRACE", "TAKEOVER_SECONDS", "take_overs"]
 
 logger = logging.getLogger("memora.server")
 
@@ -42,18 +54,27 @@ TAKEOVER_SECONDS = 1.0
 TAKEOVER_GRACE = 30.0
 """How long the followers of a durable turn whose worker died wait for another to take it
 over before they are told ``TURN_LOST``."""
+ORPHAN_SECONDS = 3.0
+"""How often a worker looks for a turn left without its end by a worker that died after the
+turn's workflow ended (well within :data:`TAKEOVER_GRACE`)."""
 
 
 async def take_overs(hub: Hub) -> None:
     """See the module docstring (cancelled when the hub closes)."""
     first = True
     refused: set[tuple[str, str]] = set()  # (project, turn) this memora cannot go on with
+    orphans_due = 0.0
     while True:
+        look_for_orphans = time.monotonic() >= orphans_due
+        if look_for_orphans:
+            orphans_due = time.monotonic() + ORPHAN_SECONDS
         for project in hub.projects.values():
             if project.runtime.turn_executor is None or (project.shared is None and not first):
                 continue
             try:
                 await _take_over_dead(hub, project, refused)
+                if look_for_orphans and project.shared is not None:
+                    await _end_orphans(hub, project)
             except Exception:
                 logger.exception(
                     "looking for durable turns to take over in %s failed", project.name
@@ -116,3 +137,93 @@ async def _moved_on(project: Project, session_id: str, state: Mapping[str, Any])
     started = float(state.get("started_at") or 0)
     rounds = await project.runtime.session_store.rounds(session_id)
     return any(r.round_id != state.get("round_id") and r.started_at > started for r in rounds)
+
+
+async def _end_orphans(hub: Hub, project: Project) -> None:
+    """Write the end of each turn a dead worker left without one, once its workflow ended
+    (see the module docstring)."""
+    shared, executor = project.shared, project.runtime.turn_executor
+    assert shared is not None and executor is not None
+    for session_id, turn_id in await shared.orphans():
+        if hub.busy_here(project.name, session_id):
+            continue
+        lease = await shared.try_lock(session_id)
+        if lease is None:
+            continue  # a worker took the session meanwhile
+        try:
+            # still left, and no workflow to take over (that turn goes on instead)
+            if (
+                await shared.last_turn(session_id) != turn_id
+                or await shared.turn_ended(session_id, turn_id)
+                or await executor.unfinished(session_id)
+            ):
+                continue
+            rounds = await _rounds_of(shared, session_id, turn_id)
+            stored = [
+                r
+                for r in await project.runtime.session_store.rounds(session_id)
+                if r.round_id in rounds
+            ]
+            end = _end_from(stored[-1] if stored else None)
+            # as the dead worker would have: the session settled, then the end written
+            await shared.settle(session_id, None)
+            if stored and stored[-1].status in ("done", "aborted"):
+                await shared.forget_created(session_id)
+            writer = await shared.resume_writer(session_id, turn_id)
+            writer.add(end)
+            await writer.end()
+            logger.info(
+                "turn %s of session %s, left by a worker that died as it ended, ended from "
+                "its stored round",
+                turn_id,
+                session_id,
+            )
+        except Exception as exc:
+            warn_once(logger, turn_id, "ending turn %s failed: %r (tried again)", turn_id, exc)
+        finally:
+            await lease.release()
+
+
+async def _rounds_of(shared: SharedState, session_id: str, turn_id: str) -> set[str]:
+    """The round ids the turn's events name (a turn's chunks carry its round's)."""
+    found: set[str] = set()
+    # the session's lock is held here: the events there are all there will be; an empty
+    # batch says the reader caught up
+    reading = shared.batches(session_id, turn_id, 0, idle=0.0)
+    try:
+        async for batch in reading:
+            if not batch:
+                break
+            for _, data in batch:
+                with contextlib.suppress(ValueError, AttributeError):
+                    round_id = json.loads(data).get("round_id")
+                    if isinstance(round_id, str):
+                        found.add(round_id)
+    finally:
+        await reading.aclose()
+    return found
+
+
+def _end_from(stored: RoundRecord | None) -> str:
+    """The turn's last event as the session kept its round (``TURN_LOST`` when it kept none,
+    or only a pause the dead worker could not share)."""
+    if stored is None or stored.status not in ("done", "aborted", "error"):
+        return lost_turn(0)[0][1]
+    rid = stored.round_id
+    if stored.status == "done":
+        known = {k: v for k, v in stored.usage.items() if k in Usage.model_fields}
+        usage = Usage.model_validate(known) if known else None
+        return DoneChunk(
+            round_id=rid, answer=stored.assistant, output=stored.output, usage=usage
+        ).model_dump_json()
+    if stored.status == "aborted":
+        return AbortedChunk(
+            round_id=rid,
+            reason="the turn was stopped; its round is kept as it stood",
+            stop_reason="interrupted",
+        ).model_dump_json()
+    return ErrorChunk(
+        round_id=rid,
+        message="the turn failed; its round is kept as it stood",
+        code=ErrorCode.TURN_FAILED.value,
+    ).model_dump_json()

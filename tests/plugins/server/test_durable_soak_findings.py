@@ -288,11 +288,6 @@ async def test_concurrent_first_uses_of_an_mcp_server_all_get_its_tools(tmp_path
     assert [[t.name for t in r] for r in listed] == [["mcp_x_noop"]] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#71 soak finding 4: a turn whose workflow ended before its host died without "
-    "writing done is told TURN_LOST, its round kept",
-)
 def test_a_turn_whose_workflow_ended_before_its_host_died_ends_done(
     server: tuple[str, Script],  # noqa: F811
     pg_dsn: str,

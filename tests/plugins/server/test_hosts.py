@@ -191,6 +191,28 @@ async def test_pg_shared_state_prunes_old_turns(pg_dsn: str) -> None:
         assert [d async for _, d in state.follow("s1", "t_new")] == ['{"type": "done"}']
 
 
+async def test_pg_shared_state_names_a_turn_left_without_its_end(pg_dsn: str) -> None:
+    """What the take-over looks for when a worker died after its turn's workflow ended (#71
+    soak finding 4): the session's current turn, not ended, held by no live worker."""
+    from memora_plugin_server.pg_shared import FLUSH_SECONDS
+
+    async with _pg_state(pg_dsn, "orphans") as state:
+        lease = await state.try_lock("s1")
+        assert lease is not None
+        writer = await state.writer("s1", "t_1")
+        writer.add('{"type": "text", "content": "答", "round_id": "r1"}')
+        await asyncio.sleep(FLUSH_SECONDS * 4)  # written, as a worker's would be
+        assert await state.orphans() == []  # held: running
+        assert not await state.turn_ended("s1", "t_1")
+        await lease.release()  # its worker died before the end
+        assert await state.orphans() == [("s1", "t_1")]
+        again = await state.resume_writer("s1", "t_1")
+        again.add('{"type": "done", "round_id": "r1"}')
+        await again.end()
+        assert await state.turn_ended("s1", "t_1") and await state.orphans() == []
+        assert await state.turn_ended("s1", "t_gone")
+
+
 async def test_pg_shared_state_reads_a_session_view_in_one_query(pg_dsn: str) -> None:
     """The version, pause and role pack the hub checks before a turn: one query, the same
     values as the three single reads."""

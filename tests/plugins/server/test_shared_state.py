@@ -203,3 +203,23 @@ async def test_taking_the_lock_discards_an_old_abort_and_a_turn_settles_at_once(
     cleared = await state.settle("s1", None)
     assert await state.view("s1") == (cleared, None, None) and cleared != version
     await lease.release()
+
+
+async def test_a_turn_left_without_its_end_is_an_orphan_until_it_ends(tmp_path: Path) -> None:
+    """What the take-over looks for when a worker died after its turn's workflow ended: the
+    session's current turn, not ended, held by no live worker (#71 soak finding 4)."""
+    state = FileSharedState(tmp_path)
+    lease = await state.try_lock("s1")
+    assert lease is not None
+    writer = await state.writer("s1", "t_1")
+    writer.add('{"type": "text", "content": "答", "round_id": "r1"}')
+    await asyncio.sleep(FLUSH_SECONDS * 4)
+    assert await state.orphans() == []  # held: running
+    assert not await state.turn_ended("s1", "t_1")
+    await lease.release()  # the worker died before its end
+    assert await state.orphans() == [("s1", "t_1")]
+    again = await state.resume_writer("s1", "t_1")
+    again.add('{"type": "done", "round_id": "r1"}')
+    await again.end()
+    assert await state.turn_ended("s1", "t_1") and await state.orphans() == []
+    assert await state.turn_ended("s1", "t_gone")  # no events: nothing to end
