@@ -49,6 +49,7 @@ __all__ = [
     "JournalError",
     "TurnExecutor",
     "UnfinishedTurn",
+    "check_state_key",
     "check_state_version",
     "run_elsewhere",
 ]
@@ -81,6 +82,18 @@ def check_state_version(state: Mapping[str, Any]) -> None:
             f"this turn's journal is version {version!r}, written by a newer memora; this one "
             f"reads up to version {TURN_STATE_VERSION}: continue the turn with that memora",
             context={"journal": version},
+        )
+
+
+def check_state_key(state: Mapping[str, Any], key: str) -> None:
+    """Refuse a kept state that is not the turn ``key`` names (``memora:<session>:<round>:
+    <run>``): continued, it would run another session's turn in this one."""
+    parts = key.split(":")
+    if len(parts) != 4 or state.get("session_id") != parts[1] or state.get("round_id") != parts[2]:
+        raise InvalidInputError(
+            f"the journal's state for turn {key!r} is of session {state.get('session_id')!r}, "
+            f"round {state.get('round_id')!r}: not that turn's; it is not continued",
+            context={"key": key},
         )
 
 

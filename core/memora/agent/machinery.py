@@ -40,7 +40,7 @@ from ..tools.process import child_environment
 from ..tools.task_table import TaskTable
 from .context_window import ContextOccupancy, ContextWindow, no_background
 from .driver import TurnDriver
-from .durable import DurableTurn, JournalError, check_state_version
+from .durable import DurableTurn, JournalError, check_state_key, check_state_version
 from .exposure import ToolExposure
 from .loop import TurnDeps, TurnEngine, new_round_id
 from .output import OutputSpec
@@ -330,6 +330,7 @@ class SessionMachinery:
             if state is None:
                 raise NotFoundError(f"no unfinished durable turn {key!r}", context={"key": key})
             check_state_version(state)
+            check_state_key(state, key)
             return await self._restore_running(state)
 
         def chunks_of(record: TurnRecord) -> AsyncIterator[AgentChunk]:
