@@ -266,3 +266,109 @@ async def test_the_journal_keeps_the_turns_that_may_go_on_not_every_turn(tmp_pat
     }
     db.close()
     assert kept == {"workflow_status": 0, "operation_outputs": 0, "workflow_input": 0}
+
+
+LEAVE_ENDED = """
+import asyncio, os, sys
+from pathlib import Path
+from memora import ProjectRuntime
+from memora.testing import ScriptedProvider, text
+
+async def main() -> None:
+    root = Path(sys.argv[1])
+    runtime = ProjectRuntime(
+        project_path=root / "project", data_dir=root / "data", config_dir=root / "user",
+        provider=ScriptedProvider([text("answered")]), approvals="full-auto",
+    )
+    await runtime.open()
+    agent = await runtime.agent(session_id="s1")
+    assert [c async for c in agent.chat("hello")][-1].type == "done"
+    os._exit(0)  # gone before the ended turn's sweep: its workflow stays in the journal
+
+asyncio.run(main())
+"""
+
+
+async def test_ended_turns_a_dead_process_left_in_the_journal_are_deleted_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """Ended turns leave the journal together, a second after they end (one deletion for many:
+    each one alone cost 1.6 ms of CPU a turn); a process that dies first leaves them there, and
+    the next one to end a turn deletes them."""
+    import subprocess
+    import sys
+
+    (tmp_path / "project").mkdir()
+    journal = tmp_path / "journal.sqlite"
+    config = user_config(
+        tmp_path, plugins={"dbos": {"system_database_url": f"sqlite:///{journal}"}}
+    )
+    env = {**os.environ, "MEMORA_LOAD_PLUGINS": "dbos"}
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVE_ENDED, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+    def ended() -> list[str]:
+        db = sqlite3.connect(journal)
+        try:
+            rows = db.execute("SELECT workflow_uuid, status FROM workflow_status").fetchall()
+        finally:
+            db.close()
+        return [f"{status}" for _, status in rows]
+
+    assert ended() == ["SUCCESS"]  # left by the process that died
+    db = sqlite3.connect(journal)
+    with db:  # ended over a minute ago: a live process would have deleted it by now
+        db.execute("UPDATE workflow_status SET completed_at = completed_at - 120000")
+    db.close()
+    async with ProjectRuntime(
+        project_path=tmp_path / "project",
+        data_dir=tmp_path / "data",
+        config_dir=config,
+        provider=ScriptedProvider([text("again")]),
+        approvals="full-auto",
+    ) as runtime:
+        agent = await runtime.agent(session_id="s1")
+        assert [c async for c in agent.chat("and now")][-1].type == "done"
+        assert ended() == ["SUCCESS"]  # this turn's, waiting for its sweep; the old one gone
+        await asyncio.sleep(1.5)  # SWEEP_SECONDS
+        assert ended() == []
+
+
+async def test_a_kept_state_of_another_session_is_not_continued_under_this_turns_key(
+    tmp_path: Path,
+) -> None:
+    """Held: a journal row whose state names another session (or round) than its turn's key —
+    continued, it would run session s2's turn, its messages, in s1 — is refused, naming both."""
+    project = tmp_path / "project"
+    project.mkdir()
+    journal = tmp_path / "journal.sqlite"
+    await make_journal(journal)
+    config = user_config(
+        tmp_path, plugins={"dbos": {"system_database_url": f"sqlite:///{journal}"}}
+    )
+    data = tmp_path / "data"
+    tag = project_tag({"path": data})
+    state = {"journal": 1, "round_id": "r-1", "session_id": "s2", "user_text": "not yours"}
+    plant(journal, f"{tag}/memora:s1:r-1:1", state, output=None)
+    provider = ScriptedProvider([text("must not be asked")])
+    async with ProjectRuntime(
+        project_path=project,
+        data_dir=data,
+        config_dir=config,
+        provider=provider,
+        approvals="full-auto",
+    ) as runtime:
+        executor = runtime.turn_executor
+        assert executor is not None
+        (left,) = await executor.unfinished()
+        assert left.key == "memora:s1:r-1:1"
+        agent = await runtime.agent(session_id="s1")
+        with pytest.raises(MemoraError, match="of session 's2'"):
+            [c async for c in agent.take_over(left.key)]
+        assert provider.requests == []
+        assert await runtime.session_store.rounds("s1") == []
