@@ -42,7 +42,7 @@ from .shared import (
     SharedState,
 )
 from .slots import Project, Slot, forgotten_in, pause_doc, run_turn
-from .takeover import TAKEOVER_GRACE, take_overs
+from .takeover import TAKEOVER_GRACE, continued_turn, take_overs
 from .turns import RemoteTurnLog, TurnLog
 
 if TYPE_CHECKING:
@@ -186,13 +186,12 @@ class Hub:
     ) -> TurnLog:
         """Go on here with the durable turn ``key`` a worker left when it died: its session's
         lock taken, its Agent opened, the turn rebuilt from its last kept state; its events go
-        on after the last one written, under the same turn id."""
+        on after the last one written, under the same turn id (:func:`continued_turn`)."""
         slot = self._slot(project, session_id)
         self._refuse_busy(slot)
         lease = await self._lease(slot)
         try:
-            shared = slot.project.shared
-            turn_id = await shared.last_turn(session_id) if shared is not None else None
+            turn_id = await continued_turn(slot.project.shared, session_id)
             agent = await self.agent(project, session_id, scope=scope, lease=lease)
             chunks = agent.take_over(key)
         except BaseException:

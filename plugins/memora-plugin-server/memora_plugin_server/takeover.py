@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .hub import Hub
     from .slots import Project
 
-__all__ = ["ORPHAN_SECONDS", "TAKEOVER_GRACE", "TAKEOVER_SECONDS", "take_overs"]
+__all__ = ["ORPHAN_SECONDS", "TAKEOVER_GRACE", "TAKEOVER_SECONDS", "continued_turn", "take_overs"]
 
 logger = logging.getLogger("memora.server")
 
@@ -128,6 +128,19 @@ async def _take_over(
     with contextlib.suppress(BusyError):  # another worker was quicker
         await hub.take_over(project.name, left.session_id, left.key, scope=owner)
         logger.info("took over turn %s of session %s", left.key, left.session_id)
+
+
+async def continued_turn(shared: SharedState | None, session_id: str) -> str | None:
+    """The turn whose events a turn taken over in ``session_id`` goes on after (its lock
+    held): the session's last — unless its events ended where followers read them (its
+    journal failed, and the turn said so), then ``None``: it goes on under a new turn id,
+    not after an end nobody reads past."""
+    if shared is None:
+        return None
+    turn_id = await shared.last_turn(session_id)
+    if turn_id is None or await shared.turn_ended(session_id, turn_id):
+        return None
+    return turn_id
 
 
 async def _moved_on(project: Project, session_id: str, state: Mapping[str, Any]) -> bool:

@@ -355,6 +355,53 @@ async def test_a_turn_whose_journal_failed_never_goes_on_after_the_session_moved
         assert counter.read_text() == "once\n"
 
 
+async def test_a_turn_whose_journal_failed_goes_on_under_a_new_turn_id_followers_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: a turn whose journal failed mid-turn ended its events with the error; once the
+    journal answered, a worker took the turn over and wrote the rest of it after that end, under
+    the same turn id — where no follower reads (a follower stops at the end), while the session
+    named that ended turn as its running one.  It now goes on under a new turn id, the session's
+    running turn, which a follower reads to its ``done``."""
+    command = ("run_command", {"command": "echo once"}, "c1")
+    with small_disk(tmp_path / "disk", size="1m") as disk:
+        project = project_dir(tmp_path)
+        fillers: list[Path] = []
+
+        def filling(request: LLMRequest) -> Any:
+            fillers.append(fill(disk))  # the journal's disk is full from this answer on
+            return tool_call(command)
+
+        provider = ScriptedProvider([filling, slow(words=60)], default=text("unexpected"))
+        journal = f"sqlite:///{disk / 'journal.sqlite'}"
+        options = durable(tmp_path, provider, monkeypatch, system_database_url=journal)
+        async with (
+            serve(project, approvals="full-auto", shared=True, **options) as srv,
+            httpx2.AsyncClient(base_url=srv.url, timeout=60) as client,
+        ):
+            sid = (await client.post("/v1/projects/proj/sessions", json={})).json()["id"]
+            base = f"/v1/projects/proj/sessions/{sid}"
+            async with client.stream("POST", f"{base}/turns", json={"text": "run it"}) as r:
+                failed_turn = r.headers["x-memora-turn"]
+                failed = await read_events(r)
+            assert failed[-1].type == "error" and "journal" in failed[-1].data["message"]
+            fillers[0].unlink()  # space is back: a take-over pass goes on with the turn
+            going_on = None
+            for _ in range(200):
+                going_on = (await client.get(base)).json()["running_turn"]
+                if going_on is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert going_on is not None and going_on != failed_turn
+            async with client.stream("GET", f"{base}/turns/{going_on}/events") as r:
+                rest = await read_events(r)
+            assert rest[-1].type == "done", [e.type for e in rest[-3:]]
+            async with client.stream("GET", f"{base}/turns/{failed_turn}/events") as r:
+                assert [e.type for e in await read_events(r)] == [e.type for e in failed]
+            rounds = (await client.get(base)).json()["rounds"]
+            assert [r["status"] for r in rounds] == ["done"]
+
+
 # -- forgetting while a background turn runs -----------------------------------------------------
 
 SECRET = "heron-4711-kestrel"
