@@ -157,3 +157,40 @@ async def test_a_journal_that_cannot_be_opened_is_a_clear_error(tmp_path: Path) 
         assert not runtime.is_open
     finally:
         del os.environ["MEMORA_LOAD_PLUGINS"]
+
+
+async def test_one_process_serves_two_projects_on_the_default_journal(tmp_path: Path) -> None:
+    """The default journal is the user's one file (each turn tagged with its project): one
+    process opens two projects with durable turns and runs a turn in each — before, each project
+    had a journal of its own, and the second could not open (one DBOS per process, one journal)."""
+    from memora_plugin_dbos import DbosTurnExecutor
+    from memora_plugin_dbos.executor import JOURNAL
+
+    _user_config(tmp_path)
+    runtimes = []
+    try:
+        for name in ("alpha", "beta"):
+            (tmp_path / name).mkdir()
+            runtime = ProjectRuntime(
+                project_path=tmp_path / name,
+                data_dir=tmp_path / name / "data",
+                config_dir=tmp_path / "config",
+                provider=ScriptedProvider([text(f"{name} answered")]),
+                load_entrypoints=True,
+                approvals="full-auto",
+            )
+            await runtime.open()
+            runtimes.append(runtime)
+        executors = [r.turn_executor for r in runtimes]
+        assert all(isinstance(e, DbosTurnExecutor) for e in executors)
+        assert {e.url for e in executors} == {
+            f"sqlite:///{tmp_path / 'config' / 'turns' / JOURNAL}"
+        }  # type: ignore[union-attr]
+        for runtime, name in zip(runtimes, ("alpha", "beta"), strict=True):
+            agent = await runtime.agent(session_id="s1")
+            chunks = [c async for c in agent.chat("hello")]
+            assert chunks[-1].type == "done" and chunks[-1].answer == f"{name} answered"
+            assert [r.status for r in await runtime.session_store.rounds("s1")] == ["done"]
+    finally:
+        for runtime in runtimes:
+            await runtime.close()

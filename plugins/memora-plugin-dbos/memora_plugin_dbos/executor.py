@@ -30,8 +30,8 @@ memora that reads that journal version can take a turn over.
 **Where the journal is.**  A journal is instructions: DBOS runs the workflows it finds queued
 there, unpickles any value a row marks ``py_pickle`` (whatever serializer it was given), and a
 kept state names the calls to make next — one already approved among them.  So the default
-SQLite journal lives in the user's memora folder (``<user dir>/turns/<digest of the data
-folder>.sqlite``, private), never in the project's data folder, which a cloned repository
+SQLite journal lives in the user's memora folder (``<user dir>/turns/journal.sqlite``,
+private; every project's turns, each tagged with its project), never in the project's data folder, which a cloned repository
 fills: a ``turns.sqlite`` found there is not opened (:func:`journal_file`).  For the same
 reason whoever may write a PostgreSQL journal's tables may run code in every worker that reads
 it: give that database's write access to the people who may deploy memora, no one else.
@@ -77,6 +77,8 @@ SEGMENT = "memora_segment"
 APP_VERSION = f"memora-turns-{TURN_STATE_VERSION}"
 _UNFINISHED = ["PENDING", "ENQUEUED"]
 
+JOURNAL = "journal.sqlite"
+"""The default journal's name, in ``<user dir>/turns``."""
 LEGACY_JOURNAL = "turns.sqlite"
 """Where the first version kept the journal, in the project's data folder: never opened."""
 
@@ -174,14 +176,13 @@ def system_database_url(options: Mapping[str, Any]) -> str:
 
 
 def journal_file(options: Mapping[str, Any]) -> Path:
-    """The default journal of the project whose data folder is ``options["path"]``:
-    ``<user dir>/turns/<digest of the folder's absolute path>.sqlite`` (``user_dir``: the
-    host's user folder, else ``$MEMORA_HOME`` or the XDG one).  Never in the data folder: a
-    cloned project brings that folder's content, and a journal there would be run (see the
-    module docstring).  Every worker of the project on this machine finds the same file."""
-    data = Path(options["path"]).resolve()
-    digest = hashlib.sha256(str(data).encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return user_config_dir(options.get("user_dir")) / "turns" / f"{digest}.sqlite"
+    """The default journal: ``<user dir>/turns/journal.sqlite`` (``user_dir``: the host's user
+    folder, else ``$MEMORA_HOME`` or the XDG one) — one per user, every project's turns in it
+    (tagged: :func:`project_tag`), so one process serves several projects on the default; every
+    worker and ``memora run`` of the user's on this machine finds the same file.  Never in the
+    data folder: a cloned project brings that folder's content, and a journal there would be
+    run (see the module docstring)."""
+    return user_config_dir(options.get("user_dir")) / "turns" / JOURNAL
 
 
 def project_tag(options: Mapping[str, Any]) -> str:
