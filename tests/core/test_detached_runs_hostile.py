@@ -565,3 +565,60 @@ def test_resume_refuses_a_paused_turn_file_that_is_a_fifo_or_too_deep(tmp_path: 
     done = _memora(project, env, "run", "--resume", timeout=60)
     assert done.returncode == 1 and "is not a paused turn" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+SLOW_MCP = """
+import time
+time.sleep(4)  # a server slow to start: the turn waits for its tools before its first chunk
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("slow")
+
+@server.tool(description="Does nothing.")
+def noop() -> str:
+    return "nothing done"
+
+server.run("stdio")
+"""
+
+
+def test_a_cancel_that_comes_before_the_runs_turn_begins_still_stops_it(
+    server: tuple[str, Script],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Found: `runs cancel` while the run's turn was still getting ready (its role pack's MCP
+    server starting) sent SIGINT to a process whose handler was set but whose turn was not
+    running yet — `agent.abort()` had nothing to end, the SIGINT was lost, and the turn ran to
+    its end anyway (its LLM called, `cancel` said "already ended (done)").  The run now
+    remembers the ask and ends the turn aborted as soon as it runs, before any LLM call."""
+    pytest.importorskip("mcp")
+    url, script = server
+    script.answers = [say("answered although cancelled")]
+    project = _project(tmp_path)
+    mcp_server = tmp_path / "slow_mcp.py"
+    mcp_server.write_text(SLOW_MCP)
+    env = _env(
+        tmp_path,
+        plugins={
+            "mcp": {"servers": {"slow": {"command": sys.executable, "args": [str(mcp_server)]}}}
+        },
+        options={"active_role_pack": "slow"},
+    )
+    pack = tmp_path / "home" / "role-packs" / "slow"
+    pack.mkdir(parents=True)
+    manifest = {
+        "name": "slow",
+        "formatVersion": "1.0.0",
+        "capabilities": [{"capability": "mcp:slow"}],
+        "strategy": {"reflect": {"summary": "off"}},
+    }
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    run_id = _detach(project, env, url, "hello")
+    folder = project / ".memora" / "data" / "runs" / run_id
+    _wait(lambda: (folder / "session").exists())  # its Agent is ready: the turn is starting
+    cancelled = _memora(project, env, "runs", "cancel", run_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == f"run {run_id}: cancelled", cancelled.stdout
+    assert [q for q in script.requests if q.get("stream")] == []  # no LLM call was made
+    assert _events(project, run_id)[-1]["type"] == "aborted"
+    assert _runs(project, env)[run_id]["status"] == "cancelled"

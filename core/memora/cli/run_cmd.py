@@ -118,8 +118,14 @@ async def run_turn(
     import asyncio
 
     loop = asyncio.get_running_loop()
+    stop_asked: list[bool] = []  # a SIGINT before the turn runs (agent.abort has none to end)
+
+    def on_sigint() -> None:
+        stop_asked.append(True)
+        agent.abort()
+
     with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, agent.abort)
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
     interactive = events == "text" and sys.stdin.isatty()
     always: set[str] = set()
     unsaved = False  # a finished round the session's log did not take (done.saved)
@@ -136,6 +142,8 @@ async def run_turn(
         while stream is not None:
             last: AgentChunk | None = None
             async for chunk in stream:
+                if last is None and stop_asked:
+                    agent.abort()  # asked before the turn ran: it runs now, and ends aborted
                 last = chunk
                 emit(chunk, events, typed=output is not None)
             if last is None:
