@@ -194,3 +194,14 @@ async def test_one_process_serves_two_projects_on_the_default_journal(tmp_path: 
     finally:
         for runtime in runtimes:
             await runtime.close()
+
+
+@pytest.mark.parametrize("threads", [0, 257, 2.5, True, "4"])
+def test_a_thread_pool_size_out_of_range_is_a_clear_error(tmp_path: Path, threads: Any) -> None:
+    from memora_plugin_dbos import DbosTurnExecutor
+
+    with pytest.raises(
+        MemoraError, match=r"plugins\.dbos\.threads must be a whole number in 1\.\.256"
+    ) as err:
+        DbosTurnExecutor({"path": tmp_path, "user_dir": tmp_path, "threads": threads})
+    assert err.value.code == ErrorCode.INVALID_CONFIG

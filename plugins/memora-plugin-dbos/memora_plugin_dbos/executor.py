@@ -82,6 +82,11 @@ JOURNAL = "journal.sqlite"
 LEGACY_JOURNAL = "turns.sqlite"
 """Where the first version kept the journal, in the project's data folder: never opened."""
 
+DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
+"""DBOS's thread pool, by default the size of Python's own default executor.  DBOS's is
+unbounded otherwise: under 100 concurrent turns it ran a thread a journal call, and their
+contention for the GIL and SQLite's lock cost more CPU than the calls (bench_serve: 15.6 ms of
+server CPU a turn unbounded, 11.4-12.0 with 1, 2 or 4 threads)."""
 SWEEP_SECONDS = 1.0
 """An ended turn's workflow leaves the journal within this long (with others that ended)."""
 SWEEP_BATCH = 256
@@ -229,7 +234,8 @@ class DbosTurnExecutor:
 
     Options (``plugins.dbos``, the user's side only): ``system_database_url`` (a SQLAlchemy URL;
     default: memora's PostgreSQL, else :func:`journal_file`), ``poll_seconds`` (how often this
-    process looks for a turn it was asked to take over; default 0.2).  From the host: ``path``
+    process looks for a turn it was asked to take over; default 0.2), ``threads`` (DBOS's
+    thread pool; default :data:`DEFAULT_THREADS`).  From the host: ``path``
     (the data folder), ``storage`` and ``storage_options``, ``user_dir``."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
@@ -244,6 +250,14 @@ class DbosTurnExecutor:
                 f"plugins.dbos.poll_seconds must be a number of seconds in 0.01..10, not {poll!r}"
             )
         self.poll_seconds = float(poll)
+        threads = options.get("threads", DEFAULT_THREADS)
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256:
+            raise InvalidConfigError(
+                f"plugins.dbos.threads must be a whole number in 1..256, not {threads!r}"
+            )
+        self.threads = threads
+        """DBOS's thread pool (its journal's calls; the event loop's default executor while it
+        runs): the first executor of the process sets it."""
         self._closed = False
         self._launch()
 
@@ -266,6 +280,7 @@ class DbosTurnExecutor:
             "application_version": APP_VERSION,
             "serializer": DBOSPortableJSONSerializer(),
             "log_level": "WARNING",
+            "max_executor_threads": self.threads,
         }
         try:
             DBOS(config=config)
