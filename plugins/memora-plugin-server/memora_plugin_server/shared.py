@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -254,7 +255,7 @@ class FileTurnWriter:
 
 
 def _open_turn_file(path: Path) -> int:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW
     try:
         return os.open(path, flags, 0o600)
     except FileNotFoundError:  # the session's first turn here: its folder is made first
@@ -263,8 +264,14 @@ def _open_turn_file(path: Path) -> int:
 
 
 def _reopen_turn_file(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-    size = os.fstat(fd).st_size
+    # never through a symlink (the data folder may come with a cloned project): its target
+    # would be cut back to its last newline and appended to
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file: a turn's events are not written there")
+    size = info.st_size
     if size:
         tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
         whole = tail.rfind(b"\n") + 1 + max(0, size - (1 << 20))
@@ -376,9 +383,8 @@ class FileSharedState:
         return writer
 
     async def last_turn(self, session: str) -> str | None:
-        with contextlib.suppress(OSError):
-            return (self.root / "turns" / _name(session) / "current").read_text() or None
-        return None
+        current = _regular(self.root / "turns" / _name(session) / "current", 256)
+        return None if current is None else current.decode("utf-8", "replace") or None
 
     async def current_turn(self, session: str) -> str | None:
         """The turn running in the session on some worker."""
@@ -404,12 +410,16 @@ class FileSharedState:
             found = []
             with os.scandir(self.root / "turns") as folders:
                 for folder in folders:
-                    try:
-                        current = Path(folder.path, "current").read_text()
-                    except OSError:
+                    # a project's folder, which a cloned repository fills: a symlink (to be
+                    # written through) is no session's; a fifo is never waited on (_regular)
+                    if not folder.is_dir(follow_symlinks=False):
                         continue
-                    if _SAFE.match(current) and not _ends(Path(folder.path, f"{current}.jsonl")):
-                        found.append((folder.name, current))
+                    current = _regular(Path(folder.path, "current"), 256)
+                    if current is None:
+                        continue
+                    turn = current.decode("utf-8", "replace")
+                    if _SAFE.match(turn) and not _ends(Path(folder.path, f"{turn}.jsonl")):
+                        found.append((folder.name, turn))
             return found
 
         unended = await asyncio.to_thread(scan)
@@ -596,14 +606,28 @@ def _mtime(path: Path) -> float:
 
 
 def _ends(path: Path) -> bool:
-    """Whether a turn's file ends with ``END`` (a file that is gone counts as ended)."""
+    """Whether a turn's file ends with ``END`` (a file that is gone — or is no regular file of
+    its own: nothing a worker wrote — counts as ended)."""
+    tail = _regular(path, len(END), tail=True)
+    return tail is None or tail == END
+
+
+def _regular(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
+    """The first (``tail``: last) ``limit`` bytes of ``path`` when it is a regular file, not a
+    symlink; else ``None``.  Opened without waiting: a fifo planted there never blocks."""
     try:
-        with path.open("rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - len(END)))
-            return size >= len(END) and fh.read() == END
-    except FileNotFoundError:
-        return True
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return os.pread(fd, limit, max(0, info.st_size - limit) if tail else 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int:

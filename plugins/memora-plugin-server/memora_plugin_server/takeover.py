@@ -20,7 +20,8 @@ A worker can also die after its turn's workflow ended (the round stored, the jou
 it) and before it wrote the turn's end where followers read it (:func:`_end_orphans`, every
 ``ORPHAN_SECONDS``): no workflow is left to take over, so the turn's end is written from what
 the session kept — ``done`` with the stored round's answer, ``aborted`` or a failure as the
-round says — and, when the session kept no round of it, ``TURN_LOST``, which is then true.
+round says, ``paused`` when the worker had saved the turn's pause (kept: any worker resumes
+it) — and, when the session kept neither, ``TURN_LOST``, which is then true.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memora import UnfinishedTurn, check_state_version
-from memora.chunks import AbortedChunk, DoneChunk, ErrorChunk, Usage
+from memora.chunks import AbortedChunk, DoneChunk, ErrorChunk, PausedChunk, Usage
 from memora.errors import BusyError, ErrorCode, MemoraError
 from memora.memory import RoundRecord
 from memora.security.state import warn_once
@@ -57,6 +58,8 @@ over before they are told ``TURN_LOST``."""
 ORPHAN_SECONDS = 3.0
 """How often a worker looks for a turn left without its end by a worker that died after the
 turn's workflow ended (well within :data:`TAKEOVER_GRACE`)."""
+_ENDED = ("done", "aborted", "error")
+"""A stored round's statuses that say how its turn ended."""
 
 
 async def take_overs(hub: Hub) -> None:
@@ -177,11 +180,24 @@ async def _end_orphans(hub: Hub, project: Project) -> None:
                 for r in await project.runtime.session_store.rounds(session_id)
                 if r.round_id in rounds
             ]
-            end = _end_from(stored[-1] if stored else None)
-            # as the dead worker would have: the session settled, then the end written
-            await shared.settle(session_id, None)
-            if stored and stored[-1].status in ("done", "aborted"):
-                await shared.forget_created(session_id)
+            last = stored[-1] if stored else None
+            # a pause saved for every worker is this turn's (a resumed turn clears the saved
+            # pause before it starts, and no message is taken while one waits): the dead
+            # worker paused the turn and died before writing `paused` — settling now would
+            # drop the approval the user is to give
+            pause = (
+                None
+                if last is not None and last.status in _ENDED
+                else await shared.pause(session_id)
+            )
+            if pause is not None:
+                end = _paused_end(pause)
+            else:
+                end = _end_from(last)
+                # as the dead worker would have: the session settled, then the end written
+                await shared.settle(session_id, None)
+                if last is not None and last.status in ("done", "aborted"):
+                    await shared.forget_created(session_id)
             writer = await shared.resume_writer(session_id, turn_id)
             writer.add(end)
             await writer.end()
@@ -217,10 +233,17 @@ async def _rounds_of(shared: SharedState, session_id: str, turn_id: str) -> set[
     return found
 
 
+def _paused_end(pause: Mapping[str, Any]) -> str:
+    """The ``paused`` a dead worker had not written after saving its turn's pause."""
+    doc = pause.get("doc")
+    round_id = doc.get("round_id") if isinstance(doc, Mapping) else None
+    return PausedChunk(round_id=round_id if isinstance(round_id, str) else None).model_dump_json()
+
+
 def _end_from(stored: RoundRecord | None) -> str:
     """The turn's last event as the session kept its round (``TURN_LOST`` when it kept none,
     or only a pause the dead worker could not share)."""
-    if stored is None or stored.status not in ("done", "aborted", "error"):
+    if stored is None or stored.status not in _ENDED:
         return lost_turn(0)[0][1]
     rid = stored.round_id
     if stored.status == "done":
