@@ -277,8 +277,7 @@ def test_python_dash_m_and_version(env: Env) -> None:
 FETCH_HTML = textwrap.dedent(
     """
     import asyncio, json, threading
-    from http.server import BaseHTTPRequestHandler
-    from tests.loopback import QuietHTTPServer
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     PAGE = (
         "<html><head><title>Long-term memory</title></head><body><nav>menu</nav>"
@@ -298,7 +297,7 @@ FETCH_HTML = textwrap.dedent(
             self.end_headers()
             self.wfile.write(PAGE)
 
-    httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
     async def main():

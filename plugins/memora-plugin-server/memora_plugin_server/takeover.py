@@ -32,12 +32,11 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memora import UnfinishedTurn, check_state_version
 from memora.chunks import AbortedChunk, DoneChunk, ErrorChunk, PausedChunk, Usage
 from memora.errors import BusyError, ErrorCode, MemoraError
-from memora.memory import RoundRecord
 from memora.security.state import warn_once
 
 from .shared import SharedState, lost_turn
@@ -240,7 +239,17 @@ def _paused_end(pause: Mapping[str, Any]) -> str:
     return PausedChunk(round_id=round_id if isinstance(round_id, str) else None).model_dump_json()
 
 
-def _end_from(stored: RoundRecord | None) -> str:
+class _Round(Protocol):
+    """What :func:`_end_from` reads of a stored round (the session store's ``RoundRecord``)."""
+
+    round_id: str
+    status: str
+    assistant: str
+    usage: dict[str, int]
+    output: Any
+
+
+def _end_from(stored: _Round | None) -> str:
     """The turn's last event as the session kept its round (``TURN_LOST`` when it kept none,
     or only a pause the dead worker could not share)."""
     if stored is None or stored.status not in _ENDED:
