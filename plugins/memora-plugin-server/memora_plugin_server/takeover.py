@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memora import UnfinishedTurn, check_state_version
@@ -174,11 +174,7 @@ async def _end_orphans(hub: Hub, project: Project) -> None:
             ):
                 continue
             rounds = await _rounds_of(shared, session_id, turn_id)
-            stored = [
-                r
-                for r in await project.runtime.session_store.rounds(session_id)
-                if r.round_id in rounds
-            ]
+            stored = [r for r in await _kept_rounds(project, session_id) if r.round_id in rounds]
             last = stored[-1] if stored else None
             # a pause saved for every worker is this turn's (a resumed turn clears the saved
             # pause before it starts, and no message is taken while one waits): the dead
@@ -230,6 +226,18 @@ async def _rounds_of(shared: SharedState, session_id: str, turn_id: str) -> set[
     finally:
         await reading.aclose()
     return found
+
+
+async def _kept_rounds(project: Project, session_id: str) -> Sequence[_Round]:
+    """The session's stored rounds; none when the store has no such session (deleted since,
+    or its folder was never this project's): its turn is ended ``TURN_LOST`` once — it was
+    tried again every pass, for good, each costing a lock, a journal query and a read."""
+    try:
+        return await project.runtime.session_store.rounds(session_id)
+    except MemoraError as exc:
+        if exc.code != ErrorCode.NOT_FOUND:
+            raise
+        return []
 
 
 def _paused_end(pause: Mapping[str, Any]) -> str:

@@ -171,3 +171,26 @@ async def test_a_pause_saved_before_its_worker_died_is_kept_and_ended_as_paused(
             after = await read_events(r)
         assert after[-1].type == "done" and after[-1].data["answer"] == "written"
     assert (project / "a.txt").read_text() == "x"
+
+
+# -- many orphans ----------------------------------------------------------------------------
+
+
+async def test_a_turn_left_in_a_session_that_is_gone_is_ended_once_not_every_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: a turn left without its end in a session the store no longer has (deleted
+    since the worker died, or a folder that was never this project's session) failed every
+    pass — "no session" — and was tried again every 3 s for good: 2,000 of them cost 2.5 s
+    of each pass (a lock, a journal query and a read each), and the pass also holds up the
+    take-over of dead workers' turns.  Such a turn is now ended ``TURN_LOST`` once."""
+    project = project_dir(tmp_path)
+    turns = project / ".memora" / "data" / "server" / "turns"
+    left = [plant_turn(turns, f"gone{i}", f"t_{i}", '{"type": "text", "round_id": "r"}\n')
+            for i in range(3)]  # fmt: skip
+    options = durable(tmp_path, ScriptedProvider(default=text("hi")), monkeypatch)
+    async with serve(project, shared=True, **options):
+        assert await until(lambda: all(ended(p) for p in left)), "tried again, never ended"
+    for path in left:
+        last = json.loads(path.read_text().splitlines()[-2])
+        assert last["code"] == "TURN_LOST", last
