@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,6 +37,11 @@ from .common import (
     storage_option,
 )
 from .trust_cmd import ask_trust
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from ..chunks import AgentChunk
 
 EXIT_DONE, EXIT_ERROR, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 3, 130
 
@@ -87,7 +92,7 @@ async def run_turn(
     """One turn as ``memora run`` runs it (also a detached run's, :mod:`.runs_cmd`): its exit
     code.  ``take_over``: go on with the durable turn a dead process left in the session (its
     turn executor kept it); ``on_start`` is told the session's id once the Agent is open."""
-    from ..chunks import AgentChunk, DoneChunk
+    from ..chunks import DoneChunk
     from ..memory.sessions import new_session_id
 
     state_file = data_dir / PAUSED_FILE
@@ -115,17 +120,7 @@ async def run_turn(
     approvals = apply_default_mode(agent)
     if events == "text":
         say_small_model(agent)
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    stop_asked: list[bool] = []  # a SIGINT before the turn runs (agent.abort has none to end)
-
-    def on_sigint() -> None:
-        stop_asked.append(True)
-        agent.abort()
-
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    interrupt = _Interrupt(agent)
     interactive = events == "text" and sys.stdin.isatty()
     always: set[str] = set()
     unsaved = False  # a finished round the session's log did not take (done.saved)
@@ -140,12 +135,7 @@ async def run_turn(
         else:
             stream = agent.chat(prompt or "", output_type=output)
         while stream is not None:
-            last: AgentChunk | None = None
-            async for chunk in stream:
-                if last is None and stop_asked:
-                    agent.abort()  # asked before the turn ran: it runs now, and ends aborted
-                last = chunk
-                emit(chunk, events, typed=output is not None)
+            last = await interrupt.drain(stream, events, typed=output is not None)
             if last is None:
                 break
             if isinstance(last, DoneChunk):
@@ -173,6 +163,37 @@ async def run_turn(
         )
         code = EXIT_ERROR
     return code
+
+
+class _Interrupt:
+    """SIGINT for `memora run` (a detached run's `runs cancel` sends it too): the running turn
+    ends aborted.  One that comes before the turn runs — while it gets ready, its tools
+    loading — is remembered, and the turn aborted as soon as it runs: ``agent.abort()`` alone
+    has no turn to end then, and the turn would run to its end."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.asked = False
+        import asyncio
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self) -> None:
+        self.asked = True
+        self.agent.abort()
+
+    async def drain(
+        self, stream: AsyncIterator[AgentChunk], events: str, *, typed: bool
+    ) -> AgentChunk | None:
+        """Emit ``stream``'s chunks; its last one (``None``: it had none)."""
+        last: AgentChunk | None = None
+        async for chunk in stream:
+            if last is None and self.asked:
+                self.agent.abort()  # asked before the turn ran: it runs now, and ends aborted
+            last = chunk
+            emit(chunk, events, typed=typed)
+        return last
 
 
 PAUSED_FILE = "paused-turn.json"
