@@ -11,7 +11,9 @@
 - An abort asked through one worker reaches the worker running the turn at once: the request
   sets the session's ``abort`` flag and sends a notification on ``memora_server_abort``, which
   every worker listens to on its presence connection.  Should that connection fail, the
-  workers go back to reading the flag every ``abort_poll`` seconds.
+  worker goes back to reading the flag every ``abort_poll`` seconds, and makes a presence
+  connection again at once, named on the sessions it holds (:meth:`PgSharedState.
+  _keep_presence`): a live worker never looks dead for good.
 
 Tables are created on first start (``CREATE TABLE IF NOT EXISTS`` under an advisory lock).
 Every statement is parameterised.
@@ -86,6 +88,17 @@ _ALIVE = """
 EXISTS (SELECT 1 FROM pg_stat_activity a
         WHERE a.pid = s.holder_pid AND a.backend_start = s.holder_start)
 """
+
+
+async def _backend(conn: AsyncConnection[Any]) -> tuple[int, Any]:
+    """The ``(pid, backend_start)`` that names ``conn``'s backend while it lives."""
+    cur = await conn.execute(
+        "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise RuntimeError("the server does not list this connection's backend")
+    return int(row[0]), row[1]
 
 
 def _view(row: tuple[Any, ...]) -> SessionView:
@@ -192,6 +205,10 @@ class PgSharedState:
         self.presence: tuple[int, Any] = (0, None)
         self._presence_conn: AsyncConnection[Any] | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        """Makes the presence connection again whenever it goes (:meth:`_keep_presence`)."""
+        self._former: list[tuple[int, Any]] = []
+        """This worker's earlier presences, whose sessions a new one takes back."""
         self._abort_waiters: dict[str, set[asyncio.Event]] = {}
         self._abort_hints: dict[str, None] = {}
         """Sessions an abort notification named while nothing here waited for them (a turn
@@ -213,12 +230,7 @@ class PgSharedState:
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memora-server', 0))")
             await conn.execute(_TABLES)
         conn = await AsyncConnection.connect(self.db.dsn, autocommit=True)
-        cur = await conn.execute(
-            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        self.presence = (int(row[0]), row[1])
+        self.presence = await _backend(conn)
         self._presence_conn = conn
         await conn.execute(f"LISTEN {ABORT_CHANNEL}")
         self._listener = asyncio.get_running_loop().create_task(
@@ -259,6 +271,50 @@ class PgSharedState:
             for waiters in self._abort_waiters.values():  # each running turn: to the poll now
                 for event in waiters:
                     event.set()
+            self._keeper = asyncio.get_running_loop().create_task(
+                self._keep_presence(), name="memora-presence"
+            )
+
+    async def _keep_presence(self) -> None:
+        """The presence connection went: another at once, named on the sessions this worker
+        holds — else each of them, and each it took later, looked free to the other workers
+        for good, and their take-over ran a live worker's turns a second time beside it.  The
+        new one only says this worker lives (aborts are read from the flag from now on), and
+        is made again whenever it goes."""
+        delay = 0.0
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(5.0, max(0.2, delay * 2))
+            try:
+                conn = await AsyncConnection.connect(self.db.dsn, autocommit=True)
+            except Exception as exc:
+                logger.warning("the shared state's presence connection failed (%s)", exc)
+                continue
+            try:
+                self._former = [self.presence, *self._former][:16]
+                self.presence = await _backend(conn)  # locks from now on: under the new one
+                stale, self._presence_conn = self._presence_conn, conn
+                if stale is not None:
+                    with contextlib.suppress(Exception):
+                        await stale.close()
+                # a session another worker took meanwhile (it saw this one dead) stays its own
+                await conn.execute(
+                    "UPDATE memora_server_sessions SET holder_pid = %s, holder_start = %s "
+                    "WHERE namespace = %s AND (holder_pid, holder_start) IN "
+                    "(SELECT * FROM unnest(%s::integer[], %s::timestamptz[]))",
+                    (
+                        *self.presence,
+                        self.namespace,
+                        [p for p, _ in self._former],
+                        [t for _, t in self._former],
+                    ),
+                )
+                logger.warning("the shared state's presence connection was made again")
+                delay = 0.0
+                async for _ in conn.notifies():  # returns, or raises, once it goes
+                    pass
+            except Exception as exc:
+                logger.warning("the shared state's presence connection went (%s)", exc)
 
     async def prune(self, older_than: float) -> int:
         """Remove the events of turns started more than ``older_than`` seconds ago."""
@@ -293,10 +349,12 @@ class PgSharedState:
 
     async def close(self) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+        for task in (listener, self._keeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._keeper = None
         conn, self._presence_conn = self._presence_conn, None
         if conn is not None:
             await conn.close()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -194,3 +195,57 @@ async def test_a_turn_left_in_a_session_that_is_gone_is_ended_once_not_every_pas
     for path in left:
         last = json.loads(path.read_text().splitlines()[-2])
         assert last["code"] == "TURN_LOST", last
+
+
+# -- PostgreSQL: a worker whose presence looks dead ------------------------------------------
+
+
+async def test_a_worker_whose_presence_connection_dropped_still_holds_its_sessions(
+    pg_dsn: str,
+) -> None:
+    """Found: a worker holds a session's lock by its presence connection — and when that
+    connection went (a restart of PostgreSQL's side, a proxy's idle timeout, an operator's
+    pg_terminate_backend) the worker never made another: every session it held, and every
+    one it took afterwards, looked free to the other workers for good.  Their take-over pass
+    (every second) and orphan pass (every 3 s) took a live worker's sessions — a durable turn
+    running there was run again beside it.  The worker now makes a new presence connection
+    and names it on the sessions it holds."""
+    from psycopg import AsyncConnection
+
+    from memora_plugin_postgres.database import Database
+    from memora_plugin_server.pg_shared import PgSharedState
+
+    namespace = f"presence-{time.time_ns()}"
+    dbs = [Database(pg_dsn), Database(pg_dsn)]
+    alive, other = (PgSharedState(db, namespace) for db in dbs)
+    await alive.start()
+    await other.start()
+    try:
+        lease = await alive.try_lock("s1")
+        assert lease is not None and await other.alive("s1")
+        for cut in range(2):  # and again: the new connection is kept too
+            before = alive.presence
+            async with await AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+                await admin.execute("SELECT pg_terminate_backend(%s)", (before[0],))
+            await asyncio.sleep(0.5)  # the worker notices its connection went
+            held = [await other.alive("s1")]
+            for _ in range(50):
+                if held[-1]:
+                    break
+                await asyncio.sleep(0.1)
+                held.append(await other.alive("s1"))
+            assert held[-1], f"cut {cut}: a live worker's session looks free to the others"
+            assert await other.try_lock("s1") is None
+            renewed = alive.presence
+            await asyncio.sleep(1.0)
+            assert alive.presence == renewed != before  # one new connection, not a churn
+        later = await alive.try_lock("s2")  # a turn it starts afterwards
+        assert later is not None and await other.alive("s2") and await other.try_lock("s2") is None
+        await lease.release()
+        await later.release()
+        assert not await other.alive("s1") and not await other.alive("s2")
+    finally:
+        for state in (alive, other):
+            await state.close()
+        for db in dbs:
+            await db.close()
