@@ -94,6 +94,8 @@ SWEEP_BATCH = 256
 LEFT_ENDED_SECONDS = 60.0
 """At its start a process deletes the ended workflows older than this (another process's,
 ended in the last minute, are still its own to delete)."""
+LEFT_CANCELLED_SECONDS = 3600.0
+"""... and the cancelled ones that began more than this long ago."""
 _ENDED = ["SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"]
 
 _LIVE: dict[str, tuple[DurableTurn, Emit]] = {}
@@ -148,6 +150,9 @@ class _Ended:
 
     async def _later(self, delay: float) -> None:
         await asyncio.sleep(delay)
+        if not self.swept_left:  # once, at the first sweep: never inside a turn's end
+            self.swept_left = True
+            await _delete_left_ended()
         while self._ids:
             await self.flush()
 
@@ -335,9 +340,6 @@ class DbosTurnExecutor:
         if ended is None:  # closed meanwhile: at once
             await _delete([workflow_id])
             return
-        if not ended.swept_left:  # at the first turn's end (DBOS's start is synchronous)
-            ended.swept_left = True
-            await _delete_left_ended()
         ended.add(workflow_id)
 
     def recover(self, turn: DurableTurn) -> AsyncIterator[AgentChunk]:
@@ -437,21 +439,32 @@ async def _delete(workflow_ids: list[str]) -> None:
 
 
 async def _delete_left_ended() -> None:
-    """The ended workflows of turns a process that died had not deleted yet (older than
-    ``LEFT_ENDED_SECONDS``: a live process deletes its own)."""
-    before = datetime.now(UTC) - timedelta(seconds=LEFT_ENDED_SECONDS)
+    """The ended workflows of turns a process that died had not deleted yet: those that ended
+    more than ``LEFT_ENDED_SECONDS`` ago (a live process deletes its own, and may still read a
+    recovered turn's result from its row meanwhile), and those cancelled (given up: DBOS may
+    not give them an end time) that began more than ``LEFT_CANCELLED_SECONDS`` ago."""
+    now = datetime.now(UTC)
+    ended_before = (now - timedelta(seconds=LEFT_ENDED_SECONDS)).isoformat()
+    begun_before = (now - timedelta(seconds=LEFT_CANCELLED_SECONDS)).isoformat()
     try:
         left = await DBOS.list_workflows_async(
             status=_ENDED,
             name=WORKFLOW,
-            completed_before=before.isoformat(),
+            completed_before=ended_before,
+            load_input=False,
+            load_output=False,
+        )
+        cancelled = await DBOS.list_workflows_async(
+            status="CANCELLED",
+            name=WORKFLOW,
+            end_time=begun_before,
             load_input=False,
             load_output=False,
         )
     except Exception as exc:
         logger.warning("the journal's ended turns could not be listed: %s", exc)
         return
-    ids = [w.workflow_id for w in left]
+    ids = list(dict.fromkeys(w.workflow_id for w in [*left, *cancelled]))
     for at in range(0, len(ids), SWEEP_BATCH):
         await _delete(ids[at : at + SWEEP_BATCH])
 
