@@ -13,8 +13,6 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401 - the fixture
 from tests.core.test_detached_runs import (
     MEMORA,
@@ -98,12 +96,6 @@ def _workflows(tmp_path: Path) -> list[str]:
         return [str(r[0]) for r in db.execute("SELECT status FROM workflow_status")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="H11: `memora run --resume` reads the paused turn, gets its Agent ready, and only "
-    "then removes the file; a `runs cancel` meanwhile removes it too and says it dropped the "
-    "pause, while the resume runs the call it approved (core/memora/cli/run_cmd.py, the lead's)",
-)
 def test_a_cancel_that_says_it_dropped_a_pause_is_never_followed_by_its_call(
     server: tuple[str, Script],  # noqa: F811
     tmp_path: Path,
@@ -131,11 +123,6 @@ def test_a_cancel_that_says_it_dropped_a_pause_is_never_followed_by_its_call(
         assert resume.returncode == 0 and "wrote it" in out, err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="H11: a SIGINT while `memora run --resume` gets ready ends the turn at its first "
-    "chunk — after the approved call ran (core/memora/cli/run_cmd.py run_turn, the lead's)",
-)
 def test_a_sigint_before_a_resumed_turn_runs_never_runs_its_approved_call(
     server: tuple[str, Script],  # noqa: F811
     tmp_path: Path,
@@ -158,12 +145,6 @@ def test_a_sigint_before_a_resumed_turn_runs_never_runs_its_approved_call(
         assert not (project / "x.txt").exists(), f"try {attempt}: the approved call ran: {err}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="H11: a take-over stopped before its SIGINT handler is set exits aborted, and "
-    "`runs cancel` abandons a durable turn only of a run found dead "
-    "(core/memora/cli/runs_cmd.py _cancel, the lead's)",
-)
 def test_a_take_over_cancelled_while_starting_leaves_no_turn_in_the_journal(
     server: tuple[str, Script],  # noqa: F811
     tmp_path: Path,

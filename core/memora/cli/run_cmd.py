@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import ErrorCode, InvalidInputError, MemoraError
-from ..security.atomic import atomic_write_text
-from ..security.seal import seal, unseal, user_key
-from ..security.state import open_state_file, user_config_dir
+from ..security.seal import user_key
+from ..security.state import user_config_dir
 from ..security.terminal import clean
 from .approvals import (
     agent_mode,
@@ -36,6 +35,7 @@ from .common import (
     start_agent,
     storage_option,
 )
+from .paused import PAUSED_FILE, PauseClaim, keep_pause
 from .trust_cmd import ask_trust
 
 if TYPE_CHECKING:
@@ -97,72 +97,105 @@ async def run_turn(
 
     state_file = data_dir / PAUSED_FILE
     user_dir = user_config_dir(config_dir)  # its key seals a pause (made when first needed)
-    saved = read_paused(state_file, user_key(user_dir)) if resume else None
-    agent = new_agent(
-        provider=provider,
-        provider_options=provider_options,
-        project=project,
-        data_dir=data_dir,
-        config_dir=config_dir,
-        storage=storage,
-        role_pack=role_pack,
-        role_pack_dirs=role_pack_dirs,
-        # a new conversation unless told -c or --session: a fresh id, so the most recent session
-        # is never read only to be left
-        session=session if session is not None or continue_last or resume else new_session_id(),
-        tools=tools,
-        approvals=approvals,
-        scope=scope,
-    )
+    # the paused turn this process continues, taken before anything else and given back
+    # unless the turn goes on: a `runs cancel` at the same moment finds it gone, never both
+    claim = PauseClaim(state_file, user_key(user_dir)) if resume else None
+    try:
+        agent = new_agent(
+            provider=provider,
+            provider_options=provider_options,
+            project=project,
+            data_dir=data_dir,
+            config_dir=config_dir,
+            storage=storage,
+            role_pack=role_pack,
+            role_pack_dirs=role_pack_dirs,
+            # a new conversation unless told -c or --session: a fresh id, so the most recent session
+            # is never read only to be left
+            session=session if session is not None or continue_last or resume else new_session_id(),
+            tools=tools,
+            approvals=approvals,
+            scope=scope,
+        )
+        approvals = await _ready(agent, role_pack, on_start, events)
+        interrupt = _Interrupt(agent)
+        interactive = events == "text" and sys.stdin.isatty()
+        always: set[str] = set()
+        unsaved = False  # a finished round the session's log did not take (done.saved)
+        code = EXIT_ERROR
+        try:
+            if take_over:
+                stream = agent.take_over(await left_turn(agent))
+            elif claim is not None:
+                await agent.resume(claim.state, output_type=output)
+                stream = _after_pause(agent, approvals, interactive, always)
+                if interrupt.asked:  # before the turn went on: its approved call has not run
+                    return _stopped_before_resume(events)
+                claim.use()
+            else:
+                stream = agent.chat(prompt or "", output_type=output)
+            while stream is not None:
+                last = await interrupt.drain(stream, events, typed=output is not None)
+                if last is None:
+                    break
+                if isinstance(last, DoneChunk):
+                    code = EXIT_DONE
+                    unsaved = not last.saved
+                elif last.type == "aborted":
+                    code = EXIT_ABORTED
+                elif last.type == "paused":
+                    stream = _after_pause(agent, approvals, interactive, always)
+                    if stream is None:
+                        code = EXIT_PAUSED
+                        keep_pause(agent, state_file, user_dir)
+                    continue
+                else:
+                    code = EXIT_ERROR
+                break
+        finally:
+            await agent.close()
+        return _unsaved(agent) if unsaved and code == EXIT_DONE else code
+    finally:
+        if claim is not None:
+            claim.give_back()  # a no-op once the turn went on
+
+
+async def _ready(
+    agent: Any, role_pack: str | None, on_start: Callable[[str], None] | None, events: str
+) -> str:
+    """The Agent started (``on_start`` told its session), its approval mode chosen."""
     await start_agent(agent, role_pack)
     if on_start is not None:
         on_start(agent.session_id)
     approvals = apply_default_mode(agent)
     if events == "text":
         say_small_model(agent)
-    interrupt = _Interrupt(agent)
-    interactive = events == "text" and sys.stdin.isatty()
-    always: set[str] = set()
-    unsaved = False  # a finished round the session's log did not take (done.saved)
-    code = EXIT_ERROR
-    try:
-        if take_over:
-            stream = agent.take_over(await left_turn(agent))
-        elif saved is not None:
-            await agent.resume(saved, output_type=output)
-            state_file.unlink(missing_ok=True)
-            stream = _after_pause(agent, approvals, interactive, always)
-        else:
-            stream = agent.chat(prompt or "", output_type=output)
-        while stream is not None:
-            last = await interrupt.drain(stream, events, typed=output is not None)
-            if last is None:
-                break
-            if isinstance(last, DoneChunk):
-                code = EXIT_DONE
-                unsaved = not last.saved
-            elif last.type == "aborted":
-                code = EXIT_ABORTED
-            elif last.type == "paused":
-                stream = _after_pause(agent, approvals, interactive, always)
-                if stream is None:
-                    code = EXIT_PAUSED
-                    _keep_pause(agent, state_file, user_dir)
-                continue
-            else:
-                code = EXIT_ERROR
-            break
-    finally:
-        await agent.close()
-    if unsaved and code == EXIT_DONE:
-        # the answer was printed, but `memora run -c` would not see it: a script must know
-        # (the error line above says why)
-        click.echo(
-            f"memora: error: the round is not in session {clean(agent.session_id)}'s log",
-            err=True,
-        )
-        code = EXIT_ERROR
-    return code
+    return approvals
+
+
+def _unsaved(agent: Any) -> int:
+    """The answer was printed, but `memora run -c` would not see it: a script must know (the
+    error line before says why)."""
+    click.echo(
+        f"memora: error: the round is not in session {clean(agent.session_id)}'s log", err=True
+    )
+    return EXIT_ERROR
+
+
+def _stopped_before_resume(events: str) -> int:
+    """A stop asked while the paused turn was being made ready: nothing of it ran, and its
+    pause is given back for another `--resume`."""
+    from ..chunks import AbortedChunk
+
+    reason = (
+        "stopped before the paused turn went on: nothing of it ran, and it is kept — continue "
+        "it with `memora run --resume`, or drop it with `memora runs cancel`"
+    )
+    if events == "jsonl":
+        emit(AbortedChunk(reason=reason, stop_reason="user"), events)
+    else:
+        click.echo(f"memora: {clean(reason)}", err=True)
+    return EXIT_ABORTED
 
 
 class _Interrupt:
@@ -194,25 +227,6 @@ class _Interrupt:
             last = chunk
             emit(chunk, events, typed=typed)
         return last
-
-
-PAUSED_FILE = "paused-turn.json"
-MAX_PAUSED_BYTES = 16 * 1024 * 1024
-"""A paused turn's file larger than this is not one (its window is bounded far below)."""
-
-
-def _keep_pause(agent: Any, state_file: Path, user_dir: Path) -> None:
-    """A turn paused with nobody to answer: its state saved for `memora run --resume`."""
-    paused = agent.paused_turn
-    if paused is not None:  # private to the user, never half-written
-        state = json.dumps(seal(paused.to_json(), user_key(user_dir)), ensure_ascii=False)
-        atomic_write_text(state_file, state)
-        os.chmod(state_file, 0o600)  # an older file's mode is not kept
-    click.echo(
-        f"turn paused; its state is in {state_file} — continue it with "
-        "`memora run --resume` (add --yes to approve the pending call)",
-        err=True,
-    )
 
 
 def new_agent(
@@ -299,42 +313,6 @@ async def left_turn(agent: Any) -> str:
             "executor: the run's process died before its turn's first step was kept; ask again",
         )
     return str(left[0].key)
-
-
-def read_paused(state_file: Path, key: bytes) -> dict[str, Any]:
-    """The paused turn this user's `memora run` left in ``state_file``; one found in a
-    project's folder without this user's seal (cloned, copied, edited) is refused: resuming
-    it with --yes would run a call that someone else chose."""
-    try:
-        # never a link or a fifo (a cloned project's would hang the read), never unbounded
-        fd = open_state_file(state_file, os.O_RDONLY | os.O_NONBLOCK, state_file.parent)
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_PAUSED_BYTES + 1)
-        if len(raw) > MAX_PAUSED_BYTES:
-            raise ValueError(f"larger than {MAX_PAUSED_BYTES} bytes")
-        doc = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise MemoraError(
-            ErrorCode.NOT_FOUND,
-            f"no paused turn to resume ({state_file} does not exist)",
-            context={"path": str(state_file)},
-        ) from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise MemoraError(
-            ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn: {exc}"
-        ) from exc
-    data = unseal(doc, key)
-    if data is None:
-        raise MemoraError(
-            ErrorCode.INVALID_INPUT,
-            f"{state_file} was not sealed by your memora (a paused turn from another user or "
-            "machine, a copied or cloned project, or a file changed since is never resumed): "
-            "remove it and run the turn again",
-            context={"path": str(state_file)},
-        )
-    if not isinstance(data, dict):
-        raise MemoraError(ErrorCode.INVALID_INPUT, f"{state_file} is not a paused turn")
-    return data
 
 
 def _after_pause(agent: Any, mode: str, interactive: bool, always: set[str]) -> Any:

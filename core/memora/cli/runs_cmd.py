@@ -19,15 +19,14 @@ from ..security.terminal import clean
 from .base import emit_json
 from .common import data_dir_for, location_options
 from .detached import Run, find_run, list_runs, new_lines
+from .paused import PAUSED_FILE, PauseClaim, read_paused
 from .run_cmd import (
     EXIT_ABORTED,
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_PAUSED,
-    PAUSED_FILE,
     abandon_left_turns,
     emit,
-    read_paused,
     run_spec,
 )
 
@@ -250,7 +249,9 @@ def _cancel(run: Run, spec: dict[str, Any], config_dir: Path | None) -> str:
                 "cancelled (its paused turn was no longer kept: continued already, or "
                 "replaced by a later pause, which stays)"
             )
-        elif status == "died":  # found dead, or killed by _stop: its durable turn goes too
+        elif status == "died" or (stopped and status == "aborted"):
+            # found dead, or killed by _stop — or stopped before its turn took SIGINT over (a
+            # take-over starting again): its durable turn goes too, never left to run on
             _abandon(run, spec, config_dir)
         run.write("cancelled", str(time.time()))
         if status != "aborted":  # a turn our SIGINT stopped wrote its own `aborted`
@@ -298,11 +299,18 @@ def _own_pause(run: Run, config_dir: Path | None) -> bool:
 
 def _drop_pause(run: Run, config_dir: Path | None) -> bool:
     """Remove the paused turn this run left (``memora run --resume``'s file), when it is
-    still this run's; another's is left alone.  Whether it was there to remove."""
-    if not _own_pause(run, config_dir):
-        return False
-    (run.data_dir / PAUSED_FILE).unlink(missing_ok=True)
-    return True
+    still this run's; another's is left alone.  Whether it was there to remove.  Taken as
+    `--resume` takes it (:class:`PauseClaim`): a resume at the same moment has it or this
+    does, never both."""
+    try:
+        claim = PauseClaim(run.data_dir / PAUSED_FILE, user_key(user_config_dir(config_dir)))
+    except MemoraError:
+        return False  # none (resumed meanwhile), or not this user's
+    with claim:
+        if claim.state.get("session_id") != run.session():
+            return False  # a later run's pause: given back
+        claim.use()
+        return True
 
 
 def _abandon(run: Run, spec: dict[str, Any], config_dir: Path | None) -> None:
