@@ -68,30 +68,20 @@ def choose_provider(
 
 
 async def run_turn(
-    prompt: str | None,
+    spec: dict[str, Any],
     *,
     events: str,
-    provider: str | None,
-    provider_options: dict[str, Any],
-    project: Path,
     data_dir: Path,
     config_dir: Path | None,
-    storage: str | None,
-    role_pack: str | None,
-    role_pack_dirs: list[Path],
-    session: str | None,
-    continue_last: bool,
-    resume: bool,
-    tools: bool,
-    approvals: str | None,
+    resume: bool = False,
     output: Any = None,
-    scope: str | None = None,
     take_over: bool = False,
     on_start: Callable[[str], None] | None = None,
 ) -> int:
-    """One turn as ``memora run`` runs it (also a detached run's, :mod:`.runs_cmd`): its exit
-    code.  ``take_over``: go on with the durable turn a dead process left in the session (its
-    turn executor kept it); ``on_start`` is told the session's id once the Agent is open."""
+    """One turn as ``memora run`` runs it, with the options ``spec`` holds (``memora run``'s,
+    as a detached run keeps them; :func:`run_spec`): its exit code.  ``take_over``: go on with
+    the durable turn a dead process left in the session (its turn executor kept it);
+    ``on_start`` is told the session's id once the Agent is open."""
     from ..chunks import DoneChunk
     from ..memory.sessions import new_session_id
 
@@ -101,23 +91,13 @@ async def run_turn(
     # unless the turn goes on: a `runs cancel` at the same moment finds it gone, never both
     claim = PauseClaim(state_file, user_key(user_dir)) if resume else None
     try:
-        agent = new_agent(
-            provider=provider,
-            provider_options=provider_options,
-            project=project,
-            data_dir=data_dir,
-            config_dir=config_dir,
-            storage=storage,
-            role_pack=role_pack,
-            role_pack_dirs=role_pack_dirs,
-            # a new conversation unless told -c or --session: a fresh id, so the most recent session
-            # is never read only to be left
-            session=session if session is not None or continue_last or resume else new_session_id(),
-            tools=tools,
-            approvals=approvals,
-            scope=scope,
-        )
-        approvals = await _ready(agent, role_pack, on_start, events)
+        session = spec["session"]
+        # a new conversation unless told -c or --session: a fresh id, so the most recent
+        # session is never read only to be left
+        if session is None and not spec["continue_last"] and not resume:
+            session = new_session_id()
+        agent = new_agent(spec, data_dir=data_dir, config_dir=config_dir, session=session)
+        approvals = await _ready(agent, spec["role_pack"], on_start, events)
         interrupt = _Interrupt(agent)
         interactive = events == "text" and sys.stdin.isatty()
         always: set[str] = set()
@@ -133,7 +113,7 @@ async def run_turn(
                     return _stopped_before_resume(events)
                 claim.use()
             else:
-                stream = agent.chat(prompt or "", output_type=output)
+                stream = agent.chat(spec["prompt"] or "", output_type=output)
             while stream is not None:
                 last = await interrupt.drain(stream, events, typed=output is not None)
                 if last is None:
@@ -230,37 +210,29 @@ class _Interrupt:
 
 
 def new_agent(
-    *,
-    provider: str | None,
-    provider_options: dict[str, Any],
-    project: Path,
-    data_dir: Path,
-    config_dir: Path | None,
-    storage: str | None,
-    role_pack: str | None,
-    role_pack_dirs: list[Path],
-    session: str | None,
-    tools: bool,
-    approvals: str | None,
-    scope: str | None,
+    spec: dict[str, Any], *, data_dir: Path, config_dir: Path | None, session: str | None
 ) -> Any:
-    """The Agent ``memora run`` runs a turn with (not started)."""
+    """The Agent ``memora run`` runs a turn with, for the options ``spec`` holds, in
+    ``session`` (not started)."""
     from ..agent import Agent
 
-    override = None if tools else {"act": {"toolMode": "block"}}
+    override = None if spec["tools"] else {"act": {"toolMode": "block"}}
     explicit = agent_arguments(
-        provider=provider, provider_options=provider_options, storage=storage, role_pack=role_pack
+        provider=spec["provider"],
+        provider_options=spec["provider_options"],
+        storage=spec["storage"],
+        role_pack=spec["role_pack"],
     )
     return Agent(
-        project_path=project,
+        project_path=Path(spec["project"]),
         data_dir=data_dir,
         config_dir=config_dir,
         project_trust=ask_trust,
-        role_pack_dirs=role_pack_dirs,
+        role_pack_dirs=[Path(d) for d in spec["role_pack_dirs"]],
         session_id=session,
         strategy_override=override,
-        memory_scope=scope,
-        **agent_mode(approvals),
+        memory_scope=spec["scope"],
+        **agent_mode(spec["approvals"]),
         **explicit,
     )
 
@@ -270,20 +242,7 @@ async def abandon_left_turns(spec: dict[str, Any], data_dir: Path, config_dir: P
     cancel``): their executor stops keeping them, so nobody goes on with them.  How many."""
     if spec["session"] is None:
         return 0
-    agent = new_agent(
-        provider=spec["provider"],
-        provider_options=spec["provider_options"],
-        project=Path(spec["project"]),
-        data_dir=data_dir,
-        config_dir=config_dir,
-        storage=spec["storage"],
-        role_pack=spec["role_pack"],
-        role_pack_dirs=[Path(d) for d in spec["role_pack_dirs"]],
-        session=spec["session"],
-        tools=spec["tools"],
-        approvals=spec["approvals"],
-        scope=spec["scope"],
-    )
+    agent = new_agent(spec, data_dir=data_dir, config_dir=config_dir, session=spec["session"])
     try:
         await start_agent(agent, spec["role_pack"])
         executor = agent.runtime.turn_executor
@@ -542,28 +501,16 @@ def run_spec(
     keeps them): its exit code."""
     import asyncio
 
-    project = Path(spec["project"])
     if output is None and spec["output_schema"]:
-        output = load_output_schema(spec["output_schema"], project)
+        output = load_output_schema(spec["output_schema"], Path(spec["project"]))
     return asyncio.run(
         run_turn(
-            spec["prompt"],
+            spec,
             events=events,
-            provider=spec["provider"],
-            provider_options=spec["provider_options"],
-            project=project,
             data_dir=data_dir,
             config_dir=config_dir,
-            storage=spec["storage"],
-            role_pack=spec["role_pack"],
-            role_pack_dirs=[Path(d) for d in spec["role_pack_dirs"]],
-            session=spec["session"],
-            continue_last=spec["continue_last"],
             resume=resume,
-            tools=spec["tools"],
-            approvals=spec["approvals"],
             output=output,
-            scope=spec["scope"],
             take_over=take_over,
             on_start=on_start,
         )
