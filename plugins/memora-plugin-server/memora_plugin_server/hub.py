@@ -628,15 +628,14 @@ class Hub:
         """The message that started the turn running in the session, when this process runs
         it (a page reloaded mid-turn shows it above the answer being written)."""
         slot = self._slots.get((project, session_id))
-        busy = slot is not None and slot.busy and slot.logs
-        return next(reversed(slot.logs.values())).text if slot is not None and busy else None
+        busy = slot is not None and slot.busy and slot.turn is not None
+        return slot.turn.text if slot is not None and slot.turn is not None and busy else None
 
     async def running_turn(self, project: str, session_id: str, stored: Any = ()) -> str | None:
         """The id of the turn running in the session (any worker); none whose round is in
         ``stored`` (round ids) — its end is being written, its round shown as stored."""
         slot = self._slots.get((project, session_id))
-        if slot is not None and slot.busy and slot.logs:
-            log = next(reversed(slot.logs.values()))
+        if slot is not None and slot.busy and (log := slot.turn) is not None:
             return None if log.round_id() in stored else log.id
         shared = self.project(project).shared
         return await shared.current_turn(session_id) if shared is not None else None

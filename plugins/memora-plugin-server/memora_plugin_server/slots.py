@@ -44,6 +44,9 @@ class Slot:
     version: str = ""
     """The shared version of the session the Agent was opened at (shared mode)."""
     running: asyncio.Task[None] | None = None
+    turn: TurnLog | None = None
+    """The log of the turn ``running`` runs (or ran last) — a taken-over turn's too, which
+    ``logs`` does not keep: its events before the take-over are where the workers share them."""
     logs: OrderedDict[str, TurnLog] = field(default_factory=OrderedDict)
     last_used: float = field(default_factory=time.monotonic)
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -100,6 +103,7 @@ async def run_turn(
             writer = await shared.resume_writer(slot.session_id, going_on)
         else:
             writer = await shared.writer(slot.session_id, log.id)
+    slot.turn = log
     running = slot.running = asyncio.get_running_loop().create_task(
         _drive(slot, log, chunks, lease, writer), name=f"memora-turn-{log.id}"
     )
