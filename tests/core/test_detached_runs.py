@@ -149,6 +149,22 @@ def test_cancelling_a_run_that_waits_for_an_approval_drops_the_pause(
     assert cont.returncode == 0 and "fresh start" in cont.stdout, cont.stderr
 
 
+def dead_durable_run(tmp_path: Path, url: str, script: Script) -> tuple[Path, dict[str, str], str]:
+    """A detached run with durable turns (dbos) whose process was SIGKILLed in its second LLM
+    call, after its ``read_file`` step was kept: its project, environment and id."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "notes.txt").write_text("a note")
+    script.answers = [
+        call("read_file", {"path": "notes.txt"}),
+        say("reading it now slowly one word after another", 0.5),
+        say("it says a note"),
+    ]
+    project, env = tmp_path / "proj", _env(tmp_path, turn_executor="dbos")
+    run_id = _detach(project, env, url, "read my notes")
+    _kill_mid_answer(project, run_id)
+    return project, env, run_id
+
+
 def _kill_mid_answer(project: Path, run_id: str) -> None:
     _wait(lambda: any(e["type"] == "text" for e in _events(project, run_id)))
     pid = int((project / ".memora" / "data" / "runs" / run_id / "pid").read_text())
@@ -191,16 +207,7 @@ def test_a_durable_run_whose_process_died_goes_on_from_its_last_step(
     for the answer the dead process was receiving."""
     pytest.importorskip("memora_plugin_dbos")
     url, script = server
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / "notes.txt").write_text("a note")
-    script.answers = [
-        call("read_file", {"path": "notes.txt"}),
-        say("reading it now slowly one word after another", 0.5),
-        say("it says a note"),
-    ]
-    project, env = tmp_path / "proj", _env(tmp_path, turn_executor="dbos")
-    run_id = _detach(project, env, url, "read my notes")
-    _kill_mid_answer(project, run_id)
+    project, env, run_id = dead_durable_run(tmp_path, url, script)
     streamed = [r for r in script.requests if r.get("stream")]
     assert len(streamed) == 2
     followed = _memora(project, env, "runs", "follow", run_id, "--events", "jsonl")

@@ -18,11 +18,11 @@ from tests.core.test_detached_runs import (
     MEMORA,
     _detach,
     _env,
-    _kill_mid_answer,
     _memora,
     _project,
     _runs,
     _wait,
+    dead_durable_run,
 )
 
 SLOWER = """
@@ -156,16 +156,7 @@ def test_a_take_over_cancelled_while_starting_leaves_no_turn_in_the_journal(
     journal, its messages and tool results with it, for any later host of the session to
     take over and run on (`memora serve`'s take-over pass does, for a session it holds)."""
     url, script = server
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / "notes.txt").write_text("a note")
-    script.answers = [
-        call("read_file", {"path": "notes.txt"}),
-        say("reading it now slowly one word after another", 0.5),
-        say("it says a note"),
-    ]
-    project, env = tmp_path / "proj", _env(tmp_path, turn_executor="dbos")
-    run_id = _detach(project, env, url, "read my notes")
-    _kill_mid_answer(project, run_id)
+    project, env, run_id = dead_durable_run(tmp_path, url, script)
     slow = _slowed(tmp_path, env, "memora.cli.run_cmd:start_agent", 3.0)
     follow = subprocess.Popen(
         [*MEMORA, "runs", "follow", run_id, "--project", str(project)],
@@ -190,16 +181,7 @@ def test_a_take_over_cancelled_as_it_gets_its_turn_ends_aborted_and_leaves_nothi
     says cancelled, the session keeps the round aborted, and the journal keeps nothing
     that may go on."""
     url, script = server
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / "notes.txt").write_text("a note")
-    script.answers = [
-        call("read_file", {"path": "notes.txt"}),
-        say("reading it now slowly one word after another", 0.5),
-        say("it says a note"),
-    ]
-    project, env = tmp_path / "proj", _env(tmp_path, turn_executor="dbos")
-    run_id = _detach(project, env, url, "read my notes")
-    _kill_mid_answer(project, run_id)
+    project, env, run_id = dead_durable_run(tmp_path, url, script)
     slow = _slowed(tmp_path, env, "memora.cli.run_cmd:left_turn", 3.0)
     follow = subprocess.Popen(
         [*MEMORA, "runs", "follow", run_id, "--events", "jsonl", "--project", str(project)],

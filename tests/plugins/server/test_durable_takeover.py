@@ -5,7 +5,6 @@ other takes the turn over from DBOS's journal — a follower on it sees the turn
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,10 +12,8 @@ import httpx2
 import pytest
 
 from tests.core.test_chat_cli import Script, call, say, server  # noqa: F401
-from tests.plugins.server.test_hosts import Host
+from tests.plugins.server.test_hosts import durable_hosts
 from tests.plugins.server.test_workers import _events
-
-from .conftest import scripted_home
 
 pytestmark = pytest.mark.slow
 
@@ -30,19 +27,7 @@ def test_a_host_killed_between_two_tool_steps_leaves_its_turn_to_the_other(
 ) -> None:
     url, script = server
     counter = tmp_path / "ran.txt"
-    env = scripted_home(
-        tmp_path,
-        url,
-        storage="postgres",
-        plugins={"postgres": {"namespace": f"durable-{os.getpid()}-{time.time_ns()}"}},
-        turn_executor="dbos",
-        approvals="full-auto",
-    )
-    env["MEMORA_POSTGRES_DSN"] = pg_dsn
-    a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
-    try:
-        a.wait()
-        b.wait()
+    with durable_hosts(tmp_path, url, pg_dsn, "durable") as (a, b):
         sessions = "/v1/projects/shop/sessions"
         sid = a.request("POST", sessions, json={}).json()["id"]
         base = f"{sessions}/{sid}"
@@ -89,9 +74,6 @@ def test_a_host_killed_between_two_tool_steps_leaves_its_turn_to_the_other(
         # the session is free for the next message, on either host
         script.answers.append(say("next"))
         assert b.turn(f"{base}/turns", {"text": "next"})[-1]["type"] == "done"
-    finally:
-        a.stop()
-        b.stop()
 
 
 def _until(events, kind):  # type: ignore[no-untyped-def]

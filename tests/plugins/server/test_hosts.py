@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,29 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+
+
+@contextlib.contextmanager
+def durable_hosts(tmp_path: Path, url: str, pg_dsn: str, name: str) -> Iterator[tuple[Host, Host]]:
+    """Hosts A and B of one project on one PostgreSQL (its namespace ``name``-unique), with
+    durable turns (dbos) and full-auto approvals, both ready; stopped after."""
+    env = scripted_home(
+        tmp_path,
+        url,
+        storage="postgres",
+        plugins={"postgres": {"namespace": f"{name}-{os.getpid()}-{time.time_ns()}"}},
+        turn_executor="dbos",
+        approvals="full-auto",
+    )
+    env["MEMORA_POSTGRES_DSN"] = pg_dsn
+    a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
+    try:
+        a.wait()
+        b.wait()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
 
 
 def test_two_hosts_one_database(server: tuple[str, Script], pg_dsn: str, tmp_path: Path) -> None:  # noqa: F811

@@ -4,7 +4,6 @@ turn of its own, ended long ago."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -12,10 +11,8 @@ import httpx2
 import pytest
 
 from tests.core.test_chat_cli import Script, say, server  # noqa: F401
-from tests.plugins.server.test_hosts import Host
+from tests.plugins.server.test_hosts import durable_hosts
 from tests.plugins.server.test_workers import _events
-
-from .conftest import scripted_home
 
 pytestmark = pytest.mark.slow
 
@@ -33,19 +30,7 @@ def test_a_session_names_the_turn_taken_over_as_running_not_an_earlier_one(
     of the session, `running_turn` was that ended turn — a page reloaded there followed it, and
     showed its message above the answer being written."""
     url, script = server
-    env = scripted_home(
-        tmp_path,
-        url,
-        storage="postgres",
-        plugins={"postgres": {"namespace": f"running-{os.getpid()}-{time.time_ns()}"}},
-        turn_executor="dbos",
-        approvals="full-auto",
-    )
-    env["MEMORA_POSTGRES_DSN"] = pg_dsn
-    a, b = Host("a", tmp_path, env), Host("b", tmp_path, env)
-    try:
-        a.wait()
-        b.wait()
+    with durable_hosts(tmp_path, url, pg_dsn, "running") as (a, b):
         sessions = "/v1/projects/shop/sessions"
         sid = b.request("POST", sessions, json={}).json()["id"]
         script.answers.append(say("first, on b"))
@@ -75,7 +60,3 @@ def test_a_session_names_the_turn_taken_over_as_running_not_an_earlier_one(
         ):
             chunks = [chunk for _, chunk in _events(follower.iter_lines())]
         assert chunks[-1]["type"] == "done" and chunks[-1]["answer"] == "second, taken over"
-    finally:
-        a.proc.kill()
-        b.proc.terminate()
-        b.proc.wait(timeout=30)
